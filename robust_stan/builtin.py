@@ -1,0 +1,246 @@
+"""Built-in models (location and glm) and custom specifications.
+
+Each returns a :class:`~robust_stan.model.Model`. Priors are Stan statements;
+the defaults (stated per family below) are weakly informative on the scale the
+model is fitted on: continuous outcomes are standardised by default (normal,
+student_t: centred and divided by their sd; exponential: divided by their
+mean), and results are reported on the original scale. Changing a prior
+changes the program and so compiles it once more.
+"""
+
+from __future__ import annotations
+
+from .errors import RobustStanInputError
+from .families import get_family
+from .model import Model
+from .spec import Argument, ModelSpec, ParameterDeclaration, split_statements
+
+# Default priors, on the fitted (standardised) scale.
+_SCALE_PRIOR = "exponential(1)"
+_NU_PRIOR = "gamma(2, 0.1)"  # Juarez and Steel (2010)
+_STANDARDIZE = {"normal": "affine", "student_t": "affine", "exponential": "scale"}
+
+
+def _params(*declarations: str) -> list[ParameterDeclaration]:
+    return [ParameterDeclaration.parse(d) for d in declarations]
+
+
+def _merge_priors(defaults: dict[str, str], priors: dict[str, str] | None, names: list[str]) -> str:
+    priors = dict(priors or {})
+    unknown = sorted(set(priors) - set(names))
+    if unknown:
+        raise RobustStanInputError(f"priors: unknown parameter(s) {unknown}; this model has {names}")
+    merged = {**defaults, **priors}
+    lines = []
+    for name in names:
+        statement = merged[name].strip()
+        if "~" in statement or "target" in statement or ";" in statement:
+            lines.extend(s.strip() + ";" for s in statement.split(";") if s.strip())
+        else:  # a bare distribution, e.g. "normal(0, 1)"
+            lines.append(f"{name} ~ {statement};")
+    return "\n".join(lines)
+
+
+def location(
+    family: str,
+    *,
+    known: dict[str, float] | None = None,
+    covariance: str = "estimated",
+    priors: dict[str, str] | None = None,
+    standardize: bool = True,
+    engine: str = "auto",
+) -> Model:
+    """y_i ~ family(theta): one location (and scale) shared by every observation.
+
+    Parameters and default priors (fitted scale):
+      normal:       mu ~ normal(0, 10), sigma ~ exponential(1)
+      student_t:    mu ~ normal(0, 10), sigma ~ exponential(1), nu ~ gamma(2, 0.1)
+      bernoulli, binomial: alpha (logit) ~ normal(0, 2.5)
+      poisson:      alpha (log rate) ~ normal(0, 5)
+      categorical:  alpha[K-1] (logits against class 1) ~ normal(0, 2.5)
+      multi_normal: mu[D] ~ normal(0, 10); covariance="estimated" gives
+                    tau[D] ~ exponential(1), L_Omega ~ lkj_corr_cholesky(2);
+                    covariance="known" reads data['Sigma'] (D x D)
+      exponential:  rate ~ lognormal(0, 2.5)
+
+    ``known={"sigma": 1.0}`` (normal, student_t) fixes the scale; for student_t
+    ``known={"nu": 4}`` fixes the degrees of freedom. Known values are data.
+    ``priors`` replaces defaults by parameter name, e.g. ``{"mu": "normal(0, 1)"}``.
+    """
+    fam = get_family(family)
+    known = dict(known or {})
+    data_lines: list[str] = []
+    rescale: dict[str, str] = {}
+    if fam.name in ("normal", "student_t"):
+        decls, defaults = ["real mu"], {"mu": "normal(0, 10)"}
+        args = {"mu": Argument("mu", "mu")}
+        rescale["mu"] = "location"
+        for name, decl, prior in (("sigma", "real<lower=0> sigma", _SCALE_PRIOR), ("nu", "real<lower=1> nu", _NU_PRIOR)):
+            if name == "nu" and fam.name != "student_t":
+                continue
+            if name in known:
+                data_lines.append(f"real<lower={0 if name == 'sigma' else 1}> {name}")
+            else:
+                decls.append(decl)
+                defaults[name] = prior
+            args[name] = Argument(name, name)
+        if "sigma" not in known:
+            rescale["sigma"] = "scale"
+        unknown_known = sorted(set(known) - {"sigma", "nu"} - ({"nu"} if fam.name == "student_t" else set()))
+        if unknown_known or (fam.name == "normal" and "nu" in known):
+            raise RobustStanInputError(f"known: the {fam.name} location model can fix only sigma"
+                                       + (" and nu" if fam.name == "student_t" else ""))
+    elif fam.name in ("bernoulli", "binomial", "poisson"):
+        decls = ["real alpha"]
+        defaults = {"alpha": "normal(0, 5)" if fam.name == "poisson" else "normal(0, 2.5)"}
+        args = {"eta": Argument("eta", "alpha")}
+    elif fam.name == "categorical":
+        decls, defaults = ["vector[K - 1] alpha"], {"alpha": "normal(0, 2.5)"}
+        args = {"eta": Argument("eta", "append_col(0, alpha')")}
+    elif fam.name == "multi_normal":
+        decls, defaults = ["vector[D] mu"], {"mu": "normal(0, 10)"}
+        if covariance == "estimated":
+            decls += ["vector<lower=0>[D] tau", "cholesky_factor_corr[D] L_Omega"]
+            defaults.update(tau=_SCALE_PRIOR, L_Omega="lkj_corr_cholesky(2)")
+            args = {"mu": Argument("mu", "mu"), "L": Argument("L", "diag_pre_multiply(tau, L_Omega)")}
+        elif covariance == "known":
+            data_lines.append("cov_matrix[D] Sigma")
+            args = {"mu": Argument("mu", "mu"), "L": Argument("L", "cholesky_decompose(Sigma)")}
+        else:
+            raise RobustStanInputError(f"covariance: must be 'estimated' or 'known', got {covariance!r}")
+    else:  # exponential
+        decls, defaults = ["real<lower=0> rate"], {"rate": "lognormal(0, 2.5)"}
+        args = {"rate": Argument("rate", "rate")}
+        rescale["rate"] = "inverse_scale"
+    if known and fam.name not in ("normal", "student_t"):
+        raise RobustStanInputError(f"known: the {fam.name} location model has no fixable parameters")
+    params = _params(*decls)
+    spec = ModelSpec(
+        family=fam,
+        data="; ".join(data_lines),
+        parameters=params,
+        priors=_merge_priors(defaults, priors, [p.name for p in params]),
+        args=args,
+        title=f"robust-stan location model, family {fam.name}",
+        standardize=_STANDARDIZE.get(fam.name) if standardize else None,
+        rescale=rescale if standardize else {},
+    )
+    return Model(spec, engine=engine, kind="location")
+
+
+def glm(
+    family: str,
+    *,
+    link: str | None = None,
+    priors: dict[str, str] | None = None,
+    standardize: bool = True,
+    engine: str = "auto",
+) -> Model:
+    """y_i ~ family(link^-1(alpha + x_i' b), extra parameters), with data X (N x P).
+
+    Links: normal, student_t, multi_normal identity; bernoulli, binomial logit;
+    poisson log; categorical softmax (class 1 is the reference: alpha[K-1],
+    B[P, K-1]); exponential log (the mean is exp(alpha + x'b), rate its inverse).
+    multi_normal: alpha[D], B[P, D], covariance diag(tau) L_Omega.
+    Default priors (fitted scale): alpha ~ normal(0, 2.5); each coefficient
+    b_j ~ normal(0, prior_scale_b[j]) with prior_scale_b[j] = 2.5 / sd(X[:, j])
+    unless data['prior_scale_b'] is given; sigma, tau ~ exponential(1);
+    nu ~ gamma(2, 0.1); L_Omega ~ lkj_corr_cholesky(2).
+    """
+    fam = get_family(family)
+    link = link or fam.default_link
+    if link not in fam.links:
+        raise RobustStanInputError(f"link: the {fam.name} family supports {list(fam.links)}, not {link!r}")
+    data = "int<lower=0> P; matrix[N, P] X; vector<lower=0>[P] prior_scale_b"
+    rescale: dict[str, str] = {}
+    b_prior = "normal(0, prior_scale_b)"
+    if fam.name == "categorical":
+        decls = ["vector[K - 1] alpha", "matrix[P, K - 1] B"]
+        defaults = {"alpha": "normal(0, 2.5)", "B": "for (k in 1:(K - 1)) B[:, k] ~ normal(0, prior_scale_b)"}
+        args = {
+            "eta": Argument(
+                "eta",
+                "append_col(0, alpha' + X[n] * B)",
+                "append_col(rep_vector(0, N), rep_matrix(alpha', N) + X * B)",
+            )
+        }
+    elif fam.name == "multi_normal":
+        decls = ["vector[D] alpha", "matrix[P, D] B", "vector<lower=0>[D] tau", "cholesky_factor_corr[D] L_Omega"]
+        defaults = {
+            "alpha": "normal(0, 2.5)",
+            "B": "for (d in 1:D) B[:, d] ~ normal(0, prior_scale_b)",
+            "tau": _SCALE_PRIOR,
+            "L_Omega": "lkj_corr_cholesky(2)",
+        }
+        args = {
+            "mu": Argument("mu", "alpha + (X[n] * B)'"),
+            "L": Argument("L", "diag_pre_multiply(tau, L_Omega)"),
+        }
+    else:
+        decls = ["real alpha", "vector[P] b"]
+        defaults = {"alpha": "normal(0, 2.5)", "b": b_prior}
+        linear, linear_vec = "alpha + X[n] * b", "alpha + X * b"
+        if fam.name in ("normal", "student_t"):
+            decls.append("real<lower=0> sigma")
+            defaults["sigma"] = _SCALE_PRIOR
+            args = {"mu": Argument("mu", linear, linear_vec), "sigma": Argument("sigma", "sigma")}
+            rescale.update(alpha="location", b="scale", sigma="scale")
+            if fam.name == "student_t":
+                decls.append("real<lower=1> nu")
+                defaults["nu"] = _NU_PRIOR
+                args["nu"] = Argument("nu", "nu")
+        elif fam.name == "exponential":
+            args = {"rate": Argument("rate", f"exp(-({linear}))", f"exp(-({linear_vec}))")}
+            rescale.update(alpha="log_scale")
+        else:
+            args = {"eta": Argument("eta", linear, linear_vec)}
+    params = _params(*decls)
+    spec = ModelSpec(
+        family=fam,
+        data=data,
+        parameters=params,
+        priors=_merge_priors(defaults, priors, [p.name for p in params]),
+        args=args,
+        title=f"robust-stan glm, family {fam.name}, link {link}",
+        standardize=_STANDARDIZE.get(fam.name) if standardize else None,
+        rescale=rescale if standardize else {},
+    )
+    return Model(spec, engine=engine, kind="glm")
+
+
+def custom(
+    family: str,
+    *,
+    data: str = "",
+    parameters: str,
+    priors: str = "",
+    engine: str = "auto",
+    title: str | None = None,
+    **args: str,
+) -> Model:
+    """A model from your own Stan fragments, e.g. a hierarchical regression::
+
+        rs.custom("normal",
+                  data="int<lower=1> P; matrix[N, P] X; int<lower=1> G; array[N] int<lower=1, upper=G> g;",
+                  parameters="vector[P] b; vector[G] u; real<lower=0> tau; real<lower=0> sigma;",
+                  priors="b ~ normal(0, 5); u ~ normal(0, tau); tau ~ exponential(1); sigma ~ exponential(1);",
+                  mu="X[n] * b + u[g[n]]", sigma="sigma")
+
+    ``N`` and ``y`` (and ``trials``/``K``/``D`` for binomial/categorical/
+    multi_normal) are declared for you. Each family argument is a Stan
+    expression for observation ``n``; one without ``n`` is shared by all rows.
+    Outcomes are used as given (no standardisation): mind the units, since the
+    beta and gamma losses are not invariant to them.
+    """
+    fam = get_family(family)
+    if not isinstance(parameters, str) or not parameters.strip():
+        raise RobustStanInputError("parameters: give at least one Stan parameter declaration")
+    spec = ModelSpec(
+        family=fam,
+        data=data,
+        parameters=[ParameterDeclaration.parse(s) for s in split_statements(parameters)],
+        priors=priors.replace(";", ";\n"),
+        args={name: Argument(name, expr) for name, expr in args.items()},
+        title=title or f"robust-stan custom model, family {fam.name}",
+    )
+    return Model(spec, engine=engine, kind="custom")

@@ -1,0 +1,75 @@
+"""Renders a :class:`~robust_stan.spec.ModelSpec` into a Stan program."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import jinja2
+
+from . import __version__
+from .resources import LIBRARY_FILE, library_code, templates_path
+from .spec import ModelSpec, split_statements
+
+INCLUDE_LINE = f"#include {LIBRARY_FILE}"
+
+
+@dataclass(frozen=True)
+class RenderedArgument:
+    """How one family argument appears in the generated program."""
+
+    fill: list[str]          # statements building the vectorised value (mode 0, generated quantities)
+    call: str                # what the vectorised library call receives
+    per_observation: str     # what the one-row call of per-example mode receives
+    indexed: str             # the value for observation n (posterior predictive draws)
+
+
+def _render_argument(spec: ModelSpec, fam_arg) -> RenderedArgument:
+    if fam_arg.data_only:
+        return RenderedArgument([], fam_arg.name, f"{fam_arg.name}[n:n]", f"{fam_arg.name}[n]")
+    arg = spec.args[fam_arg.name]
+    local = f"arg_{fam_arg.name}"
+    if arg.shared:
+        fill = [f"{fam_arg.shared_declaration(local)} = {arg.per_observation};"]
+        return RenderedArgument(fill, local, arg.per_observation, local)
+    declaration = fam_arg.local_decl.format(name=local)
+    if arg.vectorised:
+        fill = [f"{declaration} = {arg.vectorised};"]
+    else:
+        fill = [f"{declaration};", f"for (n in 1:N) {local}[n] = {arg.per_observation};"]
+    return RenderedArgument(fill, local, arg.per_observation, f"{local}[n]")
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_path())),
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=False,
+    )
+
+
+def render_program(spec: ModelSpec) -> str:
+    """The readable Stan program of a specification (with the library `#include`d)."""
+    spec.check()
+    args = [_render_argument(spec, a) for a in spec.family.args]
+    rng_values = {a.name: r.indexed for a, r in zip(spec.family.args, args)}
+    template = _environment().get_template("program.stan.j2")
+    return template.render(
+        title=spec.title,
+        version=__version__,
+        family=spec.family,
+        user_data=[s + ";" for s in split_statements(spec.data)],
+        parameters=spec.parameters,
+        priors=[line.strip() for line in spec.priors.strip().splitlines() if line.strip()],
+        args=args,
+        rng=spec.family.rng.format(**rng_values),
+    )
+
+
+def expand_includes(program: str) -> str:
+    """The program with the robust-stan library pasted in place of its `#include`.
+
+    Engines whose stanc is not given include paths (httpstan) compile this.
+    """
+    return re.sub(rf"^\s*{re.escape(INCLUDE_LINE)}\s*$", lambda _: library_code(), program, flags=re.MULTILINE)

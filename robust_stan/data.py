@@ -1,0 +1,153 @@
+"""Turns user data plus robust-stan settings into a program's Stan data.
+
+Every check runs here, before any compile or sampling, and every error names
+the argument at fault.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from .divergences import Divergence, as_divergence
+from .errors import RobustStanInputError
+from .spec import ModelSpec
+
+MODES = {"posterior": 0, "per_example": 1, "prior": 2}
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """How the outcome was standardised: y_fitted = (y - center) / scale."""
+
+    center: float = 0.0
+    scale: float = 1.0
+
+
+def _as_array(name: str, value) -> np.ndarray:
+    if hasattr(value, "to_numpy"):  # pandas Series / DataFrame
+        value = value.to_numpy()
+    arr = np.asarray(value)
+    if arr.dtype == bool:
+        arr = arr.astype(np.int64)
+    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise RobustStanInputError(f"{name}: must be numeric, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
+        raise RobustStanInputError(f"{name}: contains non-finite values (NaN or inf)")
+    return arr
+
+
+def check_learning_rate(learning_rate) -> float:
+    try:
+        value = float(learning_rate)
+    except (TypeError, ValueError):
+        raise RobustStanInputError(f"learning_rate: must be a positive number, got {learning_rate!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise RobustStanInputError(f"learning_rate: must be positive and finite, got {learning_rate}")
+    return value
+
+
+def check_weights(weights, n: int) -> np.ndarray:
+    if weights is None:
+        return np.ones(n)
+    arr = np.asarray(weights, dtype=float)
+    if arr.shape != (n,):
+        raise RobustStanInputError(f"weights: need one weight per observation, shape ({n},); got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise RobustStanInputError("weights: contains non-finite values")
+    if np.any(arr < 0):
+        raise RobustStanInputError(f"weights: must be >= 0; entry {int(np.flatnonzero(arr < 0)[0])} is negative")
+    if n and arr.sum() <= 0:
+        raise RobustStanInputError("weights: at least one weight must be positive")
+    return arr
+
+
+def prepare_data(
+    spec: ModelSpec,
+    data: Mapping,
+    divergence: Divergence | None = None,
+    learning_rate: float = 1.0,
+    weights=None,
+    mode: str = "posterior",
+    batch=None,
+) -> tuple[dict, Scaling]:
+    """Validate ``data`` and return (Stan data dict, outcome scaling)."""
+    if not isinstance(data, Mapping) and not hasattr(data, "columns"):
+        raise RobustStanInputError(f"data: expected a dict of arrays (or a pandas DataFrame), got {type(data).__name__}")
+    data = {k: data[k] for k in (data.columns if hasattr(data, "columns") else data)}
+    if "y" not in data:
+        raise RobustStanInputError("data: missing the outcome 'y'")
+    family = spec.family
+    raw = {k: _as_array(k, v) for k, v in data.items()}
+    if family.name == "categorical" and "K" not in raw:
+        raw["K"] = np.asarray(int(np.max(raw["y"])) if raw["y"].size else 2)
+    y = family.check_outcome(raw["y"], raw)
+    n = len(y)
+    out: dict = {"N": n}
+    if family.name == "multi_normal":
+        out["D"] = y.shape[1]
+    if family.name == "categorical":
+        out["K"] = int(raw["K"])
+    if family.name == "binomial":
+        out["trials"] = raw["trials"].astype(np.int64)
+    for name in spec.data_names():
+        if name in out or name in ("P", "prior_scale_b") and "X" in raw:
+            continue
+        if name not in raw:
+            raise RobustStanInputError(f"data: missing {name!r}, which the model declares")
+        out[name] = raw[name]
+    if "X" in spec.data_names():
+        X = raw.get("X")
+        if X is None:
+            raise RobustStanInputError("data: missing the predictor matrix 'X'")
+        X = np.asarray(X, dtype=float)
+        if X.ndim == 1:
+            X = X[:, None]
+        if X.ndim != 2 or X.shape[0] != n:
+            raise RobustStanInputError(f"X: must be a matrix with one row per observation ({n}); got shape {X.shape}")
+        out["X"] = X
+        if "P" in spec.data_names():
+            out["P"] = X.shape[1]
+        if "prior_scale_b" in spec.data_names():
+            if "prior_scale_b" in raw:
+                scale_b = np.asarray(raw["prior_scale_b"], dtype=float)
+                if scale_b.shape != (X.shape[1],) or np.any(scale_b <= 0):
+                    raise RobustStanInputError(f"prior_scale_b: need {X.shape[1]} positive prior scales")
+            else:
+                sd = X.std(axis=0) if n > 1 else np.ones(X.shape[1])
+                scale_b = 2.5 / np.where(sd > 0, sd, 1.0)
+            out["prior_scale_b"] = scale_b
+
+    scaling = Scaling()
+    y_fitted = y.astype(float) if family.continuous else y
+    if spec.standardize == "affine" and n > 1:
+        scaling = Scaling(float(np.mean(y)), float(np.std(y)) or 1.0)
+    elif spec.standardize == "scale" and n > 0:
+        scaling = Scaling(0.0, float(np.mean(y)) or 1.0)
+    if spec.standardize and family.continuous:
+        y_fitted = (y - scaling.center) / scaling.scale
+    out["y"] = y_fitted
+
+    div = as_divergence(divergence)
+    out.update(div.stan_data())
+    out["learning_rate"] = check_learning_rate(learning_rate)
+    out["weights"] = check_weights(weights, n)
+    if mode not in MODES:
+        raise RobustStanInputError(f"mode: must be one of {list(MODES)}, got {mode!r}")
+    out["mode"] = MODES[mode]
+    if mode == "per_example" and div.code == 3:
+        raise RobustStanInputError(
+            "divergence: the original gamma form is not a sum over observations, so it has no per-example "
+            "gradients; use rs.GammaD(gamma) (decomposable), rs.BetaD or rs.KL()"
+        )
+    rows = np.arange(n) if batch is None else np.asarray(batch)
+    if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer):
+        raise RobustStanInputError("batch: must be a 1-D array of row indices (0-based)")
+    if rows.size and (rows.min() < 0 or rows.max() >= n):
+        raise RobustStanInputError(f"batch: row indices must lie in 0..{n - 1}")
+    out["n_batch"] = int(rows.size)
+    out["batch"] = (rows + 1).astype(np.int64)
+    return out, scaling

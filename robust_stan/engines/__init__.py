@@ -1,0 +1,57 @@
+"""Stan engines: CmdStan (through CmdStanPy) and httpstan (pip-only).
+
+``engine="auto"`` picks CmdStan when CmdStanPy finds an installation, else
+httpstan; the ``ROBUST_STAN_ENGINE`` environment variable overrides ``auto``.
+Compiled programs are cached on disk by their text (per engine) and in memory
+for the life of the process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+from ..errors import RobustStanInputError
+from .base import CompiledProgram, NutsSettings, RawDraws
+from .cmdstan_engine import cmdstan_available, compile_cmdstan
+from .httpstan_engine import compile_httpstan, httpstan_available
+
+ENGINES = ("cmdstan", "httpstan")
+
+#: Number of real builds (not cache hits) per engine in this process.
+COMPILE_COUNTS: Counter = Counter()
+_LOADED: dict[tuple[str, str], CompiledProgram] = {}
+
+
+def resolve_engine(engine: str = "auto") -> str:
+    """The engine a call will use: explicit name, else $ROBUST_STAN_ENGINE, else auto-detected."""
+    if engine == "auto":
+        engine = os.environ.get("ROBUST_STAN_ENGINE", "auto")
+    if engine == "auto":
+        if cmdstan_available():
+            return "cmdstan"
+        if httpstan_available():
+            return "httpstan"
+        raise RuntimeError("robust-stan found no Stan engine: install CmdStan (python -m cmdstanpy.install_cmdstan) or httpstan")
+    if engine not in ENGINES:
+        raise RobustStanInputError(f"engine: unknown engine {engine!r}; choose 'auto', 'cmdstan' or 'httpstan'")
+    if engine == "cmdstan" and not cmdstan_available():
+        raise RuntimeError("engine: 'cmdstan' was asked for but CmdStanPy finds no CmdStan installation "
+                           "(install it on a connected machine with: python -m cmdstanpy.install_cmdstan)")
+    return engine
+
+
+def compile_program(stan_code: str, engine: str = "auto", show_progress: bool = True) -> CompiledProgram:
+    """Compile a program (with the robust-stan library on its include path) or reuse a cached build."""
+    engine = resolve_engine(engine)
+    key = (engine, stan_code)
+    if key not in _LOADED:
+        compiler = compile_cmdstan if engine == "cmdstan" else compile_httpstan
+        program, built = compiler(stan_code, show_progress=show_progress)
+        if built:
+            COMPILE_COUNTS[engine] += 1
+        _LOADED[key] = program
+    return _LOADED[key]
+
+
+__all__ = ["CompiledProgram", "NutsSettings", "RawDraws", "compile_program", "resolve_engine", "COMPILE_COUNTS"]

@@ -1,0 +1,71 @@
+"""The small interface every Stan engine implements."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class RawDraws:
+    """NUTS output in engine-neutral form.
+
+    ``variables`` maps each Stan variable to an array (chains, draws, *shape);
+    ``sampler`` maps each sampler statistic (``lp__``, ``divergent__``, ...) to
+    (chains, draws); ``backend`` is the engine's own result object.
+    """
+
+    variables: dict[str, np.ndarray]
+    sampler: dict[str, np.ndarray]
+    backend: Any = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NutsSettings:
+    """Arguments of Stan's NUTS, named as in CmdStanPy."""
+
+    chains: int = 4
+    iter_warmup: int = 1000
+    iter_sampling: int = 1000
+    thin: int = 1
+    seed: int = 0
+    adapt_delta: float = 0.8
+    max_treedepth: int = 10
+    show_progress: bool = True
+
+
+class CompiledProgram(abc.ABC):
+    """A compiled Stan program on one engine: log densities, gradients, NUTS."""
+
+    engine_name: str = ""
+
+    def __init__(self, stan_code: str):
+        self.stan_code = stan_code
+
+    @abc.abstractmethod
+    def log_density(self, data: dict, theta: np.ndarray, jacobian: bool = True) -> float:
+        """Log density (target) at an unconstrained point, constants included."""
+
+    @abc.abstractmethod
+    def log_density_gradient(self, data: dict, theta: np.ndarray, jacobian: bool = True) -> tuple[float, np.ndarray]:
+        """Log density and its gradient with respect to the unconstrained parameters."""
+
+    @abc.abstractmethod
+    def variable_shapes(self, data: dict) -> dict[str, tuple[int, ...]]:
+        """Constrained shape of every parameter and generated quantity, in program order."""
+
+    @abc.abstractmethod
+    def constrain(self, data: dict, theta: np.ndarray) -> dict[str, np.ndarray]:
+        """Constrained values of every parameter and generated quantity at ``theta``."""
+
+    @abc.abstractmethod
+    def unconstrain(self, data: dict, values: dict[str, Any]) -> np.ndarray:
+        """Unconstrained vector of a dict of constrained parameter values."""
+
+    @abc.abstractmethod
+    def sample(self, data: dict, settings: NutsSettings, inits: list[dict] | None) -> RawDraws:
+        """Run NUTS (diagonal metric, adapted) and return the draws."""

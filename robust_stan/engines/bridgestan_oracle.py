@@ -1,0 +1,93 @@
+"""BridgeStan models of generated programs (optional; needs a BridgeStan source tree).
+
+BridgeStan compiles against its own source tree, found through the
+``BRIDGESTAN`` environment variable or bridgestan's own lookup. It is used as
+a gradient oracle and for constrain/unconstrain on the CmdStan engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from ..codegen import expand_includes
+from .cmdstan_engine import cache_folder
+
+
+def bridgestan_available() -> bool:
+    """True when the bridgestan package is installed and finds its source tree."""
+    try:
+        import bridgestan
+
+        bridgestan.get_bridgestan_path()
+    except Exception:
+        return False
+    return True
+
+
+@lru_cache(maxsize=8)
+def _compiled_library(stan_code: str) -> str:
+    import bridgestan
+
+    code = expand_includes(stan_code)
+    digest = hashlib.sha256(code.encode()).hexdigest()[:16]
+    folder = cache_folder().parent / "bridgestan" / digest
+    folder.mkdir(parents=True, exist_ok=True)
+    stan_file = folder / "program.stan"
+    stan_file.write_text(code)
+    library = folder / "program_model.so"
+    if not library.exists():
+        library = Path(bridgestan.compile_model(str(stan_file)))
+    return str(library)
+
+
+class BridgeStanModel:
+    """Thin wrapper adding named constrain/unconstrain to a bridgestan.StanModel."""
+
+    def __init__(self, stan_code: str, data: dict):
+        import bridgestan
+
+        self.model = bridgestan.StanModel(_compiled_library(stan_code), data=json.dumps(_jsonable(data)))
+
+    def log_density_gradient(self, theta, jacobian=True):
+        value, grad = self.model.log_density_gradient(np.asarray(theta, dtype=float), propto=True, jacobian=jacobian)
+        return float(value), np.asarray(grad)
+
+    def constrain(self, theta):
+        flat = self.model.param_constrain(np.asarray(theta, dtype=float), include_tp=True, include_gq=True)
+        names = self.model.param_names(include_tp=True, include_gq=True)
+        return _group_columns(names, flat)
+
+    def unconstrain(self, values):
+        return self.model.param_unconstrain_json(json.dumps(_jsonable(values)))
+
+
+def bridgestan_model(stan_code: str, data: dict) -> BridgeStanModel:
+    return BridgeStanModel(stan_code, data)
+
+
+def _jsonable(data: dict) -> dict:
+    return {k: (np.asarray(v).tolist()) for k, v in data.items()}
+
+
+def _group_columns(names: list[str], flat: np.ndarray) -> dict[str, np.ndarray]:
+    """BridgeStan names columns 'b.1.2' in column-major order; rebuild arrays."""
+    groups: dict[str, list[tuple[tuple[int, ...], float]]] = {}
+    for name, value in zip(names, flat):
+        base, *idx = name.split(".")
+        groups.setdefault(base, []).append((tuple(int(i) for i in idx), float(value)))
+    out = {}
+    for base, items in groups.items():
+        if not items[0][0]:
+            out[base] = items[0][1]
+            continue
+        shape = tuple(max(i[d] for i, _ in items) for d in range(len(items[0][0])))
+        arr = np.empty(shape)
+        for index, value in items:
+            arr[tuple(i - 1 for i in index)] = value
+        out[base] = arr
+    return out

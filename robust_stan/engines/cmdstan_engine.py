@@ -1,0 +1,138 @@
+"""The CmdStan engine, through CmdStanPy.
+
+Programs are written to robust-stan's cache folder under the hash of their
+text and compiled by CmdStanPy with the library's include path, so a second
+process finds the executable and does not recompile. NUTS runs through
+``CmdStanModel.sample``; log densities and gradients at unconstrained points
+come from CmdStan's ``log_prob`` method (which takes ``unconstrained_params``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ..resources import stan_include_path
+from .base import CompiledProgram, NutsSettings, RawDraws
+
+
+def cache_folder() -> Path:
+    """Where compiled CmdStan programs are kept (``ROBUST_STAN_CACHE`` overrides)."""
+    root = os.environ.get("ROBUST_STAN_CACHE") or Path.home() / ".cache" / "robust-stan"
+    return Path(root) / "cmdstan"
+
+
+def cmdstan_available() -> bool:
+    """True when CmdStanPy finds a CmdStan installation."""
+    try:
+        import cmdstanpy
+
+        cmdstanpy.cmdstan_path()
+    except Exception:  # cmdstanpy raises ValueError (or ImportError if absent)
+        return False
+    return True
+
+
+class CmdStanProgram(CompiledProgram):
+    """A program compiled by CmdStanPy."""
+
+    engine_name = "cmdstan"
+
+    def __init__(self, stan_code: str, model):
+        super().__init__(stan_code)
+        self.model = model  # cmdstanpy.CmdStanModel
+
+    def _run_log_prob(self, data: dict, theta: np.ndarray, jacobian: bool) -> tuple[float, np.ndarray]:
+        from cmdstanpy.utils import write_stan_json
+
+        with tempfile.TemporaryDirectory(prefix="robust_stan_") as tmp:
+            data_file = Path(tmp) / "data.json"
+            params_file = Path(tmp) / "params.json"
+            output_file = Path(tmp) / "log_prob.csv"
+            write_stan_json(str(data_file), data)
+            params_file.write_text(json.dumps({"params_r": [float(t) for t in theta]}))
+            command = [
+                str(self.model.exe_file),
+                "log_prob",
+                f"unconstrained_params={params_file}",
+                f"jacobian={int(bool(jacobian))}",
+                "data",
+                f"file={data_file}",
+                "output",
+                f"file={output_file}",
+                "sig_figs=18",
+            ]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"CmdStan log_prob failed: {done.stdout}\n{done.stderr}")
+            rows = [line for line in output_file.read_text().splitlines() if line and not line.startswith("#")]
+        values = np.array([float(v) for v in rows[1].split(",")])
+        return float(values[0]), values[1:]
+
+    def log_density(self, data, theta, jacobian=True):
+        return self._run_log_prob(data, theta, jacobian)[0]
+
+    def log_density_gradient(self, data, theta, jacobian=True):
+        return self._run_log_prob(data, theta, jacobian)
+
+    def _bridgestan(self, data):
+        from .bridgestan_oracle import bridgestan_model
+
+        return bridgestan_model(self.stan_code, data)
+
+    def variable_shapes(self, data):
+        return {k: np.shape(v) for k, v in self._bridgestan(data).constrain(
+            np.zeros(self._bridgestan(data).model.param_unc_num())).items()}
+
+    def constrain(self, data, theta):
+        return self._bridgestan(data).constrain(theta)
+
+    def unconstrain(self, data, values):
+        return self._bridgestan(data).unconstrain(values)
+
+    def sample(self, data, settings: NutsSettings, inits=None):
+        fit = self.model.sample(
+            data=data,
+            chains=settings.chains,
+            parallel_chains=min(settings.chains, os.cpu_count() or 1),
+            iter_warmup=settings.iter_warmup,
+            iter_sampling=settings.iter_sampling,
+            thin=settings.thin,
+            seed=settings.seed,
+            inits=inits,
+            adapt_delta=settings.adapt_delta,
+            max_treedepth=settings.max_treedepth,
+            show_progress=settings.show_progress,
+        )
+        chains, draws = settings.chains, fit.num_draws_sampling
+        variables = {}
+        for name in fit.metadata.stan_vars:
+            values = np.asarray(fit.stan_variable(name))
+            variables[name] = values.reshape((chains, draws) + values.shape[1:])
+        sampler = {k: np.asarray(v).T for k, v in fit.method_variables().items()}  # (draws, chains) -> (chains, draws)
+        return RawDraws(variables, sampler, backend=fit)
+
+
+def compile_cmdstan(stan_code: str, show_progress: bool = True) -> tuple[CmdStanProgram, bool]:
+    """Compile (or reuse) the program with CmdStanPy; returns it and whether a build ran."""
+    import cmdstanpy
+
+    digest = hashlib.sha256(stan_code.encode()).hexdigest()[:16]
+    folder = cache_folder() / digest
+    folder.mkdir(parents=True, exist_ok=True)
+    stan_file = folder / "program.stan"
+    if not stan_file.exists() or stan_file.read_text() != stan_code:
+        stan_file.write_text(stan_code)
+    exe = stan_file.with_suffix("")
+    built = not exe.exists()
+    model = cmdstanpy.CmdStanModel(
+        stan_file=str(stan_file),
+        stanc_options={"include-paths": [stan_include_path()]},
+    )
+    return CmdStanProgram(stan_code, model), built

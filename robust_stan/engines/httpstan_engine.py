@@ -1,0 +1,201 @@
+"""The pip-only engine: httpstan's compiler driver, extension module and NUTS.
+
+httpstan (the server behind PyStan 3) ships stanc, the Stan headers and a
+compiler driver. A program is built once into a Python extension module kept
+in httpstan's cache, keyed by the program text; log densities and gradients
+call that module directly, and NUTS runs through httpstan's
+``stan::services`` wrapper, one process per chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import re
+import sys
+import time
+import uuid
+
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..codegen import expand_includes
+from .base import CompiledProgram, NutsSettings, RawDraws
+
+_ITERATION = re.compile(rb"Iteration:\s+(\d+)\s*/\s*(\d+)")
+
+
+def _httpstan():
+    import httpstan.cache
+    import httpstan.compile
+    import httpstan.models
+    import httpstan.services_stub
+
+    return httpstan
+
+
+def _as_httpstan_data(data: dict) -> dict:
+    """httpstan reads ints and floats by dtype: keep ints as ints."""
+    out = {}
+    for key, value in data.items():
+        arr = np.asarray(value)
+        out[key] = arr if arr.ndim else arr.item()
+    return out
+
+
+class HttpstanProgram(CompiledProgram):
+    """A program compiled into an httpstan extension module."""
+
+    engine_name = "httpstan"
+
+    def __init__(self, stan_code: str, model_name: str):
+        super().__init__(stan_code)
+        self.model_name = model_name
+        self.module = _httpstan().models.import_services_extension_module(model_name)
+
+    # -- densities ------------------------------------------------------------
+    def log_density(self, data, theta, jacobian=True):
+        return float(self.module.log_prob(_as_httpstan_data(data), list(map(float, theta)), bool(jacobian)))
+
+    def log_density_gradient(self, data, theta, jacobian=True):
+        theta = list(map(float, theta))
+        grad = self.module.log_prob_grad(_as_httpstan_data(data), theta, bool(jacobian))
+        value = self.module.log_prob(_as_httpstan_data(data), theta, bool(jacobian))
+        return float(value), np.asarray(grad, dtype=float)
+
+    def variable_shapes(self, data):
+        data = _as_httpstan_data(data)
+        return dict(zip(self.module.get_param_names(data), (tuple(d) for d in self.module.get_dims(data))))
+
+    def constrain(self, data, theta):
+        flat = np.asarray(self.module.write_array(_as_httpstan_data(data), list(map(float, theta)), True, True))
+        out, pos = {}, 0
+        for name, shape in self.variable_shapes(data).items():
+            size = int(np.prod(shape)) if shape else 1
+            out[name] = flat[pos : pos + size].reshape(shape, order="F") if shape else flat[pos]
+            pos += size
+        return out
+
+    def unconstrain(self, data, values):
+        return np.asarray(self.module.transform_inits(_as_httpstan_data(data), _as_httpstan_data(values)), dtype=float)
+
+    # -- NUTS -----------------------------------------------------------------
+    def sample(self, data, settings: NutsSettings, inits=None):
+        hs = _httpstan()
+        data = _as_httpstan_data(data)
+        shapes = self.variable_shapes(data)
+        flat_names = list(self.module.constrained_param_names(data))
+        per_chain = settings.iter_warmup + settings.iter_sampling
+        bar = tqdm(
+            total=settings.chains * per_chain,
+            desc="NUTS (httpstan)",
+            unit="it",
+            disable=not settings.show_progress,
+            file=sys.stderr,
+        )
+        done = [0] * settings.chains
+        fit_names = [f"{self.model_name}/fits/{uuid.uuid4().hex[:10]}" for _ in range(settings.chains)]
+
+        def progress(chain: int):
+            def callback(message: bytes) -> None:
+                found = _ITERATION.findall(message)
+                if found:
+                    latest = int(found[-1][0])
+                    bar.update(latest - done[chain])
+                    done[chain] = latest
+
+            return callback
+
+        async def run_all():
+            calls = []
+            for chain in range(settings.chains):
+                init = _as_httpstan_data(inits[chain]) if inits else {}
+                calls.append(
+                    hs.services_stub.call(
+                        "stan::services::sample::hmc_nuts_diag_e_adapt",
+                        self.model_name,
+                        fit_names[chain],
+                        progress(chain),
+                        data=data,
+                        init=init,
+                        random_seed=int(settings.seed),
+                        chain=chain + 1,
+                        init_radius=2.0,
+                        num_warmup=settings.iter_warmup,
+                        num_samples=settings.iter_sampling,
+                        num_thin=settings.thin,
+                        save_warmup=False,
+                        refresh=max(1, per_chain // 40),
+                        delta=settings.adapt_delta,
+                        max_depth=settings.max_treedepth,
+                    )
+                )
+            await asyncio.gather(*calls)
+
+        start = time.perf_counter()
+        try:
+            asyncio.run(run_all())
+        except RuntimeError as exc:
+            raise RuntimeError(f"Stan (httpstan) stopped while sampling: {exc}") from exc
+        finally:
+            bar.close()
+        elapsed = time.perf_counter() - start
+
+        per_chain_rows = []
+        for fit_name in fit_names:
+            rows = []
+            for line in gzip.decompress(hs.cache.load_fit(fit_name)).decode().splitlines():
+                if line.startswith('{"version"') and '"topic":"sample"' in line:
+                    message = json.loads(line)
+                    if isinstance(message["values"], dict):
+                        rows.append(message["values"])
+            hs.cache.delete_fit(fit_name)
+            per_chain_rows.append(rows)
+        n_draws = min(len(r) for r in per_chain_rows)
+        stat_names = [k for k in per_chain_rows[0][0] if k.endswith("__")]
+        sampler = {
+            k: np.array([[row[k] for row in rows[:n_draws]] for rows in per_chain_rows]) for k in stat_names
+        }
+        columns = np.array(
+            [[[row[f] for f in flat_names] for row in rows[:n_draws]] for rows in per_chain_rows]
+        )  # (chains, draws, flat)
+        variables, pos = {}, 0
+        for name, shape in shapes.items():
+            size = int(np.prod(shape)) if shape else 1
+            block = columns[:, :, pos : pos + size]
+            variables[name] = block.reshape(block.shape[:2] + tuple(shape), order="F") if shape else block[:, :, 0]
+            pos += size
+        return RawDraws(variables, sampler, backend=per_chain_rows, seconds={"total": elapsed})
+
+
+def compile_httpstan(stan_code: str, show_progress: bool = True) -> tuple[HttpstanProgram, bool]:
+    """Build (or load from httpstan's cache) the program; returns it and whether a build ran."""
+    hs = _httpstan()
+    code = expand_includes(stan_code)
+    model_name = hs.models.calculate_model_name(code)
+    try:
+        return HttpstanProgram(code, model_name), False
+    except KeyError:
+        pass
+    stan_name = f"model_{model_name.split('/')[1]}"
+    _, warnings = hs.compile.compile(code, stan_name)  # stanc errors surface here, quickly
+    if show_progress:
+        print("robust-stan: compiling the Stan program with httpstan (about 30-60 s, once; cached after)...",
+              file=sys.stderr, flush=True)
+    hs.cache.delete_model_directory(model_name)
+    hs.cache.dump_stanc_warnings(warnings, model_name)
+    output = asyncio.run(hs.models.build_services_extension_module(code))
+    hs.cache.dump_services_extension_module_compiler_output(output, model_name)
+    return HttpstanProgram(code, model_name), True
+
+
+def httpstan_available() -> bool:
+    try:
+        _httpstan()
+    except ImportError:
+        return False
+    return True
+
+

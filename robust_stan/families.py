@@ -1,0 +1,366 @@
+"""Likelihood families: their Stan names, arguments, data and support checks.
+
+One :class:`Family` per supported likelihood. The Stan function library
+(`stan/robust_stan.stanfunctions`) and the program template are both rendered
+from these records, so a family is described in exactly one place.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import RobustStanInputError
+
+
+@dataclass(frozen=True)
+class FamilyArg:
+    """One argument of a family's density (after the outcome).
+
+    ``shared_type`` is the Stan type when one value serves every observation,
+    ``varying_type`` the library's container when each observation has its own
+    (``None`` for arguments that must be shared, such as student_t's ``nu``),
+    ``broadcast`` turns the shared value into that container, ``local_decl``
+    declares the container in a generated program (``{name}`` is filled in).
+    """
+
+    name: str
+    shared_type: str
+    varying_type: str | None = None
+    broadcast: str = ""
+    local_decl: str = ""
+    data_only: bool = False
+    shared_decl: str = ""  # declaration of a shared value in a program; default "{shared_type} {name}"
+
+    def shared_declaration(self, name: str) -> str:
+        return (self.shared_decl or f"{self.shared_type} {{name}}").format(name=name)
+
+
+@dataclass(frozen=True)
+class Family:
+    """A likelihood family with the facts the code generator and checks need."""
+
+    name: str
+    stan_name: str
+    suffix: str  # "lpdf" or "lpmf"
+    y_library_type: str
+    args: tuple[FamilyArg, ...]
+    y_data_decl: str  # declaration(s) of the outcome in a program's data block
+    y_rep_decl: str
+    rng: str  # y_rep[n] = ...; per-observation arguments filled in by name
+    default_link: str
+    links: tuple[str, ...]
+    continuous: bool
+    extra_data: tuple[str, ...] = field(default_factory=tuple)
+
+    # --- facts used by the library template -------------------------------
+    @property
+    def y_type(self) -> str:
+        return self.y_library_type
+
+    @property
+    def y_decl(self) -> str:
+        return self.y_library_type
+
+    @property
+    def n_expr(self) -> str:
+        return "size(y)"
+
+    @property
+    def arg_summary(self) -> str:
+        parts = []
+        for arg in self.args:
+            star = "*" if arg.varying_type and not arg.data_only else ""
+            parts.append(f"{arg.name}{star}")
+        return ", ".join(parts)
+
+    @property
+    def signatures(self) -> list[dict[str, str]]:
+        """Every overload: each argument either shared or per observation."""
+        choices = []
+        for arg in self.args:
+            if arg.data_only:
+                choices.append([("varying", arg)])
+            elif arg.varying_type is None:
+                choices.append([("shared", arg)])
+            else:
+                choices.append([("shared", arg), ("varying", arg)])
+        out = []
+        for combo in itertools.product(*choices):
+            decls, core = [], []
+            for how, arg in combo:
+                if how == "shared":
+                    decls.append(f"{arg.shared_type} {arg.name}")
+                    core.append(arg.broadcast.format(name=arg.name) if arg.varying_type else arg.name)
+                else:
+                    decls.append(f"{arg.varying_type} {arg.name}")
+                    core.append(arg.name)
+            out.append(
+                {
+                    "args_decl": ", ".join(decls),
+                    "core_args": ", ".join(core),
+                    "arg_names": ", ".join(a.name for _, a in combo),
+                }
+            )
+        return out
+
+    def check_outcome(self, y: np.ndarray, data: dict) -> np.ndarray:
+        """Validate the outcome against the family's support; return it typed."""
+        return _OUTCOME_CHECKS[self.name](y, data)
+
+
+def _real_vector(name: str, broadcast: str = "rep_vector({name}, size(y))") -> FamilyArg:
+    return FamilyArg(name, "real", "vector", broadcast, "vector[N] {name}")
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def _register(family: Family) -> None:
+    FAMILIES[family.name] = family
+
+
+_register(
+    Family(
+        name="normal",
+        stan_name="normal",
+        suffix="lpdf",
+        y_library_type="vector",
+        args=(_real_vector("mu"), _real_vector("sigma")),
+        y_data_decl="vector[N] y;",
+        y_rep_decl="array[N] real y_rep;",
+        rng="normal_rng({mu}, {sigma})",
+        default_link="identity",
+        links=("identity",),
+        continuous=True,
+    )
+)
+_register(
+    Family(
+        name="student_t",
+        stan_name="student_t",
+        suffix="lpdf",
+        y_library_type="vector",
+        args=(FamilyArg("nu", "real"), _real_vector("mu"), _real_vector("sigma")),
+        y_data_decl="vector[N] y;",
+        y_rep_decl="array[N] real y_rep;",
+        rng="student_t_rng({nu}, {mu}, {sigma})",
+        default_link="identity",
+        links=("identity",),
+        continuous=True,
+    )
+)
+_register(
+    Family(
+        name="bernoulli",
+        stan_name="bernoulli_logit",
+        suffix="lpmf",
+        y_library_type="array[] int",
+        args=(_real_vector("eta"),),
+        y_data_decl="array[N] int<lower=0, upper=1> y;",
+        y_rep_decl="array[N] int y_rep;",
+        rng="bernoulli_logit_rng({eta})",
+        default_link="logit",
+        links=("logit",),
+        continuous=False,
+    )
+)
+_register(
+    Family(
+        name="binomial",
+        stan_name="binomial_logit",
+        suffix="lpmf",
+        y_library_type="array[] int",
+        args=(
+            FamilyArg("trials", "int", "array[] int", "", "", data_only=True),
+            _real_vector("eta"),
+        ),
+        y_data_decl="array[N] int<lower=0> trials;\n  array[N] int<lower=0> y;",
+        y_rep_decl="array[N] int y_rep;",
+        rng="binomial_rng({trials}, inv_logit({eta}))",
+        default_link="logit",
+        links=("logit",),
+        continuous=False,
+        extra_data=("trials",),
+    )
+)
+_register(
+    Family(
+        name="poisson",
+        stan_name="poisson_log",
+        suffix="lpmf",
+        y_library_type="array[] int",
+        args=(_real_vector("eta"),),
+        y_data_decl="array[N] int<lower=0> y;",
+        y_rep_decl="array[N] int y_rep;",
+        rng="poisson_log_rng({eta})",
+        default_link="log",
+        links=("log",),
+        continuous=False,
+    )
+)
+_register(
+    Family(
+        name="categorical",
+        stan_name="categorical_logit",
+        suffix="lpmf",
+        y_library_type="array[] int",
+        args=(FamilyArg("eta", "row_vector", "matrix", "rep_matrix({name}, size(y))", "matrix[N, K] {name}",
+                        shared_decl="row_vector[K] {name}"),),
+        y_data_decl="int<lower=2> K;\n  array[N] int<lower=1, upper=K> y;",
+        y_rep_decl="array[N] int y_rep;",
+        rng="categorical_logit_rng(({eta})')",
+        default_link="softmax",
+        links=("softmax", "logit"),
+        continuous=False,
+        extra_data=("K",),
+    )
+)
+_register(
+    Family(
+        name="multi_normal",
+        stan_name="multi_normal_cholesky",
+        suffix="lpdf",
+        y_library_type="array[] vector",
+        args=(
+            FamilyArg("mu", "vector", "array[] vector", "rep_array({name}, size(y))", "array[N] vector[D] {name}",
+                      shared_decl="vector[D] {name}"),
+            FamilyArg("L", "matrix", shared_decl="matrix[D, D] {name}"),
+        ),
+        y_data_decl="int<lower=1> D;\n  array[N] vector[D] y;",
+        y_rep_decl="array[N] vector[D] y_rep;",
+        rng="multi_normal_cholesky_rng({mu}, {L})",
+        default_link="identity",
+        links=("identity",),
+        continuous=True,
+        extra_data=("D",),
+    )
+)
+_register(
+    Family(
+        name="exponential",
+        stan_name="exponential",
+        suffix="lpdf",
+        y_library_type="vector",
+        args=(_real_vector("rate"),),
+        y_data_decl="vector<lower=0>[N] y;",
+        y_rep_decl="array[N] real y_rep;",
+        rng="exponential_rng({rate})",
+        default_link="log",
+        links=("log",),
+        continuous=True,
+    )
+)
+
+
+def get_family(name: str) -> Family:
+    """Look a family up by name, with an error listing the known ones."""
+    if not isinstance(name, str) or name not in FAMILIES:
+        raise RobustStanInputError(
+            f"family: unknown family {name!r}; choose one of {', '.join(sorted(FAMILIES))}"
+        )
+    return FAMILIES[name]
+
+
+# --- outcome checks ---------------------------------------------------------
+
+
+def _finite_float(y: np.ndarray, what: str = "y") -> np.ndarray:
+    try:
+        arr = np.asarray(y, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise RobustStanInputError(f"{what}: must be numeric ({exc})") from None
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.flatnonzero(~np.isfinite(arr.reshape(len(arr), -1)).any(axis=1))[0])
+        raise RobustStanInputError(f"{what}: contains a non-finite value (first at row {bad})")
+    return arr
+
+
+def _integer_labels(y: np.ndarray, what: str = "y") -> np.ndarray:
+    arr = _finite_float(y, what)
+    if arr.ndim != 1:
+        raise RobustStanInputError(f"{what}: must be one-dimensional, got shape {arr.shape}")
+    if not np.all(arr == np.round(arr)):
+        raise RobustStanInputError(f"{what}: must hold whole numbers for this family")
+    return arr.astype(np.int64)
+
+
+def _first_bad(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def _check_univariate(y, data):
+    arr = _finite_float(y)
+    if arr.ndim != 1:
+        raise RobustStanInputError(f"y: must be one-dimensional, got shape {arr.shape}")
+    return arr
+
+
+def _check_exponential(y, data):
+    arr = _check_univariate(y, data)
+    if np.any(arr < 0):
+        raise RobustStanInputError(f"y: exponential outcomes must be >= 0 (row {_first_bad(arr < 0)} is {arr[arr < 0][0]})")
+    return arr
+
+
+def _check_bernoulli(y, data):
+    arr = _integer_labels(y)
+    bad = (arr != 0) & (arr != 1)
+    if bad.any():
+        raise RobustStanInputError(f"y: bernoulli outcomes must be 0 or 1 (row {_first_bad(bad)} is {arr[bad][0]})")
+    return arr
+
+
+def _check_counts(y, data):
+    arr = _integer_labels(y)
+    if np.any(arr < 0):
+        raise RobustStanInputError(f"y: counts must be >= 0 (row {_first_bad(arr < 0)} is {arr[arr < 0][0]})")
+    return arr
+
+
+def _check_binomial(y, data):
+    arr = _check_counts(y, data)
+    if "trials" not in data:
+        raise RobustStanInputError("trials: the binomial family needs data['trials'], the number of trials per row")
+    trials = _integer_labels(data["trials"], "trials")
+    if trials.shape != arr.shape:
+        raise RobustStanInputError(f"trials: shape {trials.shape} does not match y's {arr.shape}")
+    if np.any(trials < 0):
+        raise RobustStanInputError("trials: must be >= 0")
+    if np.any(arr > trials):
+        raise RobustStanInputError(f"y: row {_first_bad(arr > trials)} has more successes than trials")
+    return arr
+
+
+def _check_categorical(y, data):
+    arr = _integer_labels(y)
+    if "K" not in data:
+        raise RobustStanInputError("K: the categorical family needs data['K'], the number of classes")
+    K = int(data["K"])
+    if K < 2:
+        raise RobustStanInputError(f"K: needs at least 2 classes, got {K}")
+    bad = (arr < 1) | (arr > K)
+    if bad.any():
+        raise RobustStanInputError(f"y: classes must be in 1..K={K} (row {_first_bad(bad)} is {arr[bad][0]})")
+    return arr
+
+
+def _check_multi_normal(y, data):
+    arr = _finite_float(y)
+    if arr.ndim != 2:
+        raise RobustStanInputError(f"y: multi_normal outcomes must be an (N, D) array, got shape {arr.shape}")
+    return arr
+
+
+_OUTCOME_CHECKS = {
+    "normal": _check_univariate,
+    "student_t": _check_univariate,
+    "exponential": _check_exponential,
+    "bernoulli": _check_bernoulli,
+    "binomial": _check_binomial,
+    "poisson": _check_counts,
+    "categorical": _check_categorical,
+    "multi_normal": _check_multi_normal,
+}

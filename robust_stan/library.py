@@ -1,0 +1,43 @@
+"""Renders the Stan function library from its template and the family table.
+
+``python -m robust_stan.library --write`` regenerates
+``stan/robust_stan.stanfunctions``; the test suite checks the file is current.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import jinja2
+
+from .families import FAMILIES
+from .resources import LIBRARY_FILE, stan_include_path, templates_path
+
+
+def render_library() -> str:
+    """The library text as the template and family table define it."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_path())),
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    template = env.get_template(LIBRARY_FILE + ".j2")
+    return template.render(families=list(FAMILIES.values()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write", action="store_true", help="write stan/robust_stan.stanfunctions")
+    args = parser.parse_args(argv)
+    text = render_library()
+    if args.write:
+        path = Path(stan_include_path()) / LIBRARY_FILE
+        path.write_text(text)
+        print(f"wrote {path} ({len(text.splitlines())} lines)")
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
