@@ -3,8 +3,8 @@
 Each returns a :class:`~robust_stan.model.Model`. Priors are Stan statements;
 the defaults (stated per family below) are weakly informative on the scale the
 model is fitted on: continuous outcomes are standardised by default (normal,
-student_t: centred and divided by their sd; exponential: divided by their
-mean), and results are reported on the original scale. Changing a prior
+student_t: minus the median, divided by 1.4826 x MAD; exponential: divided by
+the median), and results are reported on the original scale. Changing a prior
 changes the program and so compiles it once more.
 """
 

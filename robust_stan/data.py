@@ -21,10 +21,21 @@ MODES = {"posterior": 0, "per_example": 1, "prior": 2}
 
 @dataclass(frozen=True)
 class Scaling:
-    """How the outcome was standardised: y_fitted = (y - center) / scale."""
+    """How the outcome was standardised: y_fitted = (y - center) / scale.
+
+    Centre and scale are the median and 1.4826 * MAD (exponential: scale =
+    median), so contamination does not change what beta or gamma means.
+    """
 
     center: float = 0.0
     scale: float = 1.0
+
+
+def robust_scale(y: np.ndarray) -> float:
+    """Scale for standardising an outcome: 1.4826 * MAD (the sd under normality),
+    which outliers cannot inflate; the sd when the MAD is 0."""
+    mad = 1.4826 * float(np.median(np.abs(y - np.median(y))))
+    return mad if mad > 0 else (float(np.std(y)) or 1.0)
 
 
 def _as_array(name: str, value) -> np.ndarray:
@@ -124,9 +135,9 @@ def prepare_data(
     scaling = Scaling()
     y_fitted = y.astype(float) if family.continuous else y
     if spec.standardize == "affine" and n > 1:
-        scaling = Scaling(float(np.mean(y)), float(np.std(y)) or 1.0)
+        scaling = Scaling(float(np.median(y)), robust_scale(y))
     elif spec.standardize == "scale" and n > 0:
-        scaling = Scaling(0.0, float(np.mean(y)) or 1.0)
+        scaling = Scaling(0.0, float(np.median(y)) or float(np.mean(y)) or 1.0)
     if spec.standardize and family.continuous:
         y_fitted = (y - scaling.center) / scaling.scale
     out["y"] = y_fitted

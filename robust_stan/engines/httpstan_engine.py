@@ -10,6 +10,7 @@ call that module directly, and NUTS runs through httpstan's
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import gzip
 import json
 import re
@@ -175,10 +176,20 @@ def compile_httpstan(stan_code: str, show_progress: bool = True) -> tuple[Httpst
     hs = _httpstan()
     code = expand_includes(stan_code)
     model_name = hs.models.calculate_model_name(code)
-    try:
-        return HttpstanProgram(code, model_name), False
-    except KeyError:
-        pass
+    lock_path = hs.cache.cache_directory() / "robust_stan_locks" / f"{model_name.split('/')[1]}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    # Processes building the same program (e.g. parallel test workers) take turns;
+    # the second finds the first one's build in the cache.
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return HttpstanProgram(code, model_name), False
+        except KeyError:
+            pass
+        return _build(hs, code, model_name, show_progress), True
+
+
+def _build(hs, code: str, model_name: str, show_progress: bool) -> HttpstanProgram:
     stan_name = f"model_{model_name.split('/')[1]}"
     _, warnings = hs.compile.compile(code, stan_name)  # stanc errors surface here, quickly
     if show_progress:
@@ -188,7 +199,7 @@ def compile_httpstan(stan_code: str, show_progress: bool = True) -> tuple[Httpst
     hs.cache.dump_stanc_warnings(warnings, model_name)
     output = asyncio.run(hs.models.build_services_extension_module(code))
     hs.cache.dump_services_extension_module_compiler_output(output, model_name)
-    return HttpstanProgram(code, model_name), True
+    return HttpstanProgram(code, model_name)
 
 
 def httpstan_available() -> bool:
