@@ -23,6 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..codegen import expand_includes
+from ..progress import elapsed_bar
 from .base import CompiledProgram, NutsSettings, RawDraws
 
 _ITERATION = re.compile(rb"Iteration:\s+(\d+)\s*/\s*(\d+)")
@@ -192,12 +193,10 @@ def compile_httpstan(stan_code: str, show_progress: bool = True) -> tuple[Httpst
 def _build(hs, code: str, model_name: str, show_progress: bool) -> HttpstanProgram:
     stan_name = f"model_{model_name.split('/')[1]}"
     _, warnings = hs.compile.compile(code, stan_name)  # stanc errors surface here, quickly
-    if show_progress:
-        print("robust-stan: compiling the Stan program with httpstan (about 30-60 s, once; cached after)...",
-              file=sys.stderr, flush=True)
     hs.cache.delete_model_directory(model_name)
     hs.cache.dump_stanc_warnings(warnings, model_name)
-    output = asyncio.run(hs.models.build_services_extension_module(code))
+    with elapsed_bar("Compiling the Stan program with httpstan (30-60 s, once; cached after)", show_progress):
+        output = asyncio.run(hs.models.build_services_extension_module(code))
     hs.cache.dump_services_extension_module_compiler_output(output, model_name)
     return HttpstanProgram(code, model_name)
 
