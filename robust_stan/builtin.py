@@ -21,10 +21,6 @@ _NU_PRIOR = "gamma(2, 0.1)"  # Juarez and Steel (2010)
 _STANDARDIZE = {"normal": "affine", "student_t": "affine", "exponential": "scale"}
 
 
-def _params(*declarations: str) -> list[ParameterDeclaration]:
-    return [ParameterDeclaration.parse(d) for d in declarations]
-
-
 def _merge_priors(defaults: dict[str, str], priors: dict[str, str] | None, names: list[str]) -> str:
     priors = dict(priors or {})
     unknown = sorted(set(priors) - set(names))
@@ -39,6 +35,21 @@ def _merge_priors(defaults: dict[str, str], priors: dict[str, str] | None, names
         else:  # a bare distribution, e.g. "normal(0, 1)"
             lines.append(f"{name} ~ {statement};")
     return "\n".join(lines)
+
+
+def _builtin_model(kind, fam, data, decls, defaults, priors, args, rescale, standardize, engine, title) -> Model:
+    params = [ParameterDeclaration.parse(d) for d in decls]
+    spec = ModelSpec(
+        family=fam,
+        data=data,
+        parameters=params,
+        priors=_merge_priors(defaults, priors, [p.name for p in params]),
+        args=args,
+        title=title,
+        standardize=_STANDARDIZE.get(fam.name) if standardize else None,
+        rescale=rescale if standardize else {},
+    )
+    return Model(spec, engine=engine, kind=kind)
 
 
 def location(
@@ -114,18 +125,8 @@ def location(
         rescale["rate"] = "inverse_scale"
     if known and fam.name not in ("normal", "student_t"):
         raise RobustStanInputError(f"known: the {fam.name} location model has no fixable parameters")
-    params = _params(*decls)
-    spec = ModelSpec(
-        family=fam,
-        data="; ".join(data_lines),
-        parameters=params,
-        priors=_merge_priors(defaults, priors, [p.name for p in params]),
-        args=args,
-        title=f"robust-stan location model, family {fam.name}",
-        standardize=_STANDARDIZE.get(fam.name) if standardize else None,
-        rescale=rescale if standardize else {},
-    )
-    return Model(spec, engine=engine, kind="location")
+    return _builtin_model("location", fam, "; ".join(data_lines), decls, defaults, priors, args, rescale,
+                          standardize, engine, f"robust-stan location model, family {fam.name}")
 
 
 def glm(
@@ -194,18 +195,8 @@ def glm(
             rescale.update(alpha="log_scale")
         else:
             args = {"eta": Argument("eta", linear, linear_vec)}
-    params = _params(*decls)
-    spec = ModelSpec(
-        family=fam,
-        data=data,
-        parameters=params,
-        priors=_merge_priors(defaults, priors, [p.name for p in params]),
-        args=args,
-        title=f"robust-stan glm, family {fam.name}, link {link}",
-        standardize=_STANDARDIZE.get(fam.name) if standardize else None,
-        rescale=rescale if standardize else {},
-    )
-    return Model(spec, engine=engine, kind="glm")
+    return _builtin_model("glm", fam, data, decls, defaults, priors, args, rescale, standardize, engine,
+                          f"robust-stan glm, family {fam.name}, link {link}")
 
 
 def custom(

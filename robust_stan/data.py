@@ -6,14 +6,13 @@ the argument at fault.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from .divergences import Divergence, as_divergence
-from .errors import RobustStanInputError
+from .errors import RobustStanInputError, require_positive
 from .spec import ModelSpec
 
 MODES = {"posterior": 0, "per_example": 1, "prior": 2}
@@ -52,13 +51,7 @@ def _as_array(name: str, value) -> np.ndarray:
 
 
 def check_learning_rate(learning_rate) -> float:
-    try:
-        value = float(learning_rate)
-    except (TypeError, ValueError):
-        raise RobustStanInputError(f"learning_rate: must be a positive number, got {learning_rate!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise RobustStanInputError(f"learning_rate: must be positive and finite, got {learning_rate}")
-    return value
+    return require_positive("learning_rate", learning_rate)
 
 
 def check_weights(weights, n: int) -> np.ndarray:

@@ -6,10 +6,9 @@ so switching divergence never recompiles.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from .errors import RobustStanInputError
+from .errors import RobustStanInputError, require_positive
 
 
 @dataclass(frozen=True)
@@ -26,16 +25,6 @@ class Divergence:
     def stan_data(self) -> dict:
         # The program ignores the parameter under KL; 1.0 keeps it a valid positive real.
         return {"divergence": self.code, "divergence_param": self.param if self.code else 1.0}
-
-
-def _positive(name: str, value: float) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise RobustStanInputError(f"{name}: must be a positive number, got {value!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise RobustStanInputError(f"{name}: must be positive and finite, got {value}")
-    return value
 
 
 class KL(Divergence):
@@ -56,7 +45,7 @@ class BetaD(Divergence):
     """
 
     def __init__(self, beta: float):
-        super().__init__(1, _positive("beta", beta))
+        super().__init__(1, require_positive("beta", beta))
 
     @property
     def beta(self) -> float:
@@ -82,7 +71,7 @@ class GammaD(Divergence):
     def __init__(self, gamma: float, form: str = "decomposable"):
         if form not in self.FORMS:
             raise RobustStanInputError(f"form: must be 'decomposable' or 'original', got {form!r}")
-        super().__init__(self.FORMS[form], _positive("gamma", gamma))
+        super().__init__(self.FORMS[form], require_positive("gamma", gamma))
 
     @property
     def gamma(self) -> float:
