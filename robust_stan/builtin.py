@@ -230,8 +230,9 @@ def custom(
         family=fam,
         data=data,
         parameters=[ParameterDeclaration.parse(s) for s in split_statements(parameters)],
-        priors=priors.replace(";", ";\n"),
+        priors=priors,  # kept line for line, so stanc errors map to the user's own lines
         args={name: Argument(name, expr) for name, expr in args.items()},
         title=title or f"robust-stan custom model, family {fam.name}",
+        parameters_text=parameters,
     )
     return Model(spec, engine=engine, kind="custom")

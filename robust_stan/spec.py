@@ -157,6 +157,8 @@ class ModelSpec:
     title: str
     standardize: str | None = None
     rescale: dict[str, str] = field(default_factory=dict)
+    #: the parameter declarations as the user wrote them (for error messages)
+    parameters_text: str = ""
 
     @property
     def parameter_names(self) -> list[str]:

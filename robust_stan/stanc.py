@@ -47,6 +47,7 @@ def check_program(stan_code: str, spec: ModelSpec | None = None) -> str:
 
 
 def _user_location(stan_code: str, message: str, spec: ModelSpec) -> str | None:
+    """'<fragment> line <k>: <statement>' for the user's line that stanc's error points at."""
     match = _LOCATION.search(message)
     if not match or "robust_stan.stanfunctions" in message.split("\n", 1)[0]:
         return None
@@ -56,19 +57,25 @@ def _user_location(stan_code: str, message: str, spec: ModelSpec) -> str | None:
         return None
     text = lines[line_number - 1].strip().rstrip(";").strip()
     fragments = {
-        "priors": spec.priors.splitlines(),
-        "data": [s for s in split_statements(spec.data)],
-        "parameters": [p.text for p in spec.parameters],
+        "priors": (spec.priors, spec.priors.splitlines()),
+        "data": (spec.data, split_statements(spec.data)),
+        "parameters": (spec.parameters_text, [p.text for p in spec.parameters]),
     }
-    for fragment, pieces in fragments.items():
-        for index, piece in enumerate(pieces, start=1):
+    for fragment, (source, pieces) in fragments.items():
+        for piece in pieces:
             piece = piece.strip().rstrip(";").strip()
             if piece and (piece == text or piece in text):
-                return f"{fragment} line {index}: {piece!r}"
-    for index, p in enumerate(spec.parameters, start=1):
+                return f"{fragment} line {_line_in(source, piece)}: {piece!r}"
+    for p in spec.parameters:
         if f"{p.name}_copies" in text:
-            return f"parameters line {index}: {p.text!r}"
+            return f"parameters line {_line_in(spec.parameters_text, p.text)}: {p.text!r}"
     for name, arg in spec.args.items():
         if arg.per_observation in lines[line_number - 1]:
             return f"the expression for {name!r}: {arg.per_observation!r}"
     return None
+
+
+def _line_in(source: str, piece: str) -> int:
+    """1-based line of ``source`` on which ``piece`` starts (1 when not found verbatim)."""
+    at = source.find(piece.strip())
+    return source[:at].count("\n") + 1 if at >= 0 else 1

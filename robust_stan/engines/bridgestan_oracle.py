@@ -7,7 +7,9 @@ a gradient oracle and for constrain/unconstrain on the CmdStan engine.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -19,14 +21,19 @@ from .cmdstan_engine import cache_folder
 
 
 def bridgestan_available() -> bool:
-    """True when the bridgestan package is installed and finds its source tree."""
+    """True when the bridgestan package is installed and finds a BridgeStan source tree
+    ($BRIDGESTAN or its default folder). Never downloads one."""
     try:
-        import bridgestan
-
-        bridgestan.get_bridgestan_path()
-    except Exception:
+        from bridgestan.compile import get_bridgestan_path, verify_bridgestan_path
+    except ImportError:
         return False
-    return True
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints when nothing is found
+        path = get_bridgestan_path(download=False)
+    try:
+        verify_bridgestan_path(path)
+    except (ValueError, TypeError):
+        return False
+    return bool(path)
 
 
 @lru_cache(maxsize=8)

@@ -47,6 +47,7 @@ class CmdStanProgram(CompiledProgram):
     def __init__(self, stan_code: str, model):
         super().__init__(stan_code)
         self.model = model  # cmdstanpy.CmdStanModel
+        self._shapes: dict[str, dict[str, tuple[int, ...]]] = {}
 
     def _run_log_prob(self, data: dict, theta: np.ndarray, jacobian: bool) -> tuple[float, np.ndarray]:
         from cmdstanpy.utils import write_stan_json
@@ -82,13 +83,25 @@ class CmdStanProgram(CompiledProgram):
         return self._run_log_prob(data, theta, jacobian)
 
     def _bridgestan(self, data):
-        from .bridgestan_oracle import bridgestan_model
+        from .bridgestan_oracle import bridgestan_available, bridgestan_model
 
+        if not bridgestan_available():
+            raise RuntimeError("constrain/unconstrain on the cmdstan engine need BridgeStan: pip install "
+                               "'robust-stan[bridgestan]' and set BRIDGESTAN to a BridgeStan source tree "
+                               "(or use engine='httpstan')")
         return bridgestan_model(self.stan_code, data)
 
     def variable_shapes(self, data):
-        return {k: np.shape(v) for k, v in self._bridgestan(data).constrain(
-            np.zeros(self._bridgestan(data).model.param_unc_num())).items()}
+        key = json.dumps({k: np.asarray(v).tolist() for k, v in data.items()}, sort_keys=True)
+        if key not in self._shapes:
+            self._shapes[key] = self._shapes_from_one_draw(data)
+        return self._shapes[key]
+
+    def _shapes_from_one_draw(self, data) -> dict[str, tuple[int, ...]]:
+        """Variable shapes from one fixed-parameter draw (CmdStan alone; no BridgeStan needed)."""
+        fit = self.model.sample(data=data, chains=1, iter_sampling=1, fixed_param=True, seed=1,
+                                show_progress=False, show_console=False)
+        return {name: tuple(np.shape(fit.stan_variable(name))[1:]) for name in fit.metadata.stan_vars}
 
     def constrain(self, data, theta):
         return self._bridgestan(data).constrain(theta)

@@ -1,0 +1,165 @@
+"""The engines: choice of engine, the compile cache, httpstan's gradients, and agreement
+between httpstan, CmdStan and BridgeStan on the same program, data and point.
+
+The CmdStan and BridgeStan tests run wherever those are installed and skip, saying
+why, where they are not (this machine and CI have neither: no network to fetch them).
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import robust_stan as rs
+from robust_stan.engines import resolve_engine
+from robust_stan.engines.bridgestan_oracle import bridgestan_available
+from robust_stan.engines.cmdstan_engine import cmdstan_available
+from robust_stan.engines.httpstan_engine import httpstan_available
+
+DIVERGENCES = [rs.KL(), rs.BetaD(0.4), rs.GammaD(0.3), rs.GammaD(0.3, form="original")]
+IDS = ["KL", "beta", "gamma", "gamma-original"]
+
+needs_cmdstan = pytest.mark.skipif(
+    not cmdstan_available(),
+    reason="CmdStan is not installed (cmdstanpy.cmdstan_path() finds none); install it on a connected "
+           "machine with `python -m cmdstanpy.install_cmdstan` to run the engine-agreement tests")
+needs_bridgestan = pytest.mark.skipif(
+    not bridgestan_available(),
+    reason="no BridgeStan source tree (set BRIDGESTAN, or `pip install bridgestan` on a connected machine "
+           "and let it fetch its sources) to run the BridgeStan oracle tests")
+needs_httpstan = pytest.mark.skipif(not httpstan_available(), reason="httpstan is not installed")
+
+
+def glm_data(n=15, p=2, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, p))
+    y = 1.0 + X @ np.array([1.0, -0.5]) + rng.normal(size=n)
+    y[:2] += 10
+    return {"X": X, "y": y}
+
+
+# -- choosing an engine ---------------------------------------------------------------------
+
+def test_auto_prefers_cmdstan_and_falls_back_to_httpstan(monkeypatch):
+    import robust_stan.engines as engines
+
+    monkeypatch.delenv("ROBUST_STAN_ENGINE", raising=False)
+    monkeypatch.setattr(engines, "cmdstan_available", lambda: True)
+    assert resolve_engine("auto") == "cmdstan"
+    monkeypatch.setattr(engines, "cmdstan_available", lambda: False)
+    monkeypatch.setattr(engines, "httpstan_available", lambda: True)
+    assert resolve_engine("auto") == "httpstan"
+    monkeypatch.setattr(engines, "httpstan_available", lambda: False)
+    with pytest.raises(RuntimeError, match="no Stan engine"):
+        resolve_engine("auto")
+
+
+def test_environment_variable_overrides_auto(monkeypatch):
+    monkeypatch.setenv("ROBUST_STAN_ENGINE", "httpstan")
+    assert resolve_engine("auto") == "httpstan"
+    assert rs.glm("normal").engine == "httpstan"
+    monkeypatch.setenv("ROBUST_STAN_ENGINE", "nonsense")
+    with pytest.raises(rs.RobustStanInputError, match="engine: unknown engine 'nonsense'"):
+        resolve_engine("auto")
+
+
+@pytest.mark.skipif(cmdstan_available(), reason="CmdStan is installed here")
+def test_asking_for_missing_cmdstan_says_how_to_install_it():
+    with pytest.raises(RuntimeError, match="install_cmdstan"):
+        resolve_engine("cmdstan")
+
+
+# -- the compile cache -------------------------------------------------------------------------
+
+@needs_httpstan
+def test_second_process_reuses_the_compiled_program(glm_normal):
+    """The session fixture compiled (or loaded) the normal glm; a new process must not build it."""
+    script = textwrap.dedent("""
+        import robust_stan as rs
+        from robust_stan.engines import COMPILE_COUNTS
+        rs.glm("normal", standardize=False, engine="httpstan").compile(show_progress=False)
+        print("builds", COMPILE_COUNTS["httpstan"])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert "builds 0" in done.stdout
+
+
+# -- httpstan's gradient is the derivative of its log density -----------------------------------
+
+@needs_httpstan
+@pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
+def test_httpstan_gradient_matches_finite_differences(glm_normal, divergence):
+    """Central differences, h = 1e-5: error O(h^2) ~ 1e-10 times third derivatives of order
+    one, plus rounding ~1e-16 |lp| / h ~ 1e-10; 1e-6 leaves a wide margin."""
+    data = glm_data()
+    theta = np.array([0.3, 0.8, -0.2, 0.1])
+    lp, grad = glm_normal.log_density_gradient(data, theta, divergence=divergence)
+    assert lp == pytest.approx(glm_normal.log_density(data, theta, divergence=divergence), rel=1e-14)
+    h = 1e-5
+    fd = [(glm_normal.log_density(data, theta + h * e, divergence=divergence)
+           - glm_normal.log_density(data, theta - h * e, divergence=divergence)) / (2 * h) for e in np.eye(4)]
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6)
+
+
+# -- two engines, one program ---------------------------------------------------------------------
+
+def points(dim, count=3, seed=2):
+    return np.random.default_rng(seed).normal(scale=0.7, size=(count, dim))
+
+
+@needs_cmdstan
+@needs_httpstan
+@pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
+def test_cmdstan_and_httpstan_log_densities_and_gradients_agree(divergence):
+    data = glm_data()
+    via_cmdstan = rs.glm("normal", engine="cmdstan")
+    via_httpstan = rs.glm("normal", engine="httpstan")
+    assert via_cmdstan.stan_code == via_httpstan.stan_code
+    for theta in points(4):
+        for jacobian in (True, False):
+            lp_c, g_c = via_cmdstan.log_density_gradient(data, theta, divergence=divergence, jacobian=jacobian)
+            lp_h, g_h = via_httpstan.log_density_gradient(data, theta, divergence=divergence, jacobian=jacobian)
+            assert lp_c == pytest.approx(lp_h, rel=1e-8)
+            np.testing.assert_allclose(g_c, g_h, rtol=1e-8, atol=1e-10)
+    if divergence.code != 3:
+        theta = points(4, 1)[0]
+        np.testing.assert_allclose(via_cmdstan.per_example_gradients(data, theta, divergence),
+                                   via_httpstan.per_example_gradients(data, theta, divergence), rtol=1e-8, atol=1e-10)
+
+
+@needs_cmdstan
+def test_cmdstan_sampling_returns_the_same_kind_of_fit():
+    data = glm_data(n=40)
+    fit = rs.glm("normal", engine="cmdstan").sample(data, divergence=rs.BetaD(0.3), chains=2, iter_warmup=200,
+                                                  iter_sampling=200, seed=1, show_progress=False)
+    assert fit.draws("b").shape == (2, 200, 2)
+    summary = fit.summary()
+    assert {"mean", "sd", "5%", "95%", "ess_bulk", "ess_tail", "r_hat"} <= set(summary.columns)
+    idata = fit.to_arviz()
+    assert {"posterior", "sample_stats", "log_likelihood", "posterior_predictive", "observed_data"} <= set(idata.groups())
+    assert fit.outlier_scores().shape == (40,)
+
+
+@needs_bridgestan
+@needs_httpstan
+@pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
+def test_bridgestan_and_httpstan_agree(glm_normal, divergence):
+    from robust_stan.engines.bridgestan_oracle import bridgestan_model
+
+    data = glm_data()
+    stan_data = glm_normal.stan_data(data, divergence=divergence)
+    oracle = bridgestan_model(glm_normal.stan_code, stan_data)
+    program = glm_normal.compile()
+    for theta in points(4):
+        lp_b, g_b = oracle.log_density_gradient(theta)
+        lp_h, g_h = program.log_density_gradient(stan_data, theta)
+        assert lp_b == pytest.approx(lp_h, rel=1e-8)
+        np.testing.assert_allclose(g_b, g_h, rtol=1e-8, atol=1e-10)
+        drawn_b, drawn_h = oracle.constrain(theta), program.constrain(stan_data, theta)
+        for name in ("alpha_copies", "b_copies", "sigma_copies", "log_lik"):
+            np.testing.assert_allclose(drawn_b[name], drawn_h[name], rtol=1e-12)
