@@ -25,12 +25,12 @@ if "ROBUST_STAN_BENCH_CACHE" in os.environ:
     # Must happen before httpstan (and robust_stan, which imports it lazily) is imported.
     os.environ["XDG_CACHE_HOME"] = os.environ["ROBUST_STAN_BENCH_CACHE"]
 
-import argparse  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
+import argparse
+import shutil
+import subprocess
+import time
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def simulate(n: int, k: int, seed: int = 3) -> dict:

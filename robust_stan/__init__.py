@@ -8,17 +8,29 @@
 
 __version__ = "0.1.0"
 
-from .builtin import custom, glm, location  # noqa: E402
-from .divergences import KL, BetaD, Divergence, GammaD  # noqa: E402
-from .engines import COMPILE_COUNTS, resolve_engine  # noqa: E402
-from .errors import RobustStanInputError, StanCompileError  # noqa: E402
-from .families import FAMILIES  # noqa: E402
-from .fit import Fit  # noqa: E402
-from .model import Model  # noqa: E402
-from .resources import stan_include_path  # noqa: E402
+from .builtin import custom, glm, location
+from .divergences import KL, BetaD, Divergence, GammaD
+from .engines import COMPILE_COUNTS, resolve_engine
+from .errors import RobustStanInputError, StanCompileError
+from .families import FAMILIES
+from .fit import Fit
+from .model import Model
+from .resources import stan_include_path
 
 __all__ = [
-    "KL", "BetaD", "GammaD", "Divergence", "Model", "Fit", "location", "glm", "custom",
-    "stan_include_path", "resolve_engine", "COMPILE_COUNTS", "FAMILIES",
-    "RobustStanInputError", "StanCompileError",
+    "COMPILE_COUNTS",
+    "FAMILIES",
+    "KL",
+    "BetaD",
+    "Divergence",
+    "Fit",
+    "GammaD",
+    "Model",
+    "RobustStanInputError",
+    "StanCompileError",
+    "custom",
+    "glm",
+    "location",
+    "resolve_engine",
+    "stan_include_path",
 ]

@@ -37,9 +37,11 @@ def _merge_priors(defaults: dict[str, str], priors: dict[str, str] | None, names
     return "\n".join(lines)
 
 
-def _builtin_model(kind, fam, data, decls, defaults, priors, args, rescale, standardize, engine, title) -> Model:
+def _builtin_model(kind, fam, data, decls, defaults, priors, args, rescale, standardize, engine, title,
+                   transformed_data="") -> Model:
     params = [ParameterDeclaration.parse(d) for d in decls]
     spec = ModelSpec(
+        transformed_data=transformed_data,
         family=fam,
         data=data,
         parameters=params,
@@ -81,6 +83,7 @@ def location(
     fam = get_family(family)
     known = dict(known or {})
     data_lines: list[str] = []
+    transformed_data = ""
     rescale: dict[str, str] = {}
     if fam.name in ("normal", "student_t"):
         decls, defaults = ["real mu"], {"mu": "normal(0, 10)"}
@@ -116,7 +119,8 @@ def location(
             args = {"mu": Argument("mu", "mu"), "L": Argument("L", "diag_pre_multiply(tau, L_Omega)")}
         elif covariance == "known":
             data_lines.append("cov_matrix[D] Sigma")
-            args = {"mu": Argument("mu", "mu"), "L": Argument("L", "cholesky_decompose(Sigma)")}
+            transformed_data = "matrix[D, D] L_Sigma = cholesky_decompose(Sigma);"  # once, not per draw
+            args = {"mu": Argument("mu", "mu"), "L": Argument("L", "L_Sigma")}
         else:
             raise RobustStanInputError(f"covariance: must be 'estimated' or 'known', got {covariance!r}")
     else:  # exponential
@@ -126,7 +130,7 @@ def location(
     if known and fam.name not in ("normal", "student_t"):
         raise RobustStanInputError(f"known: the {fam.name} location model has no fixable parameters")
     return _builtin_model("location", fam, "; ".join(data_lines), decls, defaults, priors, args, rescale,
-                          standardize, engine, f"robust-stan location model, family {fam.name}")
+                          standardize, engine, f"robust-stan location model, family {fam.name}", transformed_data)
 
 
 def glm(
@@ -203,6 +207,7 @@ def custom(
     family: str,
     *,
     data: str = "",
+    transformed_data: str = "",
     parameters: str,
     priors: str = "",
     engine: str = "auto",
@@ -217,6 +222,8 @@ def custom(
                   priors="b ~ normal(0, 5); u ~ normal(0, tau); tau ~ exponential(1); sigma ~ exponential(1);",
                   mu="X[n] * b + u[g[n]]", sigma="sigma")
 
+    ``transformed_data`` takes Stan statements run once on the data (e.g.
+    ``"matrix[P, P] L = cholesky_decompose(S);"``), not once per draw.
     ``N`` and ``y`` (and ``trials``/``K``/``D`` for binomial/categorical/
     multi_normal) are declared for you. Each family argument is a Stan
     expression for observation ``n``; one without ``n`` is shared by all rows.
@@ -234,5 +241,6 @@ def custom(
         args={name: Argument(name, expr) for name, expr in args.items()},
         title=title or f"robust-stan custom model, family {fam.name}",
         parameters_text=parameters,
+        transformed_data=transformed_data,
     )
     return Model(spec, engine=engine, kind="custom")

@@ -60,6 +60,7 @@ def render_program(spec: ModelSpec) -> str:
         version=__version__,
         family=spec.family,
         user_data=[s + ";" for s in split_statements(spec.data)],
+        transformed_data=[line.strip() for line in spec.transformed_data.strip().splitlines() if line.strip()],
         parameters=spec.parameters,
         priors=[line.strip() for line in spec.priors.strip().splitlines() if line.strip()],
         args=args,

@@ -59,7 +59,7 @@ class ParameterDeclaration:
     array_dims: str
 
     @classmethod
-    def parse(cls, text: str) -> "ParameterDeclaration":
+    def parse(cls, text: str) -> ParameterDeclaration:
         match = _DECLARATION.match(text)
         if not match:
             raise RobustStanInputError(
@@ -159,6 +159,8 @@ class ModelSpec:
     rescale: dict[str, str] = field(default_factory=dict)
     #: the parameter declarations as the user wrote them (for error messages)
     parameters_text: str = ""
+    #: Stan statements computed once from the data (e.g. a Cholesky factor)
+    transformed_data: str = ""
 
     @property
     def parameter_names(self) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 
 warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
 
-import robust_stan as rs  # noqa: E402
+import robust_stan as rs
 
 ENGINE = os.environ.get("ROBUST_STAN_TEST_ENGINE", "httpstan")
 

@@ -44,7 +44,7 @@ def glm_data(n=15, p=2, seed=0):
 # -- choosing an engine ---------------------------------------------------------------------
 
 def test_auto_prefers_cmdstan_and_falls_back_to_httpstan(monkeypatch):
-    import robust_stan.engines as engines
+    from robust_stan import engines
 
     monkeypatch.delenv("ROBUST_STAN_ENGINE", raising=False)
     monkeypatch.setattr(engines, "cmdstan_available", lambda: True)

@@ -284,7 +284,7 @@ def checked(fast, frozen, points):
     return fast
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ref_log_integral(family: str, a: float, *params) -> float:
     """Independent log I_a(theta) = log integral of p(y | theta)^(1 + a), for one theta.
 

@@ -54,4 +54,4 @@ def compile_program(stan_code: str, engine: str = "auto", show_progress: bool = 
     return _LOADED[key]
 
 
-__all__ = ["CompiledProgram", "NutsSettings", "RawDraws", "compile_program", "resolve_engine", "COMPILE_COUNTS"]
+__all__ = ["COMPILE_COUNTS", "CompiledProgram", "NutsSettings", "RawDraws", "compile_program", "resolve_engine"]

@@ -18,7 +18,6 @@ import sys
 import time
 import uuid
 
-
 import numpy as np
 from tqdm.auto import tqdm
 
