@@ -1,0 +1,153 @@
+"""Gradient oracles: one program with its data fixed, evaluated at many points.
+
+The samplers and optimisers that drive Stan programs from Python (Rob-ULA,
+variational inference) need the log density, its gradient, the unconstrained
+dimension and the constrain/unconstrain maps, called thousands of times with
+the same data. An oracle prepares the data once and then only moves theta.
+
+Two implementations give identical numbers:
+
+- ``bridgestan``: a BridgeStan model (``pip install 'robust-stan[bridgestan]'``
+  and a BridgeStan source tree in ``$BRIDGESTAN``); the data are read once.
+- ``httpstan``: the program's httpstan extension module (always available).
+  Its functions take the data with every call, so each call re-reads them.
+
+``oracle="auto"`` takes BridgeStan when it is available, else httpstan.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from .engines import compile_program
+from .engines.bridgestan_oracle import bridgestan_available
+from .errors import RobustStanInputError
+
+ORACLES = ("auto", "bridgestan", "httpstan")
+
+
+class GradientOracle(ABC):
+    """Log density and gradient of one program with fixed data, on the unconstrained scale."""
+
+    name = "oracle"
+
+    @property
+    @abstractmethod
+    def dimension(self) -> int:
+        """Number of unconstrained parameters."""
+
+    @abstractmethod
+    def log_density_gradient(self, theta: np.ndarray, jacobian: bool = True) -> tuple[float, np.ndarray]:
+        """Log density (Stan's, dropping constants of ``~`` statements) and its gradient."""
+
+    @abstractmethod
+    def gradient(self, theta: np.ndarray, jacobian: bool = True) -> np.ndarray:
+        """Gradient only (one call where the engine allows it)."""
+
+    @abstractmethod
+    def constrain(self, theta: np.ndarray) -> dict[str, np.ndarray]:
+        """Every Stan variable (parameters, transformed parameters, generated quantities) at theta."""
+
+    @abstractmethod
+    def unconstrain(self, values: dict) -> np.ndarray:
+        """Unconstrained vector of constrained parameter values given by name."""
+
+    def log_density(self, theta: np.ndarray, jacobian: bool = True) -> float:
+        return self.log_density_gradient(theta, jacobian)[0]
+
+    def _check(self, theta) -> list[float]:
+        theta = np.asarray(theta, dtype=float).ravel()
+        if theta.shape != (self.dimension,):
+            raise RobustStanInputError(f"theta: expected {self.dimension} unconstrained values, got {theta.size}")
+        return theta
+
+
+class HttpstanOracle(GradientOracle):
+    """A program's httpstan extension module with its data converted once."""
+
+    name = "httpstan"
+
+    def __init__(self, program, stan_data: dict, dimension: int):
+        from .engines.httpstan_engine import _as_httpstan_data
+
+        self._program = program
+        self._module = program.module
+        self._stan_data = stan_data
+        self._data = _as_httpstan_data(stan_data)
+        self._dimension = int(dimension)  # the module cannot say; the Model's parameter layout can
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def log_density_gradient(self, theta, jacobian=True):
+        theta = list(map(float, self._check(theta)))
+        value = self._module.log_prob(self._data, theta, bool(jacobian))
+        grad = self._module.log_prob_grad(self._data, theta, bool(jacobian))
+        return float(value), np.asarray(grad, dtype=float)
+
+    def log_density(self, theta, jacobian=True):
+        return float(self._module.log_prob(self._data, list(map(float, self._check(theta))), bool(jacobian)))
+
+    def gradient(self, theta, jacobian=True):
+        return np.asarray(self._module.log_prob_grad(self._data, list(map(float, self._check(theta))),
+                                                     bool(jacobian)), dtype=float)
+
+    def constrain(self, theta):
+        return self._program.constrain(self._stan_data, self._check(theta))
+
+    def unconstrain(self, values):
+        return self._program.unconstrain(self._stan_data, values)
+
+
+class BridgeStanOracle(GradientOracle):
+    """A BridgeStan model of the program, built once with its data."""
+
+    name = "bridgestan"
+
+    def __init__(self, stan_code: str, stan_data: dict):
+        from .engines.bridgestan_oracle import bridgestan_model
+
+        self._model = bridgestan_model(stan_code, stan_data)
+
+    @property
+    def dimension(self) -> int:
+        return int(self._model.model.param_unc_num())
+
+    def log_density_gradient(self, theta, jacobian=True):
+        return self._model.log_density_gradient(self._check(theta), jacobian=jacobian)
+
+    def gradient(self, theta, jacobian=True):
+        return self.log_density_gradient(theta, jacobian)[1]
+
+    def constrain(self, theta):
+        return self._model.constrain(self._check(theta))
+
+    def unconstrain(self, values):
+        return np.asarray(self._model.unconstrain(values), dtype=float)
+
+
+def resolve_oracle(oracle: str = "auto") -> str:
+    """'bridgestan' or 'httpstan' for a request ('auto' prefers BridgeStan when it is available)."""
+    if oracle not in ORACLES:
+        raise RobustStanInputError(f"oracle: unknown oracle {oracle!r}; choose one of {list(ORACLES)}")
+    if oracle == "auto":
+        return "bridgestan" if bridgestan_available() else "httpstan"
+    if oracle == "bridgestan" and not bridgestan_available():
+        raise RuntimeError("oracle: 'bridgestan' needs the bridgestan package and a BridgeStan source tree "
+                           "(set BRIDGESTAN); use oracle='httpstan' or 'auto'")
+    return oracle
+
+
+def make_oracle(stan_code: str, stan_data: dict, dimension: int, oracle: str = "auto",
+                show_progress: bool = False) -> GradientOracle:
+    """A gradient oracle for a program, its prepared Stan data and its unconstrained dimension."""
+    kind = resolve_oracle(oracle)
+    if kind == "bridgestan":
+        found = BridgeStanOracle(stan_code, stan_data)
+        if found.dimension != dimension:
+            raise RuntimeError(f"BridgeStan reports {found.dimension} unconstrained parameters, expected {dimension}")
+        return found
+    return HttpstanOracle(compile_program(stan_code, "httpstan", show_progress=show_progress), stan_data, dimension)
