@@ -16,6 +16,7 @@ from .families import FAMILIES
 from .fit import Fit
 from .model import Model
 from .resources import stan_include_path
+from .rob_ula import RobULAFit, rob_ula
 
 __all__ = [
     "COMPILE_COUNTS",
@@ -31,6 +32,8 @@ __all__ = [
     "custom",
     "glm",
     "location",
+    "rob_ula",
+    "RobULAFit",
     "resolve_engine",
     "stan_include_path",
 ]

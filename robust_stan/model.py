@@ -132,29 +132,30 @@ class Model:
         return theta
 
     def per_example_gradients(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
-                              batch=None) -> np.ndarray:
+                              batch=None, oracle: str = "auto") -> np.ndarray:
         """Gradients of each observation's loss l_i at a shared unconstrained point.
 
         Returns an array (rows in ``batch``, d), row i = grad l_i(theta), from one
         gradient call of the program's per-example mode (DESIGN.md section 3).
-        The prior, weights and learning rate are not included.
+        The prior, weights and learning rate are not included. For repeated
+        calls on the same data use :meth:`per_example` (prepares the data once).
         """
-        divergence = as_divergence(divergence)
-        shared = self.stan_data(data, divergence)
-        theta = self._check_theta(shared, theta_unconstrained)
-        stan_data = self.stan_data(data, divergence, mode="per_example", batch=batch)
-        layout = self._parameter_layout(stan_data)
-        n = stan_data["n_batch"]
-        replicated, pos = [], 0
-        for _, _, size in layout:
-            replicated.append(np.tile(theta[pos:pos + size], n))
-            pos += size
-        _, grad = self.compile().log_density_gradient(stan_data, np.concatenate(replicated), jacobian=False)
-        blocks, pos = [], 0
-        for _, copies, size in layout:
-            blocks.append(grad[pos:pos + copies * size].reshape(copies, size))
-            pos += copies * size
-        return -np.concatenate(blocks, axis=1)
+        return self.per_example(data, divergence, oracle).gradients(theta_unconstrained, batch)
+
+    def per_example(self, data: Mapping, divergence: Divergence | None = None, oracle: str = "auto"):
+        """A reusable :class:`~robust_stan.per_example.PerExampleGradients` for these data."""
+        from .per_example import PerExampleGradients
+
+        return PerExampleGradients(self, data, divergence, oracle)
+
+    def oracle(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
+               weights=None, mode: str = "posterior", oracle: str = "auto"):
+        """A :class:`~robust_stan.oracles.GradientOracle` for the program with these data fixed."""
+        from .oracles import make_oracle
+
+        stan_data = self.stan_data(data, divergence, learning_rate, weights, mode)
+        dimension = sum(copies * size for _, copies, size in self._parameter_layout(stan_data))
+        return make_oracle(self.stan_code, stan_data, dimension, oracle)
 
     # -- NUTS ---------------------------------------------------------------------
     def sample(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,

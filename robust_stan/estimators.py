@@ -1,0 +1,185 @@
+"""Robust mean estimators for the rows of an (n, d) array of per-example gradients.
+
+Each estimator is called as ``estimator(G, epsilon)`` with epsilon in [0, 0.5)
+the assumed fraction of corrupted rows, and returns an :class:`EstimateResult`:
+the estimate and the fraction of rows it kept. ``lrv`` is Algorithm 2 of
+Bhatia et al. (2019) (after Lai, Rao and Vempala 2016) with its outlier
+truncation (Algorithm 3); the others are the usual alternatives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from .errors import RobustStanInputError
+
+
+@dataclass(frozen=True)
+class EstimateResult:
+    """A robust mean (d,) and the fraction of rows used for it."""
+
+    mean: np.ndarray
+    kept_fraction: float = 1.0
+
+
+def check_rows(G, epsilon) -> tuple[np.ndarray, float]:
+    """G as a finite (n, d) float array with n >= 1, and epsilon in [0, 0.5)."""
+    G = np.asarray(G, dtype=float)
+    if G.ndim != 2 or G.shape[0] < 1:
+        raise RobustStanInputError(f"G: need a 2-D array (n, d) with n >= 1, got shape {G.shape}")
+    if not np.all(np.isfinite(G)):
+        raise RobustStanInputError("G: contains non-finite values")
+    if not (isinstance(epsilon, (int, float, np.floating)) and 0 <= epsilon < 0.5):
+        raise RobustStanInputError(f"epsilon: must lie in [0, 0.5), got {epsilon!r}")
+    return G, float(epsilon)
+
+
+def _keep_count(n: int, epsilon: float) -> int:
+    """ceil((1 - epsilon)^2 n): how many points the truncation keeps (at least 1)."""
+    return max(1, min(n, math.ceil((1 - epsilon) ** 2 * n - 1e-9)))
+
+
+def shortest_interval(x: np.ndarray, keep: int) -> np.ndarray:
+    """Boolean mask of the ``keep`` points of x in the shortest interval containing that many."""
+    order = np.argsort(x, kind="stable")
+    sorted_x = x[order]
+    widths = sorted_x[keep - 1:] - sorted_x[: x.size - keep + 1]
+    start = int(np.argmin(widths))
+    mask = np.zeros(x.size, dtype=bool)
+    mask[order[start:start + keep]] = True
+    return mask
+
+
+def outlier_truncation(G: np.ndarray, epsilon: float) -> np.ndarray:
+    """Algorithm 3: boolean mask of the rows kept.
+
+    1-D: the (1 - epsilon)^2 fraction in the shortest interval. d-D: the same
+    fraction closest to the centre a, whose coordinates are the means of each
+    coordinate's 1-D truncation.
+    """
+    n, d = G.shape
+    keep = _keep_count(n, epsilon)
+    if keep == n:
+        return np.ones(n, dtype=bool)
+    if d == 1:
+        return shortest_interval(G[:, 0], keep)
+    centre = np.array([G[shortest_interval(G[:, j], keep), j].mean() for j in range(d)])
+    distances = np.einsum("ij,ij->i", G - centre, G - centre)
+    mask = np.zeros(n, dtype=bool)
+    mask[np.argpartition(distances, keep - 1)[:keep]] = True
+    return mask
+
+
+def _lrv_mean(G: np.ndarray, epsilon: float) -> tuple[np.ndarray, float]:
+    kept = outlier_truncation(G, epsilon)
+    X = G[kept]
+    if G.shape[1] == 1:
+        return X.mean(axis=0), kept.mean()
+    d = G.shape[1]
+    centred = X - X.mean(axis=0)
+    cov = centred.T @ centred / max(X.shape[0] - 1, 1)
+    _, vectors = np.linalg.eigh(cov)           # ascending eigenvalues
+    top = vectors[:, d - d // 2:]              # V: the top d/2 principal directions
+    rest = vectors[:, : d - d // 2]            # W: the complement
+    mean_top, _ = _lrv_mean(X @ top, epsilon)  # recurse on the projection onto V
+    return top @ mean_top + rest @ (rest.T @ X.mean(axis=0)), kept.mean()
+
+
+def lrv(G, epsilon: float) -> EstimateResult:
+    """Algorithm 2 (RobustGradientEstimate): truncate, split into the top half of the
+    principal directions (recursed on) and the rest (plain mean), and add the two.
+    kept_fraction: the share of rows kept by the first truncation."""
+    G, epsilon = check_rows(G, epsilon)
+    mean, kept = _lrv_mean(G, epsilon)
+    return EstimateResult(mean, float(kept))
+
+
+def mean(G, epsilon: float = 0.0) -> EstimateResult:
+    """The plain mean (ULA); keeps every row."""
+    G, _ = check_rows(G, epsilon)
+    return EstimateResult(G.mean(axis=0), 1.0)
+
+
+def coordinate_median(G, epsilon: float = 0.0) -> EstimateResult:
+    """Coordinate-wise median; kept_fraction 1 (every row takes part)."""
+    G, _ = check_rows(G, epsilon)
+    return EstimateResult(np.median(G, axis=0), 1.0)
+
+
+def trimmed_mean(G, epsilon: float) -> EstimateResult:
+    """Coordinate-wise mean after cutting a fraction epsilon from each end;
+    kept_fraction is the share of values left per coordinate."""
+    G, epsilon = check_rows(G, epsilon)
+    cut = int(epsilon * G.shape[0])
+    return EstimateResult(stats.trim_mean(G, epsilon, axis=0), (G.shape[0] - 2 * cut) / G.shape[0])
+
+
+def median_of_means(G, epsilon: float, n_blocks: int | None = None, seed: int = 0) -> EstimateResult:
+    """Coordinate-wise median of block means. Blocks: 2 ceil(epsilon n) + 1 by default
+    (so corrupted rows spoil fewer than half the blocks), capped at n; rows are
+    shuffled with ``seed`` first."""
+    G, epsilon = check_rows(G, epsilon)
+    n = G.shape[0]
+    k = n_blocks if n_blocks is not None else 2 * math.ceil(epsilon * n) + 1
+    k = int(min(max(k, 1), n))
+    order = np.random.default_rng(seed).permutation(n)
+    block_means = np.array([G[block].mean(axis=0) for block in np.array_split(order, k)])
+    return EstimateResult(np.median(block_means, axis=0), 1.0)
+
+
+def geometric_median(G, epsilon: float = 0.0, tol: float = 1e-10, max_iter: int = 500) -> EstimateResult:
+    """Weiszfeld's iteration with Vardi and Zhang's step at data points (it never divides by 0)."""
+    G, _ = check_rows(G, epsilon)
+    y = np.median(G, axis=0)
+    scale = max(float(np.max(np.abs(G))), 1e-300)
+    for _ in range(max_iter):
+        dist = np.linalg.norm(G - y, axis=1)
+        at_point = dist <= 1e-14 * scale
+        w = 1.0 / np.where(at_point, 1.0, dist)
+        w[at_point] = 0.0
+        t = (w[:, None] * G).sum(axis=0) / w.sum() if w.sum() > 0 else y
+        eta = int(at_point.sum())
+        if eta:
+            r = np.linalg.norm((w[:, None] * (G - y)).sum(axis=0))
+            step = min(1.0, eta / r) if r > 0 else 1.0
+            new = (1 - step) * t + step * y
+        else:
+            new = t
+        if np.linalg.norm(new - y) <= tol * max(np.linalg.norm(y), 1.0):
+            y = new
+            break
+        y = new
+    return EstimateResult(y, 1.0)
+
+
+ESTIMATORS: dict[str, Callable] = {
+    "lrv": lrv,
+    "mean": mean,
+    "coordinate_median": coordinate_median,
+    "trimmed_mean": trimmed_mean,
+    "median_of_means": median_of_means,
+    "geometric_median": geometric_median,
+}
+
+
+def get_estimator(estimator) -> Callable[[np.ndarray, float], EstimateResult]:
+    """An estimator by name, or a callable ``(G, epsilon)`` returning an EstimateResult or an array."""
+    if isinstance(estimator, str):
+        if estimator not in ESTIMATORS:
+            raise RobustStanInputError(
+                f"estimator: unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)} or pass a callable")
+        return ESTIMATORS[estimator]
+    if not callable(estimator):
+        raise RobustStanInputError(f"estimator: expected a name or a callable, got {estimator!r}")
+
+    def wrapped(G, epsilon):
+        result = estimator(G, epsilon)
+        return result if isinstance(result, EstimateResult) else EstimateResult(np.asarray(result, float), 1.0)
+
+    wrapped.__name__ = getattr(estimator, "__name__", "custom")
+    return wrapped

@@ -1,0 +1,120 @@
+"""Robust mean estimators on their own: clean error rates, breakdown with planted points,
+the truncation against brute force, and bad input."""
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy import optimize
+
+import robust_stan as rs
+from robust_stan.estimators import (ESTIMATORS, EstimateResult, geometric_median, get_estimator, lrv,
+                                    outlier_truncation, shortest_interval)
+
+ROBUST = ["lrv", "coordinate_median", "trimmed_mean", "median_of_means", "geometric_median"]
+
+
+@pytest.mark.parametrize("name", list(ESTIMATORS))
+def test_clean_gaussian_error_rate(name):
+    """On N(mu, I_d), n = 2000, d = 20, E||mean - mu|| ~ sqrt(d/n) = 0.1; medians lose at most
+    a factor sqrt(pi/2) = 1.25 in efficiency, and lrv / trimmed means drop about a third of the
+    rows (sqrt(1/0.64) = 1.25) on top of the Gaussian tails they trim. ||.|| concentrates
+    (sd about 0.1 / sqrt(2)/sqrt(d) relative), so 2.5 x sqrt(d/n) is far out of reach of chance."""
+    rng = np.random.default_rng(1)
+    n, d = 2000, 20
+    mu = rng.uniform(-3, 3, d)
+    G = rng.normal(mu, 1.0, (n, d))
+    result = ESTIMATORS[name](G, 0.1)
+    assert isinstance(result, EstimateResult) and result.mean.shape == (d,)
+    assert np.linalg.norm(result.mean - mu) < 2.5 * np.sqrt(d / n)
+
+
+@pytest.mark.parametrize("name", ROBUST)
+def test_planted_cluster_does_not_break_robust_estimators(name):
+    """20% of rows at mu + 100 e_1: the mean moves by 0.2 * 100 / 0.8... = 25; robust ones
+    stay within a constant times epsilon (per-coordinate medians: about 1.25 sd * eps / (1 - eps))."""
+    rng = np.random.default_rng(2)
+    n_clean, d, eps = 800, 10, 0.2
+    mu = rng.normal(size=d)
+    clean = rng.normal(mu, 1.0, (n_clean, d))
+    bad = np.tile(mu + 100 * np.eye(d)[0], (200, 1))
+    G = np.vstack([clean, bad])
+    assert np.linalg.norm(G.mean(axis=0) - mu) > 15
+    assert np.linalg.norm(ESTIMATORS[name](G, eps).mean - mu) < 1.0
+
+
+def test_lrv_on_the_papers_mean_estimation_setting():
+    """d = 200, 1000 clean rows N(theta, I) and eps = 0.2 of rows N(theta + t, I), t ~ U[0, 10]^d
+    per row: the paper's target is lrv's error at most 1/8 of the plain mean's."""
+    rng = np.random.default_rng(3)
+    d, n_clean, eps = 200, 1000, 0.2
+    n_bad = round(eps * n_clean / (1 - eps))
+    ratios = []
+    for _ in range(3):
+        theta = rng.uniform(0, 1, d)
+        G = np.vstack([rng.normal(theta, 1.0, (n_clean, d)),
+                       theta + rng.uniform(0, 10, (n_bad, d)) + rng.normal(size=(n_bad, d))])
+        ratios.append(np.linalg.norm(lrv(G, eps).mean - theta) / np.linalg.norm(G.mean(axis=0) - theta))
+    assert max(ratios) < 1 / 8, ratios
+
+
+def test_shortest_interval_against_brute_force():
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        x = rng.standard_cauchy(14)
+        keep = int(rng.integers(1, 15))
+        mask = shortest_interval(x, keep)
+        assert mask.sum() == keep
+        width = x[mask].max() - x[mask].min()
+        best = min(max(c) - min(c) for c in itertools.combinations(x, keep))
+        assert width == pytest.approx(best, abs=1e-12)
+        # the kept points are exactly those inside their interval
+        inside = (x >= x[mask].min()) & (x <= x[mask].max())
+        assert inside.sum() == keep
+
+
+def test_truncation_keeps_the_right_fraction():
+    G = np.random.default_rng(5).normal(size=(100, 3))
+    assert outlier_truncation(G, 0.2).sum() == 64
+    assert outlier_truncation(G, 0.0).all()
+
+
+def test_lrv_with_no_corruption_is_the_mean():
+    G = np.random.default_rng(6).normal(size=(50, 7))
+    result = lrv(G, 0.0)
+    np.testing.assert_allclose(result.mean, G.mean(axis=0), rtol=1e-12, atol=1e-12)
+    assert result.kept_fraction == 1.0
+
+
+def test_geometric_median_against_direct_minimisation():
+    rng = np.random.default_rng(7)
+    G = rng.normal(size=(30, 3))
+    G[:5] += 20
+    found = geometric_median(G).mean
+    best = optimize.minimize(lambda y: np.linalg.norm(G - y, axis=1).sum(), G.mean(axis=0),
+                             method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 20000}).x
+    np.testing.assert_allclose(found, best, atol=1e-6)
+    # the median sits on a data point: five copies of one point among nine rows
+    H = np.vstack([np.tile([1.0, 2.0], (5, 1)), rng.normal(size=(4, 2)) * 3])
+    np.testing.assert_allclose(geometric_median(H).mean, [1.0, 2.0], atol=1e-8)
+
+
+def test_get_estimator_by_name_and_by_callable():
+    assert get_estimator("lrv") is lrv
+    custom = get_estimator(lambda G, eps: G.max(axis=0))
+    result = custom(np.array([[1.0, 5.0], [3.0, 2.0]]), 0.1)
+    np.testing.assert_array_equal(result.mean, [3.0, 5.0])
+    assert result.kept_fraction == 1.0
+
+
+@pytest.mark.parametrize("G,eps,match", [
+    (np.zeros((5, 2)), 0.5, r"^epsilon: must lie in \[0, 0.5\)"),
+    (np.zeros((5, 2)), -0.1, r"^epsilon: "),
+    (np.array([[0.0, np.nan]]), 0.1, r"^G: contains non-finite"),
+    (np.zeros(5), 0.1, r"^G: need a 2-D array"),
+])
+def test_bad_input(G, eps, match):
+    with pytest.raises(rs.RobustStanInputError, match=match):
+        lrv(G, eps)
+    with pytest.raises(rs.RobustStanInputError, match="^estimator: unknown estimator 'median'"):
+        get_estimator("median")
