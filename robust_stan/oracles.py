@@ -83,17 +83,16 @@ class HttpstanOracle(GradientOracle):
         return self._dimension
 
     def log_density_gradient(self, theta, jacobian=True):
-        theta = list(map(float, self._check(theta)))
+        theta = self._check(theta).tolist()
         value = self._module.log_prob(self._data, theta, bool(jacobian))
         grad = self._module.log_prob_grad(self._data, theta, bool(jacobian))
         return float(value), np.asarray(grad, dtype=float)
 
     def log_density(self, theta, jacobian=True):
-        return float(self._module.log_prob(self._data, list(map(float, self._check(theta))), bool(jacobian)))
+        return float(self._module.log_prob(self._data, self._check(theta).tolist(), bool(jacobian)))
 
     def gradient(self, theta, jacobian=True):
-        return np.asarray(self._module.log_prob_grad(self._data, list(map(float, self._check(theta))),
-                                                     bool(jacobian)), dtype=float)
+        return np.array(self._module.log_prob_grad(self._data, self._check(theta).tolist(), bool(jacobian)))
 
     def constrain(self, theta):
         return self._program.constrain(self._stan_data, self._check(theta))

@@ -146,11 +146,16 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
             step = np.zeros((chains, d))
             fractions = np.full(chains, np.nan)
             for slot, c in enumerate(np.flatnonzero(alive)):
-                result = estimate(G[slot], epsilon)
+                if not np.all(np.isfinite(G[slot])):
+                    fractions[c], step[c] = np.nan, np.nan  # stopped below as diverged
+                    continue
+                with np.errstate(over="ignore", invalid="ignore"):
+                    result = estimate(G[slot], epsilon)
                 prior_grad = prior.gradient(theta[c], jacobian=True)
                 step[c] = -step_size * (learning_rate * n * result.mean - prior_grad)
                 fractions[c] = result.kept_fraction
-            proposal = theta + step + noise_scale * rng.normal(size=(chains, d))
+            with np.errstate(over="ignore", invalid="ignore"):  # a diverging chain is reported below
+                proposal = theta + step + noise_scale * rng.normal(size=(chains, d))
             broken = alive & ~np.all(np.isfinite(proposal), axis=1)
             if broken.any():
                 warnings.warn(f"Rob-ULA: chain(s) {list(np.flatnonzero(broken) + 1)} diverged at iteration {k + 1} "

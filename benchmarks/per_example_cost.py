@@ -1,0 +1,88 @@
+"""Cost of all n per-example gradients (one per-example call) against one full gradient,
+and of one Rob-ULA iteration with ``lrv`` against the per-example call itself.
+
+Problems (the issue's): a normal glm with n = 10,000 rows and d = 20 coefficients,
+and with n = 1,000, d = 200; for the iteration, n = 1,250 and d = 200.
+Same program, same engine (httpstan oracle, or BridgeStan when available);
+each time is the median of repeated calls. Targets: per-example / full <= 3;
+Rob-ULA iteration / per-example call <= 5.
+
+This is a benchmark, not a test: it prints ratios measured in one run.
+
+    python benchmarks/per_example_cost.py [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import robust_stan as rs
+from robust_stan.estimators import lrv
+
+
+def median_seconds(fn, repeats: int) -> float:
+    fn()  # warm up (first call converts and caches)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def problem(n: int, d: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = 0.5 + X @ rng.normal(0, 0.3, d) + rng.normal(size=n)
+    return {"X": X, "y": y}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--oracle", default="auto")
+    args = parser.parse_args(argv)
+
+    model = rs.glm("normal", standardize=False)
+    model.compile()
+    divergence = rs.BetaD(0.3)
+    print(f"normal glm, divergence {divergence!r}, oracle {args.oracle}; median of {args.repeats} calls\n")
+    print(f"{'n':>6} {'d':>4}  {'full gradient':>14} {'per-example':>12} {'ratio':>6}")
+    for n, d in ((10_000, 20), (1_000, 200)):
+        data = problem(n, d)
+        full = model.oracle(data, divergence, oracle=args.oracle)
+        per_example = model.per_example(data, divergence, oracle=args.oracle)
+        theta = np.random.default_rng(1).normal(scale=0.1, size=per_example.dimension)
+        t_full = median_seconds(lambda: full.gradient(theta), args.repeats)
+        t_rows = median_seconds(lambda: per_example.gradients(theta), args.repeats)
+        print(f"{n:>6} {d:>4}  {t_full * 1e3:>11.1f} ms {t_rows * 1e3:>9.1f} ms {t_rows / t_full:>6.2f}"
+              f"   RATIO per-example/full (target <= 3: {'met' if t_rows / t_full <= 3 else 'MISSED'})")
+
+    n, d = 1_250, 200
+    data = problem(n, d, seed=2)
+    per_example = model.per_example(data, divergence, oracle=args.oracle)
+    prior = model.oracle(data, divergence, mode="prior", oracle=args.oracle)
+    theta = np.random.default_rng(3).normal(scale=0.1, size=per_example.dimension)
+    G = per_example.gradients(theta)
+    t_call = median_seconds(lambda: per_example.gradients(theta), args.repeats)
+    t_lrv = median_seconds(lambda: lrv(G, 0.2), args.repeats)
+    t_prior = median_seconds(lambda: prior.gradient(theta), args.repeats)
+    t_iter = t_call + t_lrv + t_prior  # what one Rob-ULA iteration does (plus O(d) vector arithmetic)
+    fit_start = time.perf_counter()
+    iters = 20
+    rs.rob_ula(model, data, epsilon=0.2, divergence=divergence, step_size=1e-5, iters=iters, warmup=0, chains=1,
+               seed=1, show_progress=False, oracle=args.oracle)
+    t_whole = (time.perf_counter() - fit_start) / iters
+    print(f"\nRob-ULA at n = {n}, d = {d}, epsilon = 0.2: per-example call {t_call * 1e3:.1f} ms, "
+          f"lrv {t_lrv * 1e3:.1f} ms, prior gradient {t_prior * 1e3:.1f} ms")
+    print(f"RATIO iteration / per-example call = {t_iter / t_call:.2f}  (target <= 5: "
+          f"{'met' if t_iter / t_call <= 5 else 'MISSED'})")
+    print(f"      measured whole rs.rob_ula per iteration (incl. lp and constrain of each draw, 1 chain): "
+          f"{t_whole * 1e3:.1f} ms = {t_whole / t_call:.2f} x the per-example call")
+
+
+if __name__ == "__main__":
+    main()
