@@ -8,8 +8,15 @@ import pytest
 from scipy import optimize
 
 import robust_stan as rs
-from robust_stan.estimators import (ESTIMATORS, EstimateResult, geometric_median, get_estimator, lrv,
-                                    outlier_truncation, shortest_interval)
+from robust_stan.estimators import (
+    ESTIMATORS,
+    EstimateResult,
+    geometric_median,
+    get_estimator,
+    lrv,
+    outlier_truncation,
+    shortest_interval,
+)
 
 ROBUST = ["lrv", "coordinate_median", "trimmed_mean", "median_of_means", "geometric_median"]
 
