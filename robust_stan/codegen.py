@@ -18,26 +18,30 @@ INCLUDE_LINE = f"#include {LIBRARY_FILE}"
 class RenderedArgument:
     """How one family argument appears in the generated program."""
 
-    fill: list[str]          # statements building the vectorised value (mode 0, generated quantities)
-    call: str                # what the vectorised library call receives
+    fill: list[str]          # statements building the vectorised value (generated quantities)
+    call: str                # what the vectorised library call receives (generated quantities)
+    model_fill: list[str]    # the same for the model block (mode 0)
+    model_call: str
     per_observation: str     # what the one-row call of per-example mode receives
     indexed: str             # the value for observation n (posterior predictive draws)
 
 
 def _render_argument(spec: ModelSpec, fam_arg) -> RenderedArgument:
     if fam_arg.data_only:
-        return RenderedArgument([], fam_arg.name, f"{fam_arg.name}[n:n]", f"{fam_arg.name}[n]")
+        return RenderedArgument([], fam_arg.name, [], fam_arg.name, f"{fam_arg.name}[n:n]", f"{fam_arg.name}[n]")
     arg = spec.args[fam_arg.name]
     local = f"arg_{fam_arg.name}"
+    # In the model block an expression goes straight into the call: a local there would
+    # be an autodiff copy (for a data D x D matrix, D^2 needless nodes per row of work).
     if arg.shared:
         fill = [f"{fam_arg.shared_declaration(local)} = {arg.per_observation};"]
-        return RenderedArgument(fill, local, arg.per_observation, local)
+        return RenderedArgument(fill, local, [], arg.per_observation, arg.per_observation, local)
     declaration = fam_arg.local_decl.format(name=local)
     if arg.vectorised:
         fill = [f"{declaration} = {arg.vectorised};"]
-    else:
-        fill = [f"{declaration};", f"for (n in 1:N) {local}[n] = {arg.per_observation};"]
-    return RenderedArgument(fill, local, arg.per_observation, f"{local}[n]")
+        return RenderedArgument(fill, local, [], arg.vectorised, arg.per_observation, f"{local}[n]")
+    fill = [f"{declaration};", f"for (n in 1:N) {local}[n] = {arg.per_observation};"]
+    return RenderedArgument(fill, local, fill, local, arg.per_observation, f"{local}[n]")
 
 
 def _environment() -> jinja2.Environment:

@@ -59,10 +59,11 @@ class Fit:
         family = spec.family
         rescaled = bool(spec.standardize) and family.continuous
         log_scale = np.log(scaling.scale) if rescaled else 0.0
-        self.log_lik = raw.variables["log_lik"] - log_scale
-        self.robust_loss = raw.variables["robust_loss"]
-        y_rep = raw.variables["y_rep"]
-        self.y_rep = scaling.center + scaling.scale * y_rep if rescaled else y_rep
+        # Samplers driven from Python may leave generated quantities out (see rs.rob_ula).
+        self.log_lik = raw.variables["log_lik"] - log_scale if "log_lik" in raw.variables else None
+        self.robust_loss = raw.variables.get("robust_loss")
+        y_rep = raw.variables.get("y_rep")
+        self.y_rep = scaling.center + scaling.scale * y_rep if rescaled and y_rep is not None else y_rep
         y = np.asarray(data["y"].to_numpy() if hasattr(data["y"], "to_numpy") else data["y"])
         self.y = y
 
@@ -73,6 +74,9 @@ class Fit:
         if name in self.posterior:
             return self.posterior[name]
         if name in extra:
+            if extra[name] is None:
+                raise RobustStanInputError(f"name: this fit has no {name!r} draws (the sampler was asked to leave "
+                                           "generated quantities out, or its engine cannot draw them freshly)")
             return extra[name]
         if name in self.raw.sampler:
             return self.raw.sampler[name]
@@ -118,13 +122,15 @@ class Fit:
             beta = self.divergence.param
         if not beta > 0:
             raise RobustStanInputError(f"beta: must be positive, got {beta}")
-        log_lik = self.log_lik.reshape(-1, self.log_lik.shape[-1])
+        log_lik = self.draws("log_lik")
+        log_lik = log_lik.reshape(-1, log_lik.shape[-1])
         mean_power = np.exp(beta * log_lik).mean(axis=0)
         return pd.Series(mean_power / np.median(mean_power), name="outlier_score").rename_axis("observation")
 
     def to_arviz(self):
         """ArviZ InferenceData: posterior, sample_stats, log_likelihood, posterior_predictive,
-        observed_data, constant_data (weights) and a robust_loss group, with named dims."""
+        observed_data, constant_data (weights) and a robust_loss group, with named dims
+        (groups of generated quantities the fit left out are absent)."""
         import arviz as az
 
         dims = {name: [f"{name}_dim_{i}" for i in range(v.ndim - 2)] for name, v in self.posterior.items()}
@@ -132,22 +138,23 @@ class Fit:
         dims.update({"y": obs_dims, "weights": ["obs"], "robust_loss": ["obs"]})
         if "b" in dims and len(dims["b"]) == 1:
             dims["b"] = ["predictor"]
+        optional = {"log_likelihood": self.log_lik, "posterior_predictive": self.y_rep}
         idata = az.from_dict(
             posterior=self.posterior,
             sample_stats={_SAMPLE_STATS.get(k, k): (v.astype(bool) if k == "divergent__" else v)
                           for k, v in self.raw.sampler.items()},
-            log_likelihood={"y": self.log_lik},
-            posterior_predictive={"y": self.y_rep},
+            **{group: {"y": values} for group, values in optional.items() if values is not None},
             observed_data={"y": self.y},
             constant_data={"weights": self.stan_data["weights"]},
             dims=dims,
             attrs={"divergence": repr(self.divergence), "learning_rate": self.learning_rate,
                    "engine": self.model.engine, "inference_library": "robust-stan"},
         )
-        loss = az.from_dict(posterior={"robust_loss": self.robust_loss}, dims={"robust_loss": ["obs"]})
-        idata.add_groups(robust_loss=loss.posterior)
+        if self.robust_loss is not None:
+            loss = az.from_dict(posterior={"robust_loss": self.robust_loss}, dims={"robust_loss": ["obs"]})
+            idata.add_groups(robust_loss=loss.posterior)
         return idata
 
     def __repr__(self) -> str:
-        c, d = self.log_lik.shape[:2]
+        c, d = next(iter(self.posterior.values())).shape[:2]
         return f"<robust_stan.Fit {self.divergence!r}, {c} chains x {d} draws, parameters {self.parameter_names}>"

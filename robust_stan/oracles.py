@@ -46,9 +46,16 @@ class GradientOracle(ABC):
     def gradient(self, theta: np.ndarray, jacobian: bool = True) -> np.ndarray:
         """Gradient only (one call where the engine allows it)."""
 
+    #: whether generated quantities get fresh random numbers on every constrain call
+    fresh_generated_quantities = True
+
     @abstractmethod
-    def constrain(self, theta: np.ndarray) -> dict[str, np.ndarray]:
-        """Every Stan variable (parameters, transformed parameters, generated quantities) at theta."""
+    def constrain(self, theta: np.ndarray, include_gqs: bool = True, seed: int | None = None) -> dict[str, np.ndarray]:
+        """Every Stan variable (parameters, transformed parameters, generated quantities) at theta.
+
+        ``seed`` starts the generated quantities' random numbers; later calls
+        without a seed continue that stream.
+        """
 
     @abstractmethod
     def unconstrain(self, values: dict) -> np.ndarray:
@@ -65,9 +72,16 @@ class GradientOracle(ABC):
 
 
 class HttpstanOracle(GradientOracle):
-    """A program's httpstan extension module with its data converted once."""
+    """A program's httpstan extension module with its data converted once.
+
+    httpstan's ``write_array`` seeds its RNG with 0 on every call, so random
+    generated quantities (``y_rep``) repeat the same noise at every point:
+    ``fresh_generated_quantities`` is False and callers that collect draws
+    leave them out.
+    """
 
     name = "httpstan"
+    fresh_generated_quantities = False
 
     def __init__(self, program, stan_data: dict, dimension: int):
         from .engines.httpstan_engine import _as_httpstan_data
@@ -77,6 +91,7 @@ class HttpstanOracle(GradientOracle):
         self._stan_data = stan_data
         self._data = _as_httpstan_data(stan_data)
         self._dimension = int(dimension)  # the module cannot say; the Model's parameter layout can
+        self._shapes = None
 
     @property
     def dimension(self) -> int:
@@ -94,8 +109,10 @@ class HttpstanOracle(GradientOracle):
     def gradient(self, theta, jacobian=True):
         return np.array(self._module.log_prob_grad(self._data, self._check(theta).tolist(), bool(jacobian)))
 
-    def constrain(self, theta):
-        return self._program.constrain(self._stan_data, self._check(theta))
+    def constrain(self, theta, include_gqs=True, seed=None):
+        if self._shapes is None:
+            self._shapes = self._program.variable_shapes(self._data)
+        return self._program.constrain(self._data, self._check(theta), include_gqs, self._shapes)
 
     def unconstrain(self, values):
         return self._program.unconstrain(self._stan_data, values)
@@ -110,6 +127,7 @@ class BridgeStanOracle(GradientOracle):
         from .engines.bridgestan_oracle import bridgestan_model
 
         self._model = bridgestan_model(stan_code, stan_data)
+        self._rng = None
 
     @property
     def dimension(self) -> int:
@@ -121,8 +139,10 @@ class BridgeStanOracle(GradientOracle):
     def gradient(self, theta, jacobian=True):
         return self.log_density_gradient(theta, jacobian)[1]
 
-    def constrain(self, theta):
-        return self._model.constrain(self._check(theta))
+    def constrain(self, theta, include_gqs=True, seed=None):
+        if seed is not None or self._rng is None:
+            self._rng = self._model.new_rng(0 if seed is None else seed)
+        return self._model.constrain(self._check(theta), include_gqs, self._rng)
 
     def unconstrain(self, values):
         return np.asarray(self._model.unconstrain(values), dtype=float)

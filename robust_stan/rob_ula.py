@@ -48,7 +48,7 @@ class RobULASettings:
 class RobULAFit(Fit):
     """Draws from Rob-ULA, with the same draws(), summary() and to_arviz() as a NUTS fit.
 
-    ``sample_stats`` holds per draw: ``lp`` (log density), ``step_size`` and
+    ``sample_stats`` holds per draw: ``lp`` (log density, unless left out), ``step_size`` and
     ``kept_fraction`` (rows the robust estimator kept at that step).
     """
 
@@ -57,7 +57,7 @@ class RobULAFit(Fit):
     def diagnostics(self) -> dict:
         """Chains that diverged, the mean kept fraction and the largest R-hat."""
         return {
-            "diverged_chains": int(np.sum(~np.all(np.isfinite(self.raw.sampler["lp__"]), axis=1))),
+            "diverged_chains": int(sum(not np.all(np.isfinite(chain)) for chain in next(iter(self.posterior.values())))),
             "mean_kept_fraction": float(np.nanmean(self.raw.sampler["kept_fraction"])),
             "max_r_hat": float(self.summary()["r_hat"].max()),
         }
@@ -95,7 +95,8 @@ def curvature_step_size(gradient, theta: np.ndarray, rng: np.random.Generator, i
 def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None, iters: int = 1000,
             warmup: int = 300, thin: int = 1, chains: int = 4, estimator="lrv",
             divergence: Divergence | None = None, learning_rate: float = 1.0, init_scale: float = 1.0,
-            seed: int | None = None, show_progress: bool = True, oracle: str = "auto") -> RobULAFit:
+            seed: int | None = None, show_progress: bool = True, oracle: str = "auto",
+            generated_quantities: bool = True, log_density: bool = True) -> RobULAFit:
     """Sample with Rob-ULA; returns a fit like :meth:`Model.sample`'s.
 
     ``epsilon`` in [0, 0.5) is the assumed fraction of corrupted observations;
@@ -110,6 +111,13 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     chain's start, by power iteration on finite differences of the gradient;
     the paper's bound is eta <= 1/(n L). A chain whose state or gradient stops
     being finite is stopped with a warning; its later draws are NaN.
+
+    Each kept draw costs, besides the step, one full log density (``lp`` in
+    sample_stats; ``log_density=False`` skips it) and one constrain call with
+    the generated quantities ``log_lik``, ``robust_loss`` and ``y_rep``
+    (``generated_quantities=False`` keeps parameters only). On the httpstan
+    oracle ``y_rep`` is left out: httpstan reseeds its RNG on every call, so
+    each draw would repeat the same noise.
     """
     if not (isinstance(epsilon, (int, float)) and 0 <= epsilon < 0.5):
         raise RobustStanInputError(f"epsilon: must lie in [0, 0.5), got {epsilon!r}")
@@ -169,12 +177,13 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
             if j >= 0 and j % thin == 0 and j // thin < kept_draws:
                 thetas[alive, j // thin] = theta[alive]
                 kept[:, j // thin] = fractions
-                for c in np.flatnonzero(alive):
+                for c in np.flatnonzero(alive) if log_density else ():
                     lp[c, j // thin] = posterior.log_density(theta[c], jacobian=True)
             bar.update()
 
-    variables = _constrained_draws(posterior, thetas)
-    sampler = {"lp__": lp, "step_size": np.full((chains, kept_draws), step_size), "kept_fraction": kept}
+    variables = _constrained_draws(posterior, thetas, bool(generated_quantities), int(rng.integers(2**31)))
+    sampler = {"lp__": lp} if log_density else {}
+    sampler.update(step_size=np.full((chains, kept_draws), step_size), kept_fraction=kept)
     settings = RobULASettings(chains, warmup, iters, thin, int(seed or 0), float(epsilon),
                               getattr(estimate, "__name__", "custom"), float(step_size), show_progress)
     _, scaling = prepare_data(model.spec, data, divergence, learning_rate)
@@ -182,16 +191,27 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
                      divergence=divergence, learning_rate=learning_rate, settings=settings)
 
 
-def _constrained_draws(oracle, thetas: np.ndarray) -> dict[str, np.ndarray]:
+def _constrained_draws(oracle, thetas: np.ndarray, include_gqs: bool, seed: int) -> dict[str, np.ndarray]:
     """Every Stan variable at every draw, (chains, draws, *shape); NaN where the chain had stopped."""
     chains, draws, _ = thetas.shape
     first = next((i for i in np.ndindex(chains, draws) if np.all(np.isfinite(thetas[i]))), None)
     if first is None:
         raise RuntimeError("Rob-ULA: every chain diverged before its first draw; try a smaller step_size")
-    template = oracle.constrain(thetas[first])
+    def constrained(theta, **seed):
+        values = oracle.constrain(theta, include_gqs, **seed)
+        # The program's parameters are `<name>_copies` (one copy in the posterior mode); the
+        # generated quantities repeat them under their own names, but may be left out.
+        for name in [k for k in values if k.endswith("_copies")]:
+            values.setdefault(name[: -len("_copies")], values[name][0])
+        if not oracle.fresh_generated_quantities:
+            values.pop("y_rep", None)  # the same noise at every draw: not a posterior predictive sample
+        return values
+
+    template = constrained(thetas[first], seed=seed)
     out = {name: np.full((chains, draws) + np.shape(v), np.nan) for name, v in template.items()}
     for c, t in np.ndindex(chains, draws):
         if np.all(np.isfinite(thetas[c, t])):
-            for name, value in oracle.constrain(thetas[c, t]).items():
-                out[name][c, t] = value
+            values = constrained(thetas[c, t])
+            for name in out:
+                out[name][c, t] = values[name]
     return out

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import robust_stan as rs
+from robust_stan.oracles import resolve_oracle
 
 from .conftest import ENGINE
 
@@ -76,6 +77,28 @@ def test_default_step_size_comes_from_the_curvature(normal_known_sigma):
                      seed=2, show_progress=False)
     lam = 30 + 1 / 100
     assert fit.settings.step_size == pytest.approx(0.1 / lam, rel=1e-3)
+
+
+def test_generated_quantities_and_log_density_can_be_left_out(normal_known_sigma):
+    y = np.random.default_rng(5).normal(size=30)
+    data = {"y": y, "sigma": 1.0}
+    kwargs = dict(epsilon=0.1, step_size=1e-3, iters=5, warmup=0, chains=2, seed=2, show_progress=False)
+    full = rs.rob_ula(normal_known_sigma, data, **kwargs)
+    # log_lik is deterministic: -log p(y_i | mu) at each draw, on the httpstan oracle too.
+    mu = full.draws("mu")
+    expected = -0.5 * np.log(2 * np.pi) - 0.5 * (y - mu[..., None]) ** 2
+    np.testing.assert_allclose(full.draws("log_lik"), expected, rtol=1e-12)
+    if resolve_oracle("auto") == "httpstan":  # httpstan repeats its RNG stream: no y_rep
+        with pytest.raises(rs.RobustStanInputError, match="no 'y_rep' draws"):
+            full.draws("y_rep")
+        assert "posterior_predictive" not in full.to_arviz().groups()
+    lean = rs.rob_ula(normal_known_sigma, data, generated_quantities=False, log_density=False, **kwargs)
+    np.testing.assert_array_equal(lean.draws("mu"), mu)  # same seed, same chain
+    idata = lean.to_arviz()
+    assert "log_likelihood" not in idata.groups() and "lp" not in idata.sample_stats
+    with pytest.raises(rs.RobustStanInputError, match="no 'log_lik' draws"):
+        lean.draws("log_lik")
+    assert lean.diagnostics()["diverged_chains"] == 0
 
 
 def test_a_too_large_step_diverges_with_a_warning(normal_known_sigma):

@@ -59,8 +59,8 @@ class CompiledProgram(abc.ABC):
         """Constrained shape of every parameter and generated quantity, in program order."""
 
     @abc.abstractmethod
-    def constrain(self, data: dict, theta: np.ndarray) -> dict[str, np.ndarray]:
-        """Constrained values of every parameter and generated quantity at ``theta``."""
+    def constrain(self, data: dict, theta: np.ndarray, include_gqs: bool = True) -> dict[str, np.ndarray]:
+        """Constrained values of every parameter (and generated quantity) at ``theta``."""
 
     @abc.abstractmethod
     def unconstrain(self, data: dict, values: dict[str, Any]) -> np.ndarray:

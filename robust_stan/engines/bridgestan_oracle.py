@@ -64,10 +64,18 @@ class BridgeStanModel:
         value, grad = self.model.log_density_gradient(np.asarray(theta, dtype=float), propto=True, jacobian=jacobian)
         return float(value), np.asarray(grad)
 
-    def constrain(self, theta):
-        flat = self.model.param_constrain(np.asarray(theta, dtype=float), include_tp=True, include_gq=True)
-        names = self.model.param_names(include_tp=True, include_gq=True)
+    def constrain(self, theta, include_gqs=True, rng=None):
+        """Named constrained values; generated quantities need ``rng`` (from :meth:`new_rng`)."""
+        if include_gqs and rng is None:
+            rng = self.new_rng(0)
+        flat = self.model.param_constrain(np.asarray(theta, dtype=float), include_tp=True, include_gq=include_gqs,
+                                          rng=rng if include_gqs else None)
+        names = self.model.param_names(include_tp=True, include_gq=include_gqs)
         return _group_columns(names, flat)
+
+    def new_rng(self, seed: int):
+        """BridgeStan's random number generator for generated quantities."""
+        return self.model.new_rng(seed=int(seed))
 
     def unconstrain(self, values):
         return self.model.param_unconstrain_json(json.dumps(_jsonable(values)))

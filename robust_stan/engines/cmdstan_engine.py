@@ -103,8 +103,8 @@ class CmdStanProgram(CompiledProgram):
                                 show_progress=False, show_console=False)
         return {name: tuple(np.shape(fit.stan_variable(name))[1:]) for name in fit.metadata.stan_vars}
 
-    def constrain(self, data, theta):
-        return self._bridgestan(data).constrain(theta)
+    def constrain(self, data, theta, include_gqs=True):
+        return self._bridgestan(data).constrain(theta, include_gqs)
 
     def unconstrain(self, data, values):
         return self._bridgestan(data).unconstrain(values)

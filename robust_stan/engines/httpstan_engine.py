@@ -70,10 +70,19 @@ class HttpstanProgram(CompiledProgram):
         data = _as_httpstan_data(data)
         return dict(zip(self.module.get_param_names(data), (tuple(d) for d in self.module.get_dims(data))))
 
-    def constrain(self, data, theta):
-        flat = np.asarray(self.module.write_array(_as_httpstan_data(data), list(map(float, theta)), True, True))
+    def constrain(self, data, theta, include_gqs=True, shapes=None):
+        """Named constrained values (``shapes``: :meth:`variable_shapes`, if already known).
+
+        httpstan seeds the generated quantities' RNG with 0 on every call, so
+        random generated quantities repeat their noise from call to call.
+        """
+        data = _as_httpstan_data(data)
+        shapes = shapes if shapes is not None else self.variable_shapes(data)
+        flat = np.asarray(self.module.write_array(data, list(map(float, theta)), True, bool(include_gqs)))
         out, pos = {}, 0
-        for name, shape in self.variable_shapes(data).items():
+        for name, shape in shapes.items():
+            if pos >= flat.size:  # generated quantities left out
+                break
             size = int(np.prod(shape)) if shape else 1
             out[name] = flat[pos : pos + size].reshape(shape, order="F") if shape else flat[pos]
             pos += size
