@@ -89,6 +89,37 @@ def test_second_process_reuses_the_compiled_program(glm_normal):
     assert "builds 0" in done.stdout
 
 
+
+@needs_httpstan
+def test_httpstan_sampling_inside_process_pool_workers(glm_normal):
+    """Each pool worker gets its own httpstan chain pool (the parent's pipes, inherited by fork,
+    mixed up the chains' results) and that pool does not keep the worker from exiting (it hung)."""
+    script = textwrap.dedent("""
+        from concurrent.futures import ProcessPoolExecutor
+        import numpy as np
+        import robust_stan as rs
+
+        def model():
+            return rs.glm("normal", standardize=False, engine="httpstan")
+
+        def fit_once(seed):
+            rng = np.random.default_rng(seed)
+            X = rng.normal(size=(20, 2))
+            fit = model().sample({"X": X, "y": X @ [1.0, -1.0] + rng.normal(size=20)}, chains=2,
+                               iter_warmup=100, iter_sampling=100, seed=seed, show_progress=False)
+            return fit.draws("b").shape
+
+        if __name__ == "__main__":
+            model().compile(show_progress=False)  # imports httpstan, and its pool, before the fork
+            with ProcessPoolExecutor(max_workers=2) as pool:
+                print("shapes", list(pool.map(fit_once, [1, 2, 3, 4])))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert "shapes [(2, 100, 2), (2, 100, 2), (2, 100, 2), (2, 100, 2)]" in done.stdout
+
+
 # -- httpstan's gradient is the derivative of its log density -----------------------------------
 
 @needs_httpstan

@@ -13,6 +13,8 @@ import asyncio
 import fcntl
 import gzip
 import json
+import multiprocessing.util
+import os
 import re
 import sys
 import time
@@ -34,7 +36,50 @@ def _httpstan():
     import httpstan.models
     import httpstan.services_stub
 
+    _give_forked_children_their_own_pool(httpstan.services_stub)
     return httpstan
+
+
+_FORK_HOOK_REGISTERED = False
+
+
+def _give_forked_children_their_own_pool(services_stub) -> None:
+    """After a fork, replace httpstan's module-level chain pool with a new one.
+
+    The pool's queues are pipes made when httpstan is imported; a forked child
+    (a worker of the user's multiprocessing pool) would otherwise share them
+    with its parent and siblings, and their chain results would collide.
+    """
+    global _FORK_HOOK_REGISTERED
+    if _FORK_HOOK_REGISTERED:
+        return
+    _FORK_HOOK_REGISTERED = True
+    import concurrent.futures
+    import multiprocessing
+
+    def fresh_pool() -> None:
+        services_stub.executor = concurrent.futures.ProcessPoolExecutor(
+            mp_context=multiprocessing.get_context("fork"), initializer=services_stub.init_worker)
+
+    os.register_at_fork(after_in_child=fresh_pool)
+
+
+_POOL_SHUTDOWN_REGISTERED_IN: set[int] = set()
+
+
+def _shut_down_httpstan_pool_at_exit(hs) -> None:
+    """Stop httpstan's chain-process pool before this process waits for its children.
+
+    httpstan keeps a module-level ProcessPoolExecutor. When NUTS runs inside a
+    worker of the user's own multiprocessing pool, that worker exits through
+    multiprocessing, which joins every child process without running the
+    executor's own shutdown hook, and so waits forever. A multiprocessing
+    finalizer runs before that join; it is registered once per process.
+    """
+    if os.getpid() in _POOL_SHUTDOWN_REGISTERED_IN:
+        return
+    _POOL_SHUTDOWN_REGISTERED_IN.add(os.getpid())
+    multiprocessing.util.Finalize(None, lambda: hs.services_stub.executor.shutdown(wait=True), exitpriority=100)
 
 
 def _as_httpstan_data(data: dict) -> dict:
@@ -144,6 +189,7 @@ class HttpstanProgram(CompiledProgram):
                 )
             await asyncio.gather(*calls)
 
+        _shut_down_httpstan_pool_at_exit(hs)
         start = time.perf_counter()
         try:
             asyncio.run(run_all())
