@@ -84,19 +84,31 @@ def _lrv_mean(G: np.ndarray, epsilon: float) -> tuple[np.ndarray, float]:
     centred = X - X.mean(axis=0)
     cov = centred.T @ centred / max(X.shape[0] - 1, 1)
     _, vectors = np.linalg.eigh(cov)           # ascending eigenvalues
-    top = vectors[:, d - d // 2:]              # V: the top d/2 principal directions
-    rest = vectors[:, : d - d // 2]            # W: the complement
+    top = vectors[:, d - d // 2:]              # V: the top floor(d/2) principal directions
+    rest = vectors[:, : d - d // 2]            # W: the other ceil(d/2)
     mean_top, _ = _lrv_mean(X @ top, epsilon)  # recurse on the projection onto V
     return top @ mean_top + rest @ (rest.T @ X.mean(axis=0)), kept.mean()
 
 
 def lrv(G, epsilon: float) -> EstimateResult:
-    """Algorithm 2 (RobustGradientEstimate): truncate, split into the top half of the
-    principal directions (recursed on) and the rest (plain mean), and add the two.
+    """Algorithm 2 (RobustGradientEstimate), read literally: truncate (Algorithm 3),
+    split into the top floor(d/2) principal directions of the kept rows (recursed
+    on, truncating again at every level) and the rest (plain mean), and add the two.
+    Each level keeps ceil((1 - epsilon)^2 m) of its m rows (ties in distance broken
+    by row order), so about (1 - epsilon)^(2 log2 d) of the rows reach the bottom.
     kept_fraction: the share of rows kept by the first truncation."""
     G, epsilon = check_rows(G, epsilon)
     mean, kept = _lrv_mean(G, epsilon)
     return EstimateResult(mean, float(kept))
+
+
+def lrv_once(G, epsilon: float) -> EstimateResult:
+    """``lrv`` truncating at the top level only (DESIGN.md section 3a). Without
+    truncation below the top, each level's V and W parts add up to the plain mean
+    of its rows, so this is exactly the mean of the rows Algorithm 3 keeps."""
+    G, epsilon = check_rows(G, epsilon)
+    kept = outlier_truncation(G, epsilon)
+    return EstimateResult(G[kept].mean(axis=0), float(kept.mean()))
 
 
 def mean(G, epsilon: float = 0.0) -> EstimateResult:
@@ -159,6 +171,7 @@ def geometric_median(G, epsilon: float = 0.0, tol: float = 1e-10, max_iter: int 
 
 ESTIMATORS: dict[str, Callable] = {
     "lrv": lrv,
+    "lrv_once": lrv_once,
     "mean": mean,
     "coordinate_median": coordinate_median,
     "trimmed_mean": trimmed_mean,

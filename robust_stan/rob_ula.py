@@ -96,7 +96,8 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
             warmup: int = 300, thin: int = 1, chains: int = 4, estimator="lrv",
             divergence: Divergence | None = None, learning_rate: float = 1.0, init_scale: float = 1.0,
             seed: int | None = None, show_progress: bool = True, oracle: str = "auto",
-            generated_quantities: bool = True, log_density: bool = True) -> RobULAFit:
+            generated_quantities: bool = True, log_density: bool = True,
+            gradient_total: str = "n") -> RobULAFit:
     """Sample with Rob-ULA; returns a fit like :meth:`Model.sample`'s.
 
     ``epsilon`` in [0, 0.5) is the assumed fraction of corrupted observations;
@@ -104,6 +105,9 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     ("lrv", "mean" = plain ULA, "coordinate_median", "trimmed_mean",
     "median_of_means", "geometric_median") or a callable ``(G, epsilon)``.
     ``iters`` kept iterations (before thinning) follow ``warmup`` discarded ones.
+    The robust mean of the per-example gradients is multiplied by n
+    (``gradient_total="n"``, the paper's choice) or by (1 - epsilon) n
+    (``"clean"``, the expected number of clean rows).
     Chains start at theta_0 ~ N(0, init_scale^2 I) on the unconstrained scale.
 
     Default step size: 0.1 / lambda_max, with lambda_max the largest eigenvalue
@@ -128,6 +132,8 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
         step_size = require_positive("step_size", step_size)
     init_scale = require_positive("init_scale", init_scale)
     estimate = get_estimator(estimator)
+    if gradient_total not in ("n", "clean"):
+        raise RobustStanInputError(f"gradient_total: must be 'n' or 'clean', got {gradient_total!r}")
     divergence = as_divergence(divergence)
     learning_rate = require_positive("learning_rate", learning_rate)
     per_example = model.per_example(data, divergence, oracle)   # checks data and divergence
@@ -135,6 +141,7 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     prior = model.oracle(data, divergence, mode="prior", oracle=oracle)
     posterior = model.oracle(data, divergence, learning_rate=learning_rate, oracle=oracle)
     n, d = per_example.n, per_example.dimension
+    total = n if gradient_total == "n" else (1 - epsilon) * n
     rng = np.random.default_rng(seed)
     theta = rng.normal(scale=init_scale, size=(chains, d))
 
@@ -160,7 +167,7 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
                 with np.errstate(over="ignore", invalid="ignore"):
                     result = estimate(G[slot], epsilon)
                 prior_grad = prior.gradient(theta[c], jacobian=True)
-                step[c] = -step_size * (learning_rate * n * result.mean - prior_grad)
+                step[c] = -step_size * (learning_rate * total * result.mean - prior_grad)
                 fractions[c] = result.kept_fraction
             with np.errstate(over="ignore", invalid="ignore"):  # a diverging chain is reported below
                 proposal = theta + step + noise_scale * rng.normal(size=(chains, d))

@@ -18,7 +18,7 @@ from robust_stan.estimators import (
     shortest_interval,
 )
 
-ROBUST = ["lrv", "coordinate_median", "trimmed_mean", "median_of_means", "geometric_median"]
+ROBUST = ["lrv", "lrv_once", "coordinate_median", "trimmed_mean", "median_of_means", "geometric_median"]
 
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
@@ -63,6 +63,22 @@ def test_lrv_on_the_papers_mean_estimation_setting():
                        theta + rng.uniform(0, 10, (n_bad, d)) + rng.normal(size=(n_bad, d))])
         ratios.append(np.linalg.norm(lrv(G, eps).mean - theta) / np.linalg.norm(G.mean(axis=0) - theta))
     assert max(ratios) < 1 / 8, ratios
+
+
+def test_lrv_once_is_the_literal_recursion_without_deeper_truncation():
+    """With truncation at the top level only, the recursion V + W recombines to the mean of
+    the kept rows; check that against the literal recursion run with epsilon 0 below the top."""
+    from robust_stan.estimators import _lrv_mean, lrv_once
+
+    rng = np.random.default_rng(7)
+    G = np.vstack([rng.normal(size=(300, 9)), rng.normal(8, 1, size=(60, 9))])
+    kept = outlier_truncation(G, 0.2)
+    no_deeper_truncation, _ = _lrv_mean(G[kept], 0.0)
+    result = lrv_once(G, 0.2)
+    np.testing.assert_allclose(result.mean, no_deeper_truncation, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(result.mean, G[kept].mean(axis=0), rtol=1e-12, atol=1e-12)
+    assert result.kept_fraction == pytest.approx(kept.mean())
+    assert not np.allclose(result.mean, lrv(G, 0.2).mean)  # the literal version truncates again
 
 
 def test_shortest_interval_against_brute_force():

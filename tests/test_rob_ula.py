@@ -101,6 +101,18 @@ def test_generated_quantities_and_log_density_can_be_left_out(normal_known_sigma
     assert lean.diagnostics()["diverged_chains"] == 0
 
 
+def test_clean_gradient_total_is_the_mean_times_one_minus_epsilon_n(normal_known_sigma):
+    """(1 - epsilon) n times the plain mean is learning rate 1 - epsilon with total n: same chain."""
+    y = np.random.default_rng(8).normal(size=30)
+    kwargs = dict(estimator="mean", step_size=1e-3, iters=50, warmup=0, chains=2, seed=3, show_progress=False,
+                  generated_quantities=False, log_density=False)
+    clean = rs.rob_ula(normal_known_sigma, {"y": y, "sigma": 1.0}, epsilon=0.2, gradient_total="clean", **kwargs)
+    tempered = rs.rob_ula(normal_known_sigma, {"y": y, "sigma": 1.0}, epsilon=0.2, learning_rate=0.8, **kwargs)
+    plain = rs.rob_ula(normal_known_sigma, {"y": y, "sigma": 1.0}, epsilon=0.2, **kwargs)
+    np.testing.assert_allclose(clean.draws("mu"), tempered.draws("mu"), rtol=1e-12)
+    assert not np.allclose(clean.draws("mu"), plain.draws("mu"))
+
+
 def test_a_too_large_step_diverges_with_a_warning(normal_known_sigma):
     """eta lam = 30: the chain multiplies its distance to the mean by 29 each step."""
     y = np.random.default_rng(6).normal(size=30)
@@ -119,6 +131,7 @@ def test_a_too_large_step_diverges_with_a_warning(normal_known_sigma):
     ({"epsilon": 0.1, "estimator": "median"}, r"^estimator: unknown estimator 'median'"),
     ({"epsilon": 0.1, "divergence": rs.GammaD(0.3, form="original")}, r"^divergence: the original gamma form"),
     ({"epsilon": 0.1, "iters": 0}, r"^iters: "),
+    ({"epsilon": 0.1, "gradient_total": "N"}, r"^gradient_total: must be 'n' or 'clean'"),
 ])
 def test_bad_input(normal_known_sigma, kwargs, match):
     with pytest.raises(rs.RobustStanInputError, match=match):
