@@ -155,3 +155,18 @@ def prepare_data(
     out["n_batch"] = int(rows.size)
     out["batch"] = (rows + 1).astype(np.int64)
     return out, scaling
+
+
+def slice_rows(spec: ModelSpec, stan_data: dict, rows: np.ndarray, weight_factor: float = 1.0) -> dict:
+    """The prepared Stan data restricted to ``rows`` (0-based), each weight times
+    ``weight_factor`` (N / B makes a minibatch's loss an unbiased estimate of the
+    whole data's). Data computed from all rows (prior scales, standardisation)
+    stay as they were, so the batch program is the full one seen on fewer rows."""
+    out = dict(stan_data)
+    for name in spec.row_data_names():
+        out[name] = np.asarray(stan_data[name])[rows]
+    out["weights"] = out["weights"] * weight_factor
+    out["N"] = int(rows.size)
+    out["n_batch"] = int(rows.size)
+    out["batch"] = np.arange(1, rows.size + 1, dtype=np.int64)
+    return out

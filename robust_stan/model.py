@@ -151,11 +151,22 @@ class Model:
     def oracle(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                weights=None, mode: str = "posterior", oracle: str = "auto"):
         """A :class:`~robust_stan.oracles.GradientOracle` for the program with these data fixed."""
+        return self.oracle_for(self.stan_data(data, divergence, learning_rate, weights, mode), oracle)
+
+    def oracle_for(self, stan_data: dict, oracle: str = "auto"):
+        """A gradient oracle for already prepared Stan data (see :meth:`stan_data`)."""
         from .oracles import make_oracle
 
-        stan_data = self.stan_data(data, divergence, learning_rate, weights, mode)
         dimension = sum(copies * size for _, copies, size in self._parameter_layout(stan_data))
         return make_oracle(self.stan_code, stan_data, dimension, oracle)
+
+    def unconstrain_init(self, init: Mapping, stan_data: dict, scaling: Scaling) -> np.ndarray:
+        """A dict of every parameter's value (original scale) as an unconstrained vector."""
+        missing = sorted(set(self.spec.parameter_names) - set(init))
+        if missing:
+            raise RobustStanInputError(f"init: give a value for every parameter; missing {missing}")
+        values = self._chain_inits(init, 1, scaling)[0]
+        return self.oracle_for(stan_data).unconstrain(values)
 
     # -- NUTS ---------------------------------------------------------------------
     def sample(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
@@ -180,6 +191,38 @@ class Model:
         raw = program.sample(stan_data, settings, chain_inits)
         return Fit(self, raw, data=data, stan_data=stan_data, scaling=scaling, divergence=divergence,
                    learning_rate=stan_data["learning_rate"], settings=settings)
+
+    # -- variational inference ----------------------------------------------------
+    def variational(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
+                    weights=None, family: str = "meanfield", method: str = "robust-stan", draws: int = 1000,
+                    seed: int | None = None, show_progress: bool = True, **options):
+        """Variational approximation of the generalized posterior; returns a fit with draws from q.
+
+        ``method="robust-stan"`` (default) runs this library's driver
+        (:mod:`robust_stan.variational`) on either engine: a Gaussian q on the
+        unconstrained scale, ``family`` "meanfield" or "fullrank", fitted by Adam on
+        reparameterisation gradients. Its options, with CmdStanPy's names where they
+        exist: ``grad_samples=5`` draws per step, ``elbo_samples=100``, ``eta=0.05``
+        (Adam's step size, decayed as eta / sqrt(1 + t / eval_elbo)), ``iter=10000``,
+        ``tol_rel_obj=1e-5`` (stop when the ELBO, evaluated every ``eval_elbo=100``
+        steps at fixed draws on the average of the last eval_elbo iterates, changes by
+        less than this relative amount twice in a row; CmdStan's 0.01 stops far too
+        early for the variances), ``batch_size`` (rows per step; None = all),
+        ``init`` (a dict of parameter values) and ``oracle``.
+
+        ``method="advi"``, ``"pathfinder"`` and ``"laplace"`` run Stan's own
+        algorithms on the same program through CmdStanPy (CmdStan engine only);
+        ``options`` then go to CmdStanPy's method of that name.
+        """
+        from .variational import variational
+
+        if method == "robust-stan":
+            return variational(self, data, divergence, learning_rate, weights, family=family, draws=draws,
+                               seed=seed, show_progress=show_progress, **options)
+        from .stan_methods import run_stan_method
+
+        return run_stan_method(self, method, data, divergence, learning_rate, weights, family=family, draws=draws,
+                               seed=seed, show_progress=show_progress, **options)
 
     def _chain_inits(self, inits, chains: int, scaling: Scaling) -> list[dict] | None:
         if inits is None:

@@ -170,3 +170,30 @@ def make_oracle(stan_code: str, stan_data: dict, dimension: int, oracle: str = "
             raise RuntimeError(f"BridgeStan reports {found.dimension} unconstrained parameters, expected {dimension}")
         return found
     return HttpstanOracle(compile_program(stan_code, "httpstan", show_progress=show_progress), stan_data, dimension)
+
+
+def constrained_draws(oracle, thetas: np.ndarray, include_gqs: bool, seed: int) -> dict[str, np.ndarray]:
+    """Every Stan variable at every unconstrained draw ``thetas`` (chains, draws, d), as
+    (chains, draws, *shape); NaN where a draw is not finite (a chain that stopped)."""
+    chains, draws, _ = thetas.shape
+    first = next((i for i in np.ndindex(chains, draws) if np.all(np.isfinite(thetas[i]))), None)
+    if first is None:
+        raise RuntimeError("every chain diverged before its first draw (all states non-finite); try a smaller step size")
+    def constrained(theta, **seed):
+        values = oracle.constrain(theta, include_gqs, **seed)
+        # The program's parameters are `<name>_copies` (one copy in the posterior mode); the
+        # generated quantities repeat them under their own names, but may be left out.
+        for name in [k for k in values if k.endswith("_copies")]:
+            values.setdefault(name[: -len("_copies")], values[name][0])
+        if not oracle.fresh_generated_quantities:
+            values.pop("y_rep", None)  # the same noise at every draw: not a posterior predictive sample
+        return values
+
+    template = constrained(thetas[first], seed=seed)
+    out = {name: np.full((chains, draws) + np.shape(v), np.nan) for name, v in template.items()}
+    for c, t in np.ndindex(chains, draws):
+        if np.all(np.isfinite(thetas[c, t])):
+            values = constrained(thetas[c, t])
+            for name in out:
+                out[name][c, t] = values[name]
+    return out

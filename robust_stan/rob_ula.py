@@ -28,6 +28,7 @@ from .engines import RawDraws
 from .errors import RobustStanInputError, require_positive
 from .estimators import get_estimator
 from .fit import Fit
+from .oracles import constrained_draws
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,7 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
                     lp[c, j // thin] = posterior.log_density(theta[c], jacobian=True)
             bar.update()
 
-    variables = _constrained_draws(posterior, thetas, bool(generated_quantities), int(rng.integers(2**31)))
+    variables = constrained_draws(posterior, thetas, bool(generated_quantities), int(rng.integers(2**31)))
     sampler = {"lp__": lp} if log_density else {}
     sampler.update(step_size=np.full((chains, kept_draws), step_size), kept_fraction=kept)
     settings = RobULASettings(chains, warmup, iters, thin, int(seed or 0), float(epsilon),
@@ -196,29 +197,3 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     _, scaling = prepare_data(model.spec, data, divergence, learning_rate)
     return RobULAFit(model, RawDraws(variables, sampler), data=data, stan_data=stan_data, scaling=scaling,
                      divergence=divergence, learning_rate=learning_rate, settings=settings)
-
-
-def _constrained_draws(oracle, thetas: np.ndarray, include_gqs: bool, seed: int) -> dict[str, np.ndarray]:
-    """Every Stan variable at every draw, (chains, draws, *shape); NaN where the chain had stopped."""
-    chains, draws, _ = thetas.shape
-    first = next((i for i in np.ndindex(chains, draws) if np.all(np.isfinite(thetas[i]))), None)
-    if first is None:
-        raise RuntimeError("Rob-ULA: every chain diverged before its first draw; try a smaller step_size")
-    def constrained(theta, **seed):
-        values = oracle.constrain(theta, include_gqs, **seed)
-        # The program's parameters are `<name>_copies` (one copy in the posterior mode); the
-        # generated quantities repeat them under their own names, but may be left out.
-        for name in [k for k in values if k.endswith("_copies")]:
-            values.setdefault(name[: -len("_copies")], values[name][0])
-        if not oracle.fresh_generated_quantities:
-            values.pop("y_rep", None)  # the same noise at every draw: not a posterior predictive sample
-        return values
-
-    template = constrained(thetas[first], seed=seed)
-    out = {name: np.full((chains, draws) + np.shape(v), np.nan) for name, v in template.items()}
-    for c, t in np.ndindex(chains, draws):
-        if np.all(np.isfinite(thetas[c, t])):
-            values = constrained(thetas[c, t])
-            for name in out:
-                out[name][c, t] = values[name]
-    return out

@@ -175,6 +175,19 @@ class ModelSpec:
                 names.append(found[-1])
         return names
 
+    def row_data_names(self) -> list[str]:
+        """Data with one entry per observation: y, the weights, the family's per-row data
+        (binomial trials) and user data whose declaration's first size is N
+        (``vector[N] x``, ``matrix[N, P] X``, ``array[N] int g``, ...)."""
+        names = ["y", "weights"] + [name for name in self.family.extra_data if name == "trials"]
+        for statement in split_statements(self.data):
+            without_bounds = re.sub(r"<[^<>]*>", "", statement)
+            first_size = re.match(r"^\s*\w+\s*\[\s*([^,\]]+)", without_bounds)
+            found = _IDENTIFIER.findall(statement.split("]")[-1] if "]" in statement else statement)
+            if first_size and first_size.group(1).strip() == "N" and found:
+                names.append(found[-1])
+        return names
+
     def check(self) -> None:
         """Check the specification's own consistency (before any compile)."""
         expected = {a.name for a in self.family.args if not a.data_only}

@@ -1,0 +1,165 @@
+"""The variational driver: exact answers on a conjugate model, agreement with NUTS on a
+non-conjugate one, robustness of beta- and gamma-VI, minibatches, and bad input."""
+
+import numpy as np
+import pytest
+
+import robust_stan as rs
+from robust_stan.data import slice_rows
+from robust_stan.engines.cmdstan_engine import cmdstan_available
+
+from .conftest import ENGINE, regression_data
+
+
+@pytest.fixture(scope="module")
+def conjugate_regression():
+    """y ~ N(X b, 1), b ~ N(0, 10^2 I): the posterior is Gaussian with precision X'X + I/100."""
+    model = rs.custom("normal", data="int<lower=1> P; matrix[N, P] X;", parameters="vector[P] b;",
+                      priors="b ~ normal(0, 10);", mu="X[n] * b", sigma="1", engine=ENGINE)
+    model.compile(show_progress=False)
+    rng = np.random.default_rng(0)
+    n = 100
+    X = np.column_stack([np.ones(n), rng.normal(size=(n, 2))])
+    X[:, 2] += 0.8 * X[:, 1]  # correlated predictors: mean-field and full-rank answers differ
+    y = X @ np.array([1.0, -0.5, 2.0]) + rng.normal(size=n)
+    precision = X.T @ X + np.eye(3) / 100
+    cov = np.linalg.inv(precision)
+    return model, {"X": X, "y": y}, cov @ X.T @ y, cov, precision
+
+
+@pytest.mark.parametrize("family", ["meanfield", "fullrank"])
+def test_recovers_the_conjugate_posterior(conjugate_regression, family):
+    """The issue's targets: mean within 2% of the posterior sd; mean-field variances within 5%
+    of 1 / diag(precision) (the KL(q||p)-optimal mean-field Gaussian for a Gaussian target);
+    full-rank covariance within 5% (Frobenius, relative)."""
+    model, data, mean, cov, precision = conjugate_regression
+    fit = model.variational(data, family=family, seed=1, show_progress=False)
+    assert fit.settings.converged
+    sd = np.sqrt(np.diag(cov))
+    assert np.all(np.abs(fit.q.mean - mean) < 0.02 * sd)
+    if family == "meanfield":
+        np.testing.assert_allclose(np.diag(fit.q.cov), 1 / np.diag(precision), rtol=0.05)
+        # Mean-field is narrower than the marginals where the predictors are correlated (b[2], b[3]).
+        assert np.all(np.diag(fit.q.cov)[1:] < 0.9 * np.diag(cov)[1:])
+    else:
+        assert np.linalg.norm(fit.q.cov - cov) < 0.05 * np.linalg.norm(cov)
+    # The draws are q's: their mean is within 4 Monte Carlo standard errors of q's mean.
+    b = fit.draws("b").reshape(-1, 3)
+    assert np.all(np.abs(b.mean(axis=0) - fit.q.mean) < 4 * fit.q.sd / np.sqrt(len(b)))
+    idata = fit.to_arviz()
+    assert {"posterior", "sample_stats", "log_likelihood", "variational_elbo"} <= set(idata.groups())
+    assert idata.variational_elbo["elbo"].size == len(fit.elbo_trace["iteration"])
+    # log pi - log q is constant when q = pi up to normalisation: k-hat far below 0.7.
+    diagnostics = fit.diagnostics()
+    assert diagnostics["pareto_k"] < 0.5 and np.isfinite(diagnostics["elbo"])
+    if family == "fullrank":
+        # ELBO = log Z at the optimum: the model's log evidence (up to Stan's dropped prior
+        # constants), known in closed form; allowed: the fit's Monte Carlo error plus the
+        # stopping rule's resolution (relative ELBO change 1e-5).
+        n = len(data["y"])
+        resid = data["y"] - data["X"] @ mean
+        log_z = (-0.5 * n * np.log(2 * np.pi) - 0.5 * resid @ resid - 0.5 * mean @ mean / 100
+                 + 0.5 * 3 * np.log(2 * np.pi) - 0.5 * np.linalg.slogdet(precision)[1])
+        assert abs(fit.elbo - log_z) < 4 * fit.elbo_se + 1e-5 * abs(log_z)
+
+
+def test_minibatch_slices_are_exact_pieces_of_the_full_density(conjugate_regression):
+    """Two disjoint batches (weight factor 1) add up to the full log density, with the prior once."""
+    model, data, *_ = conjugate_regression
+    stan_data = model.stan_data(data)
+    theta = np.array([0.3, -0.2, 1.1])
+    rows = np.random.default_rng(2).permutation(100)
+    first, second = (model.oracle_for(slice_rows(model.spec, stan_data, np.sort(r))) for r in (rows[:37], rows[37:]))
+    prior = model.log_density(data, theta, mode="prior")
+    full = model.log_density(data, theta)
+    assert first.log_density(theta) + second.log_density(theta) - prior == pytest.approx(full, rel=1e-12)
+
+
+def test_minibatch_fit_finds_the_posterior_mean(conjugate_regression):
+    """Batches of 20 of 100 rows: unbiased gradients, so the fitted mean is still the posterior
+    mean, up to the optimiser's remaining noise (checked at a quarter of a posterior sd)."""
+    model, data, mean, cov, _ = conjugate_regression
+    fit = model.variational(data, family="fullrank", batch_size=20, seed=3, show_progress=False)
+    assert np.all(np.abs(fit.q.mean - mean) < 0.25 * np.sqrt(np.diag(cov)))
+
+
+def test_full_rank_matches_nuts_on_logistic_regression():
+    """A non-conjugate posterior (n = 300, 3 coefficients): the full-rank Gaussian's mean is
+    within 0.1 posterior sd of NUTS's (whose own Monte Carlo error is about 0.02 sd)."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(300, 2))
+    y = (rng.uniform(size=300) < 1 / (1 + np.exp(-(0.5 + X @ [1.0, -1.5])))).astype(int)
+    model = rs.glm("bernoulli", standardize=False, engine=ENGINE)
+    data = {"X": X, "y": y}
+    nuts = model.sample(data, chains=4, iter_sampling=1000, seed=5, show_progress=False)
+    vi = model.variational(data, family="fullrank", seed=5, show_progress=False)
+    for name in ("alpha", "b"):
+        nuts_draws = nuts.draws(name).reshape(4000, -1)
+        difference = vi.draws(name).reshape(1000, -1).mean(axis=0) - nuts_draws.mean(axis=0)
+        assert np.all(np.abs(difference) < 0.1 * nuts_draws.std(axis=0)), (name, difference)
+
+
+def test_beta_and_gamma_vi_downweight_planted_outliers(glm_normal_standardized):
+    """10% of outcomes shifted by 10 sd: KL-VI's coefficients follow them, beta- and gamma-VI's
+    predictions on clean test data stay close (predictive RMSE of the posterior-mean fit)."""
+    data, _, b_true, _ = regression_data(n=200, p=3, outlier_fraction=0.1, seed=6)
+    rng = np.random.default_rng(7)
+    X_test = rng.normal(size=(500, 3))
+    y_test = 1.0 + X_test @ b_true + rng.normal(size=500)
+
+    def rmse(divergence):
+        fit = glm_normal_standardized.variational(data, divergence, family="meanfield", seed=8,
+                                                  show_progress=False)
+        prediction = fit.draws("alpha").mean() + X_test @ fit.draws("b").reshape(-1, 3).mean(axis=0)
+        return np.sqrt(np.mean((y_test - prediction) ** 2))
+
+    kl, beta, gamma = rmse(rs.KL()), rmse(rs.BetaD(0.3)), rmse(rs.GammaD(0.3))
+    assert beta < 0.8 * kl and gamma < 0.8 * kl, (kl, beta, gamma)
+    assert beta < 1.2 and gamma < 1.2  # the noise sd is 1
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"eta": 0.0}, r"^eta: must be positive"),
+    ({"eta": -0.1}, r"^eta: "),
+    ({"learning_rate": 0.0}, r"^learning_rate: "),
+    ({"draws": 0}, r"^draws: must be an integer >= 1"),
+    ({"grad_samples": 0}, r"^grad_samples: "),
+    ({"family": "normalizing_flow"}, r"^family: the variational driver knows \['meanfield', 'fullrank'\]"),
+    ({"batch_size": 500}, r"^batch_size: at most the 100 rows"),
+    ({"batch_size": 10, "divergence": rs.GammaD(0.3, form="original")}, r"^batch_size: the original gamma form"),
+    ({"method": "nuts"}, r"^method: choose 'robust-stan' or one of Stan's"),
+    ({"init": {"c": 1.0}}, r"^init: give a value for every parameter; missing \['b'\]"),
+])
+def test_bad_input(conjugate_regression, kwargs, match):
+    model, data, *_ = conjugate_regression
+    with pytest.raises(rs.RobustStanInputError, match=match):
+        model.variational(data, show_progress=False, **kwargs)
+
+
+@pytest.mark.skipif(ENGINE == "cmdstan", reason="checks the message on engines without Stan's own ADVI")
+@pytest.mark.parametrize("method", ["advi", "pathfinder", "laplace"])
+def test_stan_methods_need_cmdstan(conjugate_regression, method):
+    model, data, *_ = conjugate_regression
+    with pytest.raises(rs.RobustStanInputError, match=rf"^method: '{method}' is Stan's own algorithm, provided by "
+                                                      r"the CmdStan engine .* runs on the 'httpstan' engine"):
+        model.variational(data, method=method, show_progress=False)
+
+
+@pytest.mark.skipif(not cmdstan_available(), reason="CmdStan is not installed (cmdstanpy.cmdstan_path() finds "
+                                                    "none); install it with python -m cmdstanpy.install_cmdstan")
+@pytest.mark.parametrize("method", ["advi", "pathfinder", "laplace"])
+def test_stan_methods_on_cmdstan_target_the_same_posterior(method):
+    """Stan's own methods on the conjugate model: means within 0.2 posterior sd (ADVI's own
+    stopping rule is loose) and a fit object like ours."""
+    model = rs.custom("normal", data="int<lower=1> P; matrix[N, P] X;", parameters="vector[P] b;",
+                      priors="b ~ normal(0, 10);", mu="X[n] * b", sigma="1", engine="cmdstan")
+    rng = np.random.default_rng(0)
+    X = np.column_stack([np.ones(100), rng.normal(size=(100, 2))])
+    y = X @ np.array([1.0, -0.5, 2.0]) + rng.normal(size=100)
+    precision = X.T @ X + np.eye(3) / 100
+    mean = np.linalg.solve(precision, X.T @ y)
+    fit = model.variational({"X": X, "y": y}, method=method, family="fullrank", draws=2000, seed=1,
+                            show_progress=False)
+    b = fit.draws("b").reshape(-1, 3)
+    assert np.all(np.abs(b.mean(axis=0) - mean) < 0.2 * np.sqrt(np.diag(np.linalg.inv(precision))))
+    assert "posterior" in fit.to_arviz().groups()
