@@ -49,10 +49,12 @@ def test_recovers_the_conjugate_posterior(conjugate_regression, family):
     idata = fit.to_arviz()
     assert {"posterior", "sample_stats", "log_likelihood", "variational_elbo"} <= set(idata.groups())
     assert idata.variational_elbo["elbo"].size == len(fit.elbo_trace["iteration"])
-    # log pi - log q is constant when q = pi up to normalisation: k-hat far below 0.7.
     diagnostics = fit.diagnostics()
-    assert diagnostics["pareto_k"] < 0.5 and np.isfinite(diagnostics["elbo"])
+    assert np.isfinite(diagnostics["elbo"]) and np.isfinite(diagnostics["pareto_k"])
     if family == "fullrank":
+        # log pi - log q is constant when q = pi up to normalisation: k-hat far below 0.7
+        # (the too-narrow mean-field q gives heavy-tailed weights, k-hat about 0.7, as it should).
+        assert diagnostics["pareto_k"] < 0.5
         # ELBO = log Z at the optimum: the model's log evidence (up to Stan's dropped prior
         # constants), known in closed form; allowed: the fit's Monte Carlo error plus the
         # stopping rule's resolution (relative ELBO change 1e-5).
