@@ -14,7 +14,9 @@ from .engines import COMPILE_COUNTS, resolve_engine
 from .errors import RobustStanInputError, StanCompileError
 from .families import FAMILIES
 from .fit import Fit
+from .influence import influence, plot_influence
 from .model import Model
+from .neural_network import mlp
 from .resources import stan_include_path
 from .rob_ula import RobULAFit, rob_ula
 
@@ -31,6 +33,9 @@ __all__ = [
     "StanCompileError",
     "custom",
     "glm",
+    "influence",
+    "plot_influence",
+    "mlp",
     "location",
     "rob_ula",
     "RobULAFit",

@@ -212,6 +212,7 @@ def custom(
     priors: str = "",
     engine: str = "auto",
     title: str | None = None,
+    vectorised: dict[str, str] | None = None,
     **args: str,
 ) -> Model:
     """A model from your own Stan fragments, e.g. a hierarchical regression::
@@ -229,8 +230,18 @@ def custom(
     expression for observation ``n``; one without ``n`` is shared by all rows.
     Outcomes are used as given (no standardisation): mind the units, since the
     beta and gamma losses are not invariant to them.
+
+    ``vectorised`` optionally gives, per argument, one Stan expression for all N
+    rows at once (e.g. ``{"mu": "X * b"}``); the posterior mode then evaluates
+    that instead of a loop over rows, which is much faster for matrix-heavy
+    arguments (a neural network's layers). The per-observation form is still
+    used per example; the two must agree.
     """
     fam = get_family(family)
+    vectorised = dict(vectorised or {})
+    unknown = sorted(set(vectorised) - set(args))
+    if unknown:
+        raise RobustStanInputError(f"vectorised: {unknown} are not arguments given to this model ({sorted(args)})")
     if not isinstance(parameters, str) or not parameters.strip():
         raise RobustStanInputError("parameters: give at least one Stan parameter declaration")
     spec = ModelSpec(
@@ -238,7 +249,7 @@ def custom(
         data=data,
         parameters=[ParameterDeclaration.parse(s) for s in split_statements(parameters)],
         priors=priors,  # kept line for line, so stanc errors map to the user's own lines
-        args={name: Argument(name, expr) for name, expr in args.items()},
+        args={name: Argument(name, expr, vectorised.get(name)) for name, expr in args.items()},
         title=title or f"robust-stan custom model, family {fam.name}",
         parameters_text=parameters,
         transformed_data=transformed_data,

@@ -77,8 +77,12 @@ def prepare_data(
     weights=None,
     mode: str = "posterior",
     batch=None,
+    scaling: Scaling | None = None,
 ) -> tuple[dict, Scaling]:
-    """Validate ``data`` and return (Stan data dict, outcome scaling)."""
+    """Validate ``data`` and return (Stan data dict, outcome scaling).
+
+    ``scaling`` imposes another data set's outcome scaling (test data seen by a
+    model fitted to training data); by default it is computed from ``data``."""
     if not isinstance(data, Mapping) and not hasattr(data, "columns"):
         raise RobustStanInputError(f"data: expected a dict of arrays (or a pandas DataFrame), got {type(data).__name__}")
     data = {k: data[k] for k in (data.columns if hasattr(data, "columns") else data)}
@@ -125,12 +129,15 @@ def prepare_data(
                 scale_b = 2.5 / np.where(sd > 0, sd, 1.0)
             out["prior_scale_b"] = scale_b
 
-    scaling = Scaling()
     y_fitted = y.astype(float) if family.continuous else y
-    if spec.standardize == "affine" and n > 1:
+    if scaling is not None:
+        pass
+    elif spec.standardize == "affine" and n > 1:
         scaling = Scaling(float(np.median(y)), robust_scale(y))
     elif spec.standardize == "scale" and n > 0:
         scaling = Scaling(0.0, float(np.median(y)) or float(np.mean(y)) or 1.0)
+    else:
+        scaling = Scaling()
     if spec.standardize and family.continuous:
         y_fitted = (y - scaling.center) / scaling.scale
     out["y"] = y_fitted

@@ -208,7 +208,8 @@ class Model:
         steps at fixed draws on the average of the last eval_elbo iterates, changes by
         less than this relative amount twice in a row; CmdStan's 0.01 stops far too
         early for the variances), ``batch_size`` (rows per step; None = all),
-        ``init`` (a dict of parameter values) and ``oracle``.
+        ``init`` (a dict of parameter values), ``warm_start`` (a previous fit's
+        ``q`` to start from) and ``oracle``.
 
         ``method="advi"``, ``"pathfinder"`` and ``"laplace"`` run Stan's own
         algorithms on the same program through CmdStanPy (CmdStan engine only);

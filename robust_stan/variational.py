@@ -89,6 +89,12 @@ class _Parameters:
     def initial(self, mean: np.ndarray) -> np.ndarray:
         return np.concatenate([mean, np.zeros(self.size - self.d)])
 
+    def from_q(self, q: GaussianQ) -> np.ndarray:
+        """The vector of a given q (a warm start); a full-rank q loses its off-diagonal for mean-field."""
+        if q.mean.shape != (self.d,):
+            raise RobustStanInputError(f"warm_start: q has dimension {q.mean.size}, the model {self.d}")
+        return np.concatenate([q.mean, np.log(np.diag(q.cholesky)), q.cholesky[self.lower]])
+
     def q(self, vector: np.ndarray) -> GaussianQ:
         d = self.d
         L = np.diag(np.exp(vector[d:2 * d]))
@@ -223,7 +229,8 @@ def variational(model, data: Mapping, divergence: Divergence | None = None, lear
                 weights=None, family: str = "meanfield", draws: int = 1000, grad_samples: int = 5,
                 elbo_samples: int = 100, eta: float = 0.05, iter: int = 10_000, tol_rel_obj: float = 1e-5,
                 eval_elbo: int = 100, batch_size: int | None = None, seed: int | None = None,
-                init: Mapping | None = None, show_progress: bool = True, oracle: str = "auto") -> VariationalFit:
+                init: Mapping | None = None, warm_start: GaussianQ | None = None, show_progress: bool = True,
+                oracle: str = "auto") -> VariationalFit:
     """Fit a Gaussian q to the generalized posterior; see :meth:`robust_stan.Model.variational`."""
     if family not in FAMILIES:
         raise RobustStanInputError(f"family: the variational driver knows {list(FAMILIES)}, not {family!r}")
@@ -243,8 +250,11 @@ def variational(model, data: Mapping, divergence: Divergence | None = None, lear
     rng = np.random.default_rng(seed)
     target = _Target(model, stan_data, divergence, batch_size, oracle, rng)
     parameters = _Parameters(family, target.dimension)
-    start = np.zeros(target.dimension) if init is None else model.unconstrain_init(init, stan_data, scaling)
-    vector = parameters.initial(start)
+    if warm_start is not None:
+        vector = parameters.from_q(warm_start)
+    else:
+        start = np.zeros(target.dimension) if init is None else model.unconstrain_init(init, stan_data, scaling)
+        vector = parameters.initial(start)
 
     # Adam, ascending the ELBO; step size eta / sqrt(1 + t / eval_elbo). q is reported as the
     # average of the later half of the iterates (see _tail_average).

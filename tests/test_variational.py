@@ -165,3 +165,29 @@ def test_stan_methods_on_cmdstan_target_the_same_posterior(method):
     b = fit.draws("b").reshape(-1, 3)
     assert np.all(np.abs(b.mean(axis=0) - mean) < 0.2 * np.sqrt(np.diag(np.linalg.inv(precision))))
     assert "posterior" in fit.to_arviz().groups()
+
+
+def test_influence_of_one_moved_outcome(glm_normal_standardized):
+    """Moving y[0] out to 30 (about 10 sd away): under KL the fitted sigma^2 grows by about
+    (30 - fit)^2 / n = 18 and the test log-likelihood falls by far more than 0.3; the beta fit
+    rejects the point, so its test log-likelihood stays within 0.05 (refit noise is ~1e-3)."""
+    data, _, b, _ = regression_data(n=50, p=2, outlier_fraction=0.0, seed=3)
+    rng = np.random.default_rng(1)
+    X_test = rng.normal(size=(300, 2))
+    test = {"X": X_test, "y": 1 + X_test @ b + rng.normal(size=300)}
+    values = [5.0, 15.0, 30.0]
+    tables = {}
+    for label, divergence in (("KL", rs.KL()), ("beta", rs.BetaD(0.3))):
+        fit = glm_normal_standardized.variational(data, divergence, seed=1, show_progress=False)
+        tables[label] = rs.influence(fit, data, 0, values, test)
+        assert list(tables[label]["value"]) == values
+    assert tables["KL"]["change"].iloc[-1] < -0.3
+    assert np.all(np.diff(tables["KL"]["change"]) < 0)  # the further, the worse
+    assert np.all(np.abs(tables["beta"]["change"]) < 0.05)
+    ax = rs.plot_influence(tables)
+    assert len(ax.get_lines()) == 3  # two curves and the zero line
+    with pytest.raises(rs.RobustStanInputError, match=r"^index: must be a row number in 0..49"):
+        rs.influence(fit, data, 50, values, test)
+    nuts_like = object()
+    with pytest.raises(rs.RobustStanInputError, match=r"^fit: give a variational fit"):
+        rs.influence(nuts_like, data, 0, values, test)

@@ -1,0 +1,96 @@
+"""Influence of one training point on a test log-likelihood, by refitting (Futami et al. 2018).
+
+The point's value is moved along a path; at each value the variational fit is
+redone from the previous one's q (a warm start), and the average test
+log-likelihood log mean_s p(y_test_i | theta_s) is computed at draws made from
+the same standard-normal numbers every time, so the curve is smooth in the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.special import logsumexp
+
+from .data import prepare_data
+from .divergences import Divergence
+from .errors import RobustStanInputError
+
+
+def _moved(data: Mapping, variable: str, index: int, column: int | None, value) -> dict:
+    out = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in data.items()}
+    array = np.array(data[variable], dtype=float, copy=True)
+    if column is None:
+        array[index] = value
+    else:
+        array[index, column] = value
+    out[variable] = array.astype(np.asarray(data[variable]).dtype) if np.asarray(data[variable]).dtype.kind in "iu" \
+        else array
+    return out
+
+
+def held_out_log_likelihood(fit, test_data: Mapping, thetas: np.ndarray) -> float:
+    """Average over the test rows of log mean_s p(y_i | theta_s), thetas unconstrained (S, d)."""
+    model = fit.model
+    stan_data, _ = prepare_data(model.spec, test_data, fit.divergence, scaling=fit.scaling)
+    oracle = model.oracle_for(stan_data)
+    log_lik = np.array([oracle.constrain(theta, include_gqs=True)["log_lik"] for theta in thetas])
+    if model.spec.standardize and model.spec.family.continuous:
+        log_lik = log_lik - np.log(fit.scaling.scale)  # densities on the outcome's own scale
+    return float(np.mean(logsumexp(log_lik, axis=0) - np.log(len(thetas))))
+
+
+def influence(fit, data: Mapping, index: int, values: Sequence, test_data: Mapping, *, variable: str = "y",
+              column: int | None = None, draws: int = 200, seed: int = 0, **options) -> pd.DataFrame:
+    """How the test log-likelihood moves when training point ``index`` takes each of ``values``.
+
+    ``fit`` is a variational fit of the model to ``data`` (see
+    :meth:`robust_stan.Model.variational`); its divergence, learning rate and
+    family are reused, and each refit starts from the previous q. ``variable``
+    and ``column`` say what is moved (``"y"``, or ``"X"`` with a column). Returns
+    a table with one row per value: ``value``, ``test_loglik`` and ``change``
+    (from the fit's own test log-likelihood). ``options`` go to the refits.
+    """
+    from .variational import VariationalFit
+
+    if not isinstance(fit, VariationalFit):
+        raise RobustStanInputError("fit: give a variational fit (model.variational(...)); influence refits it "
+                                   "from its q at each value")
+    n = len(np.asarray(data["y"]))
+    if not isinstance(index, (int, np.integer)) or not 0 <= index < n:
+        raise RobustStanInputError(f"index: must be a row number in 0..{n - 1}, got {index!r}")
+    if variable not in data:
+        raise RobustStanInputError(f"variable: {variable!r} is not in the data")
+    values = np.asarray(values, dtype=float).ravel()
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        raise RobustStanInputError("values: give at least one finite value")
+    eps = np.random.default_rng(seed).standard_normal((draws, fit.q.mean.size))
+    baseline = held_out_log_likelihood(fit, test_data, fit.q.mean + eps @ fit.q.cholesky.T)
+    rows, q = [], fit.q
+    settings = fit.settings
+    for value in values:
+        refit = fit.model.variational(
+            _moved(data, variable, index, column, value), fit.divergence, learning_rate=fit.learning_rate,
+            family=settings.family, warm_start=q, draws=2, seed=seed, show_progress=False,
+            **{"grad_samples": settings.grad_samples, "eta": settings.eta, **options})
+        q = refit.q
+        loglik = held_out_log_likelihood(refit, test_data, q.mean + eps @ q.cholesky.T)
+        rows.append({"value": value, "test_loglik": loglik, "change": loglik - baseline})
+    return pd.DataFrame(rows)
+
+
+def plot_influence(tables: Mapping[str, pd.DataFrame], ax=None, xlabel: str = "value of the moved point"):
+    """Plot ``change`` against ``value`` for each labelled table (e.g. {"KL": ..., "beta": ...})."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.5))
+    for label, table in tables.items():
+        ax.plot(table["value"], table["change"], marker="o", label=label)
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("change in test log-likelihood")
+    ax.legend()
+    return ax
