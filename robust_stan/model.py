@@ -208,8 +208,10 @@ class Model:
         steps at fixed draws on the average of the last eval_elbo iterates, changes by
         less than this relative amount twice in a row; CmdStan's 0.01 stops far too
         early for the variances), ``batch_size`` (rows per step; None = all),
-        ``init`` (a dict of parameter values), ``warm_start`` (a previous fit's
-        ``q`` to start from) and ``oracle``.
+        ``init`` (a dict of parameter values; by default q's mean starts uniform on
+        (-init_radius, init_radius), ``init_radius=2`` as in Stan), ``init_sd=1``
+        (q's starting sd; small values suit neural networks), ``warm_start`` (a
+        previous fit's ``q`` to start from) and ``oracle``.
 
         ``method="advi"``, ``"pathfinder"`` and ``"laplace"`` run Stan's own
         algorithms on the same program through CmdStanPy (CmdStan engine only);

@@ -1,12 +1,13 @@
 """A neural network as a robust-stan custom specification (Futami et al. 2018's benchmarks).
 
-Two hidden layers of H ReLU units (H is data, 20 in the paper), a Gaussian output
-(regression, with noise sd sigma) or a Bernoulli output (classification, logit
-link). It is an ordinary :func:`robust_stan.custom` model: the per-row expression
+Two hidden layers of H ReLU units (H is data, 20 in the paper), a Gaussian or
+Student-t output (regression, with scale sigma; the t's nu is learned) or a
+Bernoulli output (classification, logit link). It is an ordinary :func:`robust_stan.custom` model: the per-row expression
 serves the per-example mode and a vectorised one the posterior mode.
 
 Data: ``X`` (N x P, inputs best standardised), ``y``, ``H``. Priors: every weight
-and bias N(0, 1); sigma ~ exponential(1) (standardise y for regression).
+and bias N(0, 1); sigma ~ exponential(1) (standardise y for regression);
+nu ~ gamma(2, 0.1).
 """
 
 from __future__ import annotations
@@ -23,15 +24,20 @@ _ALL_ROWS = "fmax(fmax(X * W1 + rep_matrix(b1', N), 0) * W2 + rep_matrix(b2', N)
 
 
 def mlp(family: str = "normal", engine: str = "auto") -> Model:
-    """A two-hidden-layer ReLU network: ``family`` "normal" (regression) or "bernoulli"
-    (classification). The width H is data, so every width shares one compiled program."""
+    """A two-hidden-layer ReLU network: ``family`` "normal" or "student_t" (regression) or
+    "bernoulli" (classification). The width H is data, so every width shares one compiled program."""
     data = "int<lower=1> P; matrix[N, P] X; int<lower=1> H;"
     title = f"robust-stan neural network, two ReLU layers, {family} output"
     if family == "normal":
         return custom("normal", data=data, parameters=_PARAMETERS + " real<lower=0> sigma;",
                       priors=_PRIORS + " sigma ~ exponential(1);", mu=_PER_ROW, sigma="sigma",
                       vectorised={"mu": _ALL_ROWS}, engine=engine, title=title)
+    if family == "student_t":
+        return custom("student_t", data=data, parameters=_PARAMETERS + " real<lower=0> sigma; real<lower=1> nu;",
+                      priors=_PRIORS + " sigma ~ exponential(1); nu ~ gamma(2, 0.1);", nu="nu", mu=_PER_ROW,
+                      sigma="sigma", vectorised={"mu": _ALL_ROWS}, engine=engine, title=title)
     if family == "bernoulli":
         return custom("bernoulli", data=data, parameters=_PARAMETERS, priors=_PRIORS, eta=_PER_ROW,
                       vectorised={"eta": _ALL_ROWS}, engine=engine, title=title)
-    raise RobustStanInputError(f"family: the network has a 'normal' or 'bernoulli' output, not {family!r}")
+    raise RobustStanInputError(
+        f"family: the network has a 'normal', 'student_t' or 'bernoulli' output, not {family!r}")

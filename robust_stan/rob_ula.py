@@ -112,9 +112,10 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     Chains start at theta_0 ~ N(0, init_scale^2 I) on the unconstrained scale.
 
     Default step size: 0.1 / lambda_max, with lambda_max the largest eigenvalue
-    of the Hessian of -log posterior (mean-gradient version) at the first
-    chain's start, by power iteration on finite differences of the gradient;
-    the paper's bound is eta <= 1/(n L). A chain whose state or gradient stops
+    of the Jacobian of the robust drift (the chosen estimator's gradient of
+    -log posterior, as the steps use it) at the first chain's start, by power
+    iteration on finite differences; so outliers the estimator drops do not
+    shrink the step. The paper's bound is eta <= 1/(n L). A chain whose state or gradient stops
     being finite is stopped with a warning; its later draws are NaN.
 
     Each kept draw costs, besides the step, one full log density (``lp`` in
@@ -146,8 +147,14 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     rng = np.random.default_rng(seed)
     theta = rng.normal(scale=init_scale, size=(chains, d))
 
+    def robust_drift(point: np.ndarray) -> np.ndarray:
+        """The robust estimate of the gradient of -log posterior at one point (what a step follows)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            result = estimate(per_example.gradients(point), epsilon)
+        return learning_rate * total * result.mean - prior.gradient(point, jacobian=True)
+
     if step_size is None:
-        step_size = curvature_step_size(lambda t: -posterior.gradient(t, jacobian=True), theta[0], rng)
+        step_size = curvature_step_size(robust_drift, theta[0], rng)
 
     kept_draws = iters // thin
     thetas = np.full((chains, kept_draws, d), np.nan)

@@ -79,15 +79,17 @@ class GaussianQ:
 
 class _Parameters:
     """The variational parameters as one vector: mu, then log of L's diagonal,
-    then (full-rank only) the strictly lower triangle of L, row by row."""
+    then (full-rank only) the strictly lower triangle of L, row by row.
+    Mean-field steps work with the sd vector alone (no d x d matrices)."""
 
     def __init__(self, family: str, d: int):
         self.family, self.d = family, d
-        self.lower = np.tril_indices(d, -1) if family == "fullrank" else (np.array([], int), np.array([], int))
+        self.meanfield = family == "meanfield"
+        self.lower = (np.array([], int), np.array([], int)) if self.meanfield else np.tril_indices(d, -1)
         self.size = 2 * d + self.lower[0].size
 
-    def initial(self, mean: np.ndarray) -> np.ndarray:
-        return np.concatenate([mean, np.zeros(self.size - self.d)])
+    def initial(self, mean: np.ndarray, sd: float) -> np.ndarray:
+        return np.concatenate([mean, np.full(self.d, math.log(sd)), np.zeros(self.size - 2 * self.d)])
 
     def from_q(self, q: GaussianQ) -> np.ndarray:
         """The vector of a given q (a warm start); a full-rank q loses its off-diagonal for mean-field."""
@@ -95,13 +97,23 @@ class _Parameters:
             raise RobustStanInputError(f"warm_start: q has dimension {q.mean.size}, the model {self.d}")
         return np.concatenate([q.mean, np.log(np.diag(q.cholesky)), q.cholesky[self.lower]])
 
-    def q(self, vector: np.ndarray) -> GaussianQ:
+    def cholesky(self, vector: np.ndarray) -> np.ndarray:
         d = self.d
         L = np.diag(np.exp(vector[d:2 * d]))
         L[self.lower] = vector[2 * d:]
-        return GaussianQ(self.family, vector[:d].copy(), L)
+        return L
 
-    def elbo_gradient(self, q: GaussianQ, eps: np.ndarray, g: np.ndarray) -> np.ndarray:
+    def q(self, vector: np.ndarray) -> GaussianQ:
+        return GaussianQ(self.family, vector[:self.d].copy(), self.cholesky(vector))
+
+    def draws(self, vector: np.ndarray, eps: np.ndarray) -> np.ndarray:
+        """theta_s = mu + L eps_s for each row of eps."""
+        d = self.d
+        if self.meanfield:
+            return vector[:d] + eps * np.exp(vector[d:2 * d])
+        return vector[:d] + eps @ self.cholesky(vector).T
+
+    def elbo_gradient(self, vector: np.ndarray, eps: np.ndarray, g: np.ndarray) -> np.ndarray:
         """ELBO gradient from draws theta_s = mu + L eps_s and the target's gradients g_s there.
 
         The "sticking the landing" estimator (Roeder, Wu and Duvenaud 2017): the
@@ -112,12 +124,14 @@ class _Parameters:
         from scipy.linalg import solve_triangular
 
         d = self.d
-        path = g + solve_triangular(q.cholesky, eps.T, lower=True, trans="T").T  # g_s + L^-T eps_s
-        outer = path.T @ eps / len(g)                                           # mean_s path_s eps_s'
-        return np.concatenate([path.mean(axis=0), np.diag(outer) * np.diag(q.cholesky), outer[self.lower]])
-
-    def average(self, vectors: list[np.ndarray]) -> np.ndarray:
-        return np.mean(vectors, axis=0)
+        if self.meanfield:
+            sd = np.exp(vector[d:2 * d])
+            path = g + eps / sd
+            return np.concatenate([path.mean(axis=0), (path * eps).mean(axis=0) * sd])
+        L = self.cholesky(vector)
+        path = g + solve_triangular(L, eps.T, lower=True, trans="T").T  # g_s + L^-T eps_s
+        outer = path.T @ eps / len(g)                                  # mean_s path_s eps_s'
+        return np.concatenate([path.mean(axis=0), np.diag(outer) * np.diag(L), outer[self.lower]])
 
 
 class _Target:
@@ -134,6 +148,15 @@ class _Target:
             raise RobustStanInputError(
                 "batch_size: the original gamma form is not a sum over observations, so a minibatch gives no "
                 "unbiased estimate of it; run it full-batch (batch_size=None) or use rs.GammaD(gamma)")
+        # With minibatches the ELBO is tracked on a fixed random subset of rows (weights
+        # N / m: an unbiased estimate that moves only with q); the final one uses all rows.
+        self.tracking = self.full
+        if batch_size is not None:
+            m = min(self.n, max(1000, 10 * batch_size))
+            if m < self.n:
+                rows = np.sort(rng.choice(self.n, size=m, replace=False))
+                self.tracking = make_oracle(model.stan_code, slice_rows(model.spec, stan_data, rows, self.n / m),
+                                            self.dimension, oracle)
 
     def gradients(self, thetas: np.ndarray) -> np.ndarray:
         """(S, d) gradients of log pi (a minibatch estimate when batch_size is set) at each row."""
@@ -144,9 +167,10 @@ class _Target:
             oracle = make_oracle(self.model.stan_code, batch, self.dimension, self.oracle_kind)
         return np.array([oracle.gradient(theta, jacobian=True) for theta in thetas])
 
-    def log_density(self, thetas: np.ndarray) -> np.ndarray:
-        """log pi (full data) at each row of ``thetas``."""
-        return np.array([self.full.log_density(theta, jacobian=True) for theta in thetas])
+    def log_density(self, thetas: np.ndarray, tracking: bool = False) -> np.ndarray:
+        """log pi at each row of ``thetas``: all rows, or (tracking=True) the tracking subset's estimate."""
+        oracle = self.tracking if tracking else self.full
+        return np.array([oracle.log_density(theta, jacobian=True) for theta in thetas])
 
 
 @dataclass(frozen=True)
@@ -229,7 +253,8 @@ def variational(model, data: Mapping, divergence: Divergence | None = None, lear
                 weights=None, family: str = "meanfield", draws: int = 1000, grad_samples: int = 5,
                 elbo_samples: int = 100, eta: float = 0.05, iter: int = 10_000, tol_rel_obj: float = 1e-5,
                 eval_elbo: int = 100, batch_size: int | None = None, seed: int | None = None,
-                init: Mapping | None = None, warm_start: GaussianQ | None = None, show_progress: bool = True,
+                init: Mapping | None = None, init_radius: float = 2.0, init_sd: float = 1.0,
+                warm_start: GaussianQ | None = None, show_progress: bool = True,
                 oracle: str = "auto") -> VariationalFit:
     """Fit a Gaussian q to the generalized posterior; see :meth:`robust_stan.Model.variational`."""
     if family not in FAMILIES:
@@ -241,6 +266,9 @@ def variational(model, data: Mapping, divergence: Divergence | None = None, lear
     eval_elbo = _check_count("eval_elbo", eval_elbo)
     eta = require_positive("eta", eta)
     tol_rel_obj = require_positive("tol_rel_obj", tol_rel_obj)
+    init_sd = require_positive("init_sd", init_sd)
+    if not (isinstance(init_radius, (int, float)) and init_radius >= 0):
+        raise RobustStanInputError(f"init_radius: must be a number >= 0, got {init_radius!r}")
     divergence = as_divergence(divergence)
     stan_data, scaling = prepare_data(model.spec, data, divergence, learning_rate, weights)
     if batch_size is not None:
@@ -253,8 +281,11 @@ def variational(model, data: Mapping, divergence: Divergence | None = None, lear
     if warm_start is not None:
         vector = parameters.from_q(warm_start)
     else:
-        start = np.zeros(target.dimension) if init is None else model.unconstrain_init(init, stan_data, scaling)
-        vector = parameters.initial(start)
+        if init is None:
+            start = rng.uniform(-init_radius, init_radius, target.dimension)
+        else:
+            start = model.unconstrain_init(init, stan_data, scaling)
+        vector = parameters.initial(start, init_sd)
 
     # Adam, ascending the ELBO; step size eta / sqrt(1 + t / eval_elbo). q is reported as the
     # average of the later half of the iterates (see _tail_average).
@@ -269,13 +300,12 @@ def variational(model, data: Mapping, divergence: Divergence | None = None, lear
     with tqdm(total=iter, desc=f"variational ({family})", unit="it", disable=not show_progress,
               file=sys.stderr) as bar:
         for t in range(1, iter + 1):
-            q = parameters.q(vector)
             eps = rng.standard_normal((grad_samples, target.dimension))
-            g = target.gradients(q.mean + eps @ q.cholesky.T)
+            g = target.gradients(parameters.draws(vector, eps))
             if not np.all(np.isfinite(g)):
                 raise RuntimeError(f"variational: the target's gradient is not finite at iteration {t}; try a "
                                    "smaller eta, or start from the ordinary (KL) fit with init=...")
-            grad = parameters.elbo_gradient(q, eps, g)
+            grad = parameters.elbo_gradient(vector, eps, g)
             m = beta1 * m + (1 - beta1) * grad
             v = beta2 * v + (1 - beta2) * grad**2
             step = eta / math.sqrt(1 + t / eval_elbo)
@@ -286,8 +316,10 @@ def variational(model, data: Mapping, divergence: Divergence | None = None, lear
                 continue
             window_sums.append(window_sum)
             window_sum = np.zeros_like(vector)
-            q = parameters.q(_tail_average(window_sums, eval_elbo))
-            elbo = float(np.mean(target.log_density(q.mean + elbo_eps @ q.cholesky.T))) + q.entropy()
+            vector_mean = _tail_average(window_sums, eval_elbo)
+            q = parameters.q(vector_mean)
+            elbo = float(np.mean(target.log_density(parameters.draws(vector_mean, elbo_eps), tracking=True)))
+            elbo += q.entropy()
             trace_iterations.append(t)
             trace_elbo.append(elbo)
             bar.set_postfix(elbo=f"{elbo:.5g}")

@@ -48,7 +48,7 @@ def test_gradient_matches_finite_differences(network):
 
 
 def test_unknown_family_and_vectorised_argument():
-    with pytest.raises(rs.RobustStanInputError, match=r"^family: the network has a 'normal' or 'bernoulli'"):
+    with pytest.raises(rs.RobustStanInputError, match=r"^family: the network has a 'normal', 'student_t' or 'bernoulli'"):
         rs.mlp("poisson")
     with pytest.raises(rs.RobustStanInputError, match=r"^vectorised: \['sigma'\] are not arguments"):
         rs.custom("normal", parameters="real m;", mu="m", vectorised={"sigma": "1"})

@@ -79,6 +79,20 @@ def test_default_step_size_comes_from_the_curvature(normal_known_sigma):
     assert fit.settings.step_size == pytest.approx(0.1 / lam, rel=1e-3)
 
 
+def test_default_step_size_ignores_the_curvature_of_dropped_outliers(glm_normal):
+    """20% of rows with x = 50 (high leverage): they add about 0.2 n 2500 / sigma^2 to the
+    Hessian of the plain mean's drift, against about n for the clean rows. The robust drift
+    drops them, so its step is hundreds of times larger than plain ULA's."""
+    rng = np.random.default_rng(9)
+    X = np.vstack([rng.normal(size=(80, 2)), np.full((20, 2), 50.0)])
+    y = 1 + X @ [1.0, -1.0] + rng.normal(size=100)
+    kwargs = dict(epsilon=0.2, iters=1, warmup=0, chains=1, seed=3, show_progress=False,
+                  generated_quantities=False, log_density=False)
+    robust = rs.rob_ula(glm_normal, {"X": X, "y": y}, estimator="lrv", **kwargs).settings.step_size
+    plain = rs.rob_ula(glm_normal, {"X": X, "y": y}, estimator="mean", **kwargs).settings.step_size
+    assert robust > 100 * plain
+
+
 def test_generated_quantities_and_log_density_can_be_left_out(normal_known_sigma):
     y = np.random.default_rng(5).normal(size=30)
     data = {"y": y, "sigma": 1.0}

@@ -1,0 +1,68 @@
+"""Data for the robust-VI benchmarks of Futami, Sato and Sugiyama (2018), from ../shared/data.
+
+Loaders for the UCI regression sets (Hernandez-Lobato and Adams's layout), spam and EEG
+eye state, and the paper's contamination: in a fraction of the training rows, noise
+N(mu_j, 2 sigma_j) (mu_j, sigma_j the column's mean and sd) is added to a random subset of
+input columns (half of them for regression, a quarter for classification) and to the
+output (regression) or the label is flipped (classification).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+REGRESSION_SETS = {"concrete": "concrete", "power_plant": "power-plant", "protein": "protein-tertiary-structure"}
+
+
+def load_regression(name: str, data_dir: Path = DATA_DIR) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs (n, D) and output (n,) of a UCI regression set."""
+    folder = data_dir / "UCI_Datasets" / REGRESSION_SETS[name] / "data"
+    table = np.loadtxt(folder / "data.txt")
+    features = np.loadtxt(folder / "index_features.txt", dtype=int, ndmin=1)
+    target = int(np.loadtxt(folder / "index_target.txt", dtype=int))
+    return table[:, features], table[:, target]
+
+
+def load_classification(name: str, data_dir: Path = DATA_DIR) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs (n, D) and 0/1 labels of spam or eeg."""
+    if name == "spam":
+        table = np.loadtxt(data_dir / "spambase" / "spambase.data", delimiter=",")
+    elif name == "eeg":
+        text = (data_dir / "eeg_eye_state" / "EEG_Eye_State.arff").read_text()
+        body = text[text.upper().index("@DATA") + len("@DATA"):]
+        table = np.array([[float(v) for v in line.split(",")] for line in body.split() if line.strip()])
+    else:
+        raise ValueError(f"unknown classification set {name!r}; choose spam or eeg")
+    return table[:, :-1], table[:, -1].astype(int)
+
+
+def split(n: int, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    order = rng.permutation(n)
+    n_test = int(round(test_fraction * n))
+    return order[n_test:], order[:n_test]
+
+
+def contaminate_inputs(X: np.ndarray, rows: np.ndarray, n_columns: int, rng: np.random.Generator) -> np.ndarray:
+    """Add N(mu_j, 2 sigma_j) noise to ``n_columns`` random columns j of the given rows."""
+    X = X.copy()
+    columns = rng.choice(X.shape[1], size=n_columns, replace=False)
+    mu, sigma = X.mean(axis=0), X.std(axis=0)
+    for j in columns:
+        X[rows, j] += rng.normal(mu[j], 2 * sigma[j], size=rows.size)
+    return X
+
+
+def standardiser(X: np.ndarray):
+    """Column means and sds of X (sd 1 for constant columns) and a function applying them."""
+    mean, sd = X.mean(axis=0), X.std(axis=0)
+    sd = np.where(sd > 0, sd, 1.0)
+    return lambda Z: (Z - mean) / sd
+
+
+def results_table(rows: list[dict], keys: list[str], value: str) -> pd.DataFrame:
+    """Mean and sd over splits of ``value``, one row per ``keys`` setting."""
+    return pd.DataFrame(rows).groupby(keys)[value].agg(["mean", "std", "count"])
