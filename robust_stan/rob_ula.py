@@ -26,7 +26,8 @@ from .data import prepare_data
 from .divergences import Divergence, as_divergence
 from .engines import RawDraws
 from .errors import RobustStanInputError, require_positive
-from .estimators import get_estimator
+from . import estimators
+from .estimators import get_estimator, outlier_truncation
 from .fit import Fit
 from .oracles import constrained_draws
 
@@ -112,10 +113,10 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     Chains start at theta_0 ~ N(0, init_scale^2 I) on the unconstrained scale.
 
     Default step size: 0.1 / lambda_max, with lambda_max the largest eigenvalue
-    of the Jacobian of the robust drift (the chosen estimator's gradient of
-    -log posterior, as the steps use it) at the first chain's start, by power
-    iteration on finite differences; so outliers the estimator drops do not
-    shrink the step. The paper's bound is eta <= 1/(n L). A chain whose state or gradient stops
+    of the Hessian of -log prior + w * total * (mean loss over the rows that
+    Algorithm 3 keeps at the first chain's start; all rows when epsilon = 0), by
+    power iteration on finite differences of its gradient. So outliers the
+    estimator drops do not shrink the step. The paper's bound is eta <= 1/(n L). A chain whose state or gradient stops
     being finite is stopped with a warning; its later draws are NaN.
 
     Each kept draw costs, besides the step, one full log density (``lp`` in
@@ -147,14 +148,19 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     rng = np.random.default_rng(seed)
     theta = rng.normal(scale=init_scale, size=(chains, d))
 
-    def robust_drift(point: np.ndarray) -> np.ndarray:
-        """The robust estimate of the gradient of -log posterior at one point (what a step follows)."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            result = estimate(per_example.gradients(point), epsilon)
-        return learning_rate * total * result.mean - prior.gradient(point, jacobian=True)
-
     if step_size is None:
-        step_size = curvature_step_size(robust_drift, theta[0], rng)
+        # Curvature of the mean loss over the rows Algorithm 3 keeps at the start: the
+        # estimator's own drift is only piecewise smooth (its kept sets change under the
+        # finite-difference probe), and the rows it drops must not shrink the step.
+        plain = estimate is estimators.mean  # ULA follows every row's curvature
+        with np.errstate(over="ignore", invalid="ignore"):
+            rows = np.flatnonzero(outlier_truncation(per_example.gradients(theta[0]), 0.0 if plain else epsilon))
+
+        def kept_rows_drift(point: np.ndarray) -> np.ndarray:
+            mean_gradient = per_example.gradients(point, batch=rows).mean(axis=0)
+            return learning_rate * total * mean_gradient - prior.gradient(point, jacobian=True)
+
+        step_size = curvature_step_size(kept_rows_drift, theta[0], rng)
 
     kept_draws = iters // thin
     thetas = np.full((chains, kept_draws, d), np.nan)
