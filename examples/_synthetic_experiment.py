@@ -77,10 +77,16 @@ def main(problem_name: str, description: str, warmup: int, iters: int, argv=None
                         help="vary one setting around the others")
     parser.add_argument("--prior", choices=("flat", "box"), default="flat")
     parser.add_argument("--nuts-beta", type=float, default=None,
-                        help="also sample the beta posterior with NUTS (1 chain; costly at large d)")
+                        help="also sample the beta posterior with NUTS (1 chain; costly at large d); "
+                             "needs --prior box")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel processes")
     parser.add_argument("--out", default=problem_name)
     args = parser.parse_args(argv)
+    if args.nuts_beta and args.prior == "flat":
+        # The beta loss is bounded in theta, so exp(-loss) tends to a constant far from
+        # the data: with a flat prior the beta posterior is improper and NUTS drifts off.
+        parser.error("--nuts-beta: the beta posterior is improper under the flat prior (the beta loss is "
+                     "bounded); add --prior box")
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

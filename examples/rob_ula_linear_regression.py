@@ -9,11 +9,11 @@ clean rows at the posterior mean.
 
 Writes a table (CSV) and a figure (PNG) into --out. The paper's defaults: d = 200,
 n_c = 1000, eps = 0.2, 100 burn-in and 300 kept iterations, 10 runs;
-``--sweep d|n|eps`` varies one setting around them, ``--nuts-beta`` adds the beta
-posterior sampled by NUTS.
+``--sweep d|n|eps`` varies one setting around them, ``--nuts-beta B --prior box`` adds
+the beta posterior sampled by NUTS (under the flat prior it is improper: the loss is bounded).
 
     python examples/rob_ula_linear_regression.py [--d 200] [--n-clean 1000] [--eps 0.2] [--runs 10]
-        [--sweep d|n|eps] [--prior flat|box] [--nuts-beta 0.1] [--jobs 2]
+        [--sweep d|n|eps] [--prior flat|box] [--nuts-beta 0.2 --prior box] [--jobs 2]
 """
 
 from __future__ import annotations
