@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import robust_stan as rs
+
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 REGRESSION_SETS = {"concrete": "concrete", "power_plant": "power-plant", "protein": "protein-tertiary-structure"}
 
@@ -66,3 +68,9 @@ def standardiser(X: np.ndarray):
 def results_table(rows: list[dict], keys: list[str], value: str) -> pd.DataFrame:
     """Mean and sd over splits of ``value``, one row per ``keys`` setting."""
     return pd.DataFrame(rows).groupby(keys)[value].agg(["mean", "std", "count"])
+
+
+def paper_learning_rate(divergence) -> float:
+    """Futami et al.'s scaling: their beta loss is ours times 1 + beta (DESIGN.md section 2),
+    so w = 1 + beta gives their objective; their gamma loss is our decomposable form as it is."""
+    return 1 + divergence.beta if isinstance(divergence, rs.BetaD) else 1.0

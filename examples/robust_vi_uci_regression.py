@@ -76,10 +76,8 @@ def predict(fit, X: np.ndarray) -> np.ndarray:
 
 
 def fit_network(family: str, data: dict, divergence, seed: int, iters: int):
-    # Futami et al.'s beta loss is ours times 1 + beta (DESIGN.md section 2): w = 1 + beta
-    # gives their objective. Their gamma loss is our decomposable form as it stands.
-    learning_rate = 1 + divergence.beta if isinstance(divergence, rs.BetaD) else 1.0
-    return rs.mlp(family).variational(data, divergence, learning_rate=learning_rate, family="meanfield", draws=100,
+    return rs.mlp(family).variational(data, divergence, learning_rate=_uci.paper_learning_rate(divergence),
+                                      family="meanfield", draws=100,
                                       seed=seed, iter=iters,
                                       batch_size=min(100, len(data["y"])), init_radius=0.5, init_sd=0.1,
                                       show_progress=False)
