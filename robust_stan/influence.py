@@ -48,10 +48,12 @@ def influence(fit, data: Mapping, index: int, values: Sequence, test_data: Mappi
 
     ``fit`` is a variational fit of the model to ``data`` (see
     :meth:`robust_stan.Model.variational`); its divergence, learning rate and
-    family are reused, and each refit starts from the previous q. ``variable``
-    and ``column`` say what is moved (``"y"``, or ``"X"`` with a column). Returns
-    a table with one row per value: ``value``, ``test_loglik`` and ``change``
-    (from the fit's own test log-likelihood). ``options`` go to the refits.
+    family are reused. Every refit starts from the fit's q with the same seed,
+    and so does a baseline refit on the unchanged data: ``change`` is the refit's
+    test log-likelihood minus the baseline's, so the optimiser's own noise (large
+    with minibatches) cancels. ``variable`` and ``column`` say what is moved
+    (``"y"``, or ``"X"`` with a column). Returns a table with one row per value:
+    ``value``, ``test_loglik`` and ``change``. ``options`` go to the refits.
     """
     from .variational import VariationalFit
 
@@ -67,16 +69,19 @@ def influence(fit, data: Mapping, index: int, values: Sequence, test_data: Mappi
     if values.size == 0 or not np.all(np.isfinite(values)):
         raise RobustStanInputError("values: give at least one finite value")
     eps = np.random.default_rng(seed).standard_normal((draws, fit.q.mean.size))
-    baseline = held_out_log_likelihood(fit, test_data, fit.q.mean + eps @ fit.q.cholesky.T)
-    rows, q = [], fit.q
     settings = fit.settings
-    for value in values:
+
+    def refit_test_loglik(training_data: Mapping) -> float:
         refit = fit.model.variational(
-            _moved(data, variable, index, column, value), fit.divergence, learning_rate=fit.learning_rate,
-            family=settings.family, warm_start=q, draws=2, seed=seed, show_progress=False,
+            training_data, fit.divergence, learning_rate=fit.learning_rate, family=settings.family,
+            warm_start=fit.q, draws=2, seed=seed, show_progress=False,
             **{"grad_samples": settings.grad_samples, "eta": settings.eta, **options})
-        q = refit.q
-        loglik = held_out_log_likelihood(refit, test_data, q.mean + eps @ q.cholesky.T)
+        return held_out_log_likelihood(refit, test_data, refit.q.mean + eps @ refit.q.cholesky.T)
+
+    baseline = refit_test_loglik(data)
+    rows = []
+    for value in values:
+        loglik = refit_test_loglik(_moved(data, variable, index, column, value))
         rows.append({"value": value, "test_loglik": loglik, "change": loglik - baseline})
     return pd.DataFrame(rows)
 

@@ -181,6 +181,8 @@ def test_influence_of_one_moved_outcome(glm_normal_standardized):
         fit = glm_normal_standardized.variational(data, divergence, seed=1, show_progress=False)
         tables[label] = rs.influence(fit, data, 0, values, test)
         assert list(tables[label]["value"]) == values
+        # the point left where it is: the same refit as the baseline (same start, same seed)
+        assert rs.influence(fit, data, 0, [data["y"][0]], test)["change"].iloc[0] == 0.0
     assert tables["KL"]["change"].iloc[-1] < -0.3
     assert np.all(np.diff(tables["KL"]["change"]) < 0)  # the further, the worse
     assert np.all(np.abs(tables["beta"]["change"]) < 0.05)
