@@ -74,3 +74,26 @@ def paper_learning_rate(divergence) -> float:
     """Futami et al.'s scaling: their beta loss is ours times 1 + beta (DESIGN.md section 2),
     so w = 1 + beta gives their objective; their gamma loss is our decomposable form as it is."""
     return 1 + divergence.beta if isinstance(divergence, rs.BetaD) else 1.0
+
+
+def plot_by_contamination(runs: pd.DataFrame, value: str, ylabel: str, path: Path) -> None:
+    """One panel per data set: ``value`` (mean and sd over splits) against the contaminated
+    fraction, a line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(runs["dataset"]))
+    fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.5), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        mine = runs[runs["dataset"] == name].groupby(["method", "contamination"])[value].agg(["mean", "std"])
+        for method in mine.index.get_level_values(0).unique():
+            part = mine.loc[method]
+            ax.errorbar(part.index, part["mean"], yerr=part["std"], marker="o", capsize=3, label=method)
+        ax.set_title(name)
+        ax.set_xlabel("fraction of contaminated training rows")
+        ax.set_ylabel(ylabel)
+    axes[0, 0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -165,30 +165,9 @@ def main(argv=None) -> pd.DataFrame:
     table.to_csv(args.out / "table.csv")
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 2):
         print(table)
-    plot(runs, args.out / "rmse.png")
+    _uci.plot_by_contamination(runs, "rmse", "test RMSE", args.out / "rmse.png")
     print(f"wrote {args.out / 'runs.csv'}, {args.out / 'table.csv'}, {args.out / 'rmse.png'}")
     return runs
-
-
-def plot(runs: pd.DataFrame, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(dict.fromkeys(runs["dataset"]))
-    fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.5), squeeze=False)
-    for ax, name in zip(axes[0], names):
-        mine = runs[runs["dataset"] == name].groupby(["method", "contamination"])["rmse"].agg(["mean", "std"])
-        for method in mine.index.get_level_values(0).unique():
-            part = mine.loc[method]
-            ax.errorbar(part.index, part["mean"], yerr=part["std"], marker="o", capsize=3, label=method)
-        ax.set_title(name)
-        ax.set_xlabel("fraction of contaminated training rows")
-        ax.set_ylabel("test RMSE")
-    axes[0, 0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":
