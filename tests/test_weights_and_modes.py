@@ -52,6 +52,21 @@ def test_weight_two_equals_duplicating_an_observation(glm_normal, divergence):
 
 
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
+def test_one_row_scalar_loss_equals_the_vector_form(glm_normal, divergence):
+    """A one-row data set takes the library's scalar path (the per-example mode's);
+    the same row beside a zero-weight row takes the vector path."""
+    data = glm_data()
+    theta = a_point(5, seed=3)
+    for i, weight in ((0, 1.0), (4, 0.7)):
+        one = glm_normal.log_density_gradient(rows(data, [i]), theta, divergence=divergence,
+                                              weights=np.array([weight]))
+        two = glm_normal.log_density_gradient(rows(data, [i, 1]), theta, divergence=divergence,
+                                              weights=np.array([weight, 0.0]))
+        assert one[0] == pytest.approx(two[0], rel=RTOL)
+        np.testing.assert_allclose(one[1], two[1], rtol=RTOL, atol=1e-12)
+
+
+@pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
 def test_weight_zero_equals_removing_an_observation(glm_normal, divergence):
     data = glm_data()
     theta = a_point(5)
