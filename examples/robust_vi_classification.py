@@ -4,9 +4,10 @@ Table 6: spam and EEG eye state (../shared/data). Per random split: 90% training
 clean test rows; a fraction (0, 10%, 20%) of the training rows is contaminated: noise
 N(mu_j, 2 sigma_j) on D/4 random input columns and the label flipped. Inputs are
 standardised on the training rows; model rs.glm("bernoulli") with a mean-field Gaussian
-q (robust-stan driver; beta-VI at learning rate 1 + beta, the paper's loss). Test accuracy of the posterior-predictive probability for KL,
-beta and gamma; beta and gamma from --grid by validation accuracy (20% of the training
-rows) on the first split of each setting, reused for the others.
+q (robust-stan driver; beta-VI at learning rate 1 + beta, the paper's loss). Test
+accuracy of the posterior-predictive probability for KL, beta and gamma; beta and gamma
+from --grid by validation accuracy (20% of the training rows) on the first split of each
+setting, reused for the others.
 Paper (KL / beta / gamma): spam 93.2 / 94.2 / 93.3 at 0%; eeg 75.6 / 79.6 / 79.2 at 0%,
 68.4 / 73.3 / 77.3 at 20%.
 

@@ -77,8 +77,7 @@ def predict(fit, X: np.ndarray) -> np.ndarray:
 
 def fit_network(family: str, data: dict, divergence, seed: int, iters: int):
     return rs.mlp(family).variational(data, divergence, learning_rate=_uci.paper_learning_rate(divergence),
-                                      family="meanfield", draws=100,
-                                      seed=seed, iter=iters,
+                                      family="meanfield", draws=100, seed=seed, iter=iters,
                                       batch_size=min(100, len(data["y"])), init_radius=0.5, init_sd=0.1,
                                       show_progress=False)
 
