@@ -122,6 +122,35 @@ def test_httpstan_sampling_inside_process_pool_workers(glm_normal):
 
 # -- httpstan's gradient is the derivative of its log density -----------------------------------
 
+
+@needs_httpstan
+def test_nuts_on_one_program_leaves_another_programs_functions_alone(glm_normal):
+    """httpstan names every model's module "stan_services" and re-imports a model before NUTS;
+    CPython copies the re-imported functions into sys.modules["stan_services"]. That was the
+    last program we loaded (here the bernoulli glm), which then ran the normal glm's code
+    (it failed the suite in an order where a NUTS run came between two programs' uses)."""
+    script = textwrap.dedent("""
+        import numpy as np
+        import robust_stan as rs
+
+        rng = np.random.default_rng(0)
+        X = rng.normal(size=(20, 2))
+        normal = rs.glm("normal", standardize=False, engine="httpstan")
+        normal.compile(show_progress=False)
+        bernoulli = rs.glm("bernoulli", standardize=False, engine="httpstan")
+        bernoulli.compile(show_progress=False)
+        data = {"X": X, "y": (X[:, 0] > 0).astype(int)}
+        theta = np.full(bernoulli.unconstrained_dimension(data), 0.3)
+        before = bernoulli.log_density(data, theta)
+        normal.sample({"X": X, "y": X @ [1.0, -1.0]}, chains=1, iter_warmup=20, iter_sampling=20,
+                      seed=1, show_progress=False)
+        print("same", bernoulli.log_density(data, theta) == before)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert "same True" in done.stdout
+
 @needs_httpstan
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
 def test_httpstan_gradient_matches_finite_differences(glm_normal, divergence):

@@ -91,6 +91,23 @@ def _as_httpstan_data(data: dict) -> dict:
     return out
 
 
+def _load_module_of_our_own(model_name: str):
+    """Import a program's extension module as an object nothing else can overwrite.
+
+    Every httpstan module is named "stan_services". CPython (3.11) re-imports a
+    module it has loaded before by copying that module's functions into
+    whatever ``sys.modules["stan_services"]`` is at the time, and httpstan
+    re-imports a model before each NUTS run. Left in ``sys.modules``, our
+    module of one program would take on another program's functions; kept out
+    of it, every import makes a fresh object.
+    """
+    sys.modules.pop("stan_services", None)
+    try:
+        return _httpstan().models.import_services_extension_module(model_name)
+    finally:
+        sys.modules.pop("stan_services", None)
+
+
 class HttpstanProgram(CompiledProgram):
     """A program compiled into an httpstan extension module."""
 
@@ -99,7 +116,7 @@ class HttpstanProgram(CompiledProgram):
     def __init__(self, stan_code: str, model_name: str):
         super().__init__(stan_code)
         self.model_name = model_name
-        self.module = _httpstan().models.import_services_extension_module(model_name)
+        self.module = _load_module_of_our_own(model_name)
 
     # -- densities ------------------------------------------------------------
     def log_density(self, data, theta, jacobian=True):
