@@ -88,10 +88,13 @@ def choose(name: str, contamination: float, grid: list[float]) -> dict:
 def run_split(name: str, contamination: float, split: int, chosen: dict) -> list[dict]:
     train, test = prepare(name, contamination, split)
     methods = {"KL": rs.KL(), "beta": rs.BetaD(chosen["beta"]), "gamma": rs.GammaD(chosen["gamma"])}
-    return [{"dataset": name, "contamination": contamination, "split": split, "method": method,
+    rows = [{"dataset": name, "contamination": contamination, "split": split, "method": method,
              "parameter": chosen.get(method, np.nan),
              "accuracy": 100 * accuracy(fit(train, divergence, split), test["X"], test["y"])}
             for method, divergence in methods.items()]
+    print(f"{name} {contamination:.0%} split {split}: "
+          + ", ".join(f"{r['method']} {r['accuracy']:.1f}" for r in rows), flush=True)
+    return rows
 
 
 def influence_of_flips(name: str, points: int) -> list[dict]:

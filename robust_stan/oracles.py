@@ -89,12 +89,12 @@ class HttpstanOracle(GradientOracle):
     fresh_generated_quantities = False
 
     def __init__(self, program, stan_data: dict, dimension: int):
-        from .engines.httpstan_engine import _as_httpstan_data
+        from .engines.httpstan_engine import converted_data
 
         self._program = program
         self._module = program.module
         self._stan_data = stan_data
-        self._data = _as_httpstan_data(stan_data)
+        self._data = converted_data(stan_data)
         self._dimension = int(dimension)  # the module cannot say; the Model's parameter layout can
         self._shapes = None
 
