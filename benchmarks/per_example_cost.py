@@ -60,6 +60,10 @@ def main(argv=None) -> None:
         t_rows = median_seconds(lambda: per_example.gradients(theta), args.repeats)
         print(f"{n:>6} {d:>4}  {t_full * 1e3:>11.1f} ms {t_rows * 1e3:>9.1f} ms {t_rows / t_full:>6.2f}"
               f"   RATIO per-example/full (target <= 3: {'met' if t_rows / t_full <= 3 else 'MISSED'})")
+        copies = np.repeat(theta[None, :], n, axis=0).ravel()
+        t_marshal = median_seconds(lambda: np.asarray(copies.tolist(), dtype=float), args.repeats)
+        print(f"{'':>13}Python side of passing the {copies.size:,} parameter copies and their gradient "
+              f"as lists (httpstan's API): {t_marshal * 1e3:.1f} ms")
 
     n, d = 1_250, 200
     data = problem(n, d, seed=2)
