@@ -1,23 +1,27 @@
-"""Robust VI for logistic regression: Tables 5 and 6 of Futami, Sato and Sugiyama (2018).
+"""Robust VI for binary classification: Tables 5 and 6 of Futami, Sato and Sugiyama (2018).
 
 Table 6: spam and EEG eye state (../shared/data). Per random split: 90% training, 10%
 clean test rows; a fraction (0, 10%, 20%) of the training rows is contaminated: noise
 N(mu_j, 2 sigma_j) on D/4 random input columns and the label flipped. Inputs are
-standardised on the training rows; model rs.glm("bernoulli") with a mean-field Gaussian
-q (robust-stan driver; beta-VI at learning rate 1 + beta, the paper's loss). Test
-accuracy of the posterior-predictive probability for KL, beta and gamma; beta and gamma
-from --grid by validation accuracy (20% of the training rows) on the first split of each
-setting, reused for the others.
+standardised on the training rows. Model (--model): "mlp", the issue's network with two
+hidden layers of 20 ReLU units and a Bernoulli (logit) output, rs.mlp("bernoulli") (the
+default: a linear model cannot reach the paper's eeg accuracy, about 63% at best by
+maximum likelihood against the paper's 75.6%), or "logistic", rs.glm("bernoulli").
+Mean-field Gaussian q (robust-stan driver; beta-VI at learning rate 1 + beta, the paper's
+loss). Test accuracy of the posterior-predictive probability for KL, beta and gamma; beta
+and gamma from --grid by validation accuracy (20% of the training rows) on the first split
+of each setting, reused for the others.
 Paper (KL / beta / gamma): spam 93.2 / 94.2 / 93.3 at 0%; eeg 75.6 / 79.6 / 79.2 at 0%,
 68.4 / 73.3 / 77.3 at 20%.
 
 Table 5 (--influence K): on clean training data, flip the label of K random training
-points one at a time (rs.influence, refitting from the fit's q) and report the average
-absolute change in the mean test log-likelihood, KL against beta = 0.1.
+points one at a time (rs.influence: 500 steps from the fit's q, against a baseline refit
+with the same seed) and report the average absolute change in the mean test
+log-likelihood, KL against beta = 0.1.
 Writes runs.csv, table6.csv (beside the paper's numbers), accuracy.png and table5.csv.
 
-    python examples/robust_vi_classification.py [--datasets spam,eeg] [--contamination 0,0.1,0.2]
-        [--splits 10] [--influence 20] [--jobs 2] [--out DIR]
+    python examples/robust_vi_classification.py [--model mlp|logistic] [--datasets spam,eeg]
+        [--contamination 0,0.1,0.2] [--splits 10] [--influence 20] [--jobs 2] [--out DIR]
 """
 
 from __future__ import annotations
@@ -42,13 +46,17 @@ PAPER = {("spam", 0.0): (93.2, 94.2, 93.3), ("eeg", 0.0): (75.6, 79.6, 79.2), ("
 # Minibatches of 200 rows: a full-batch step converts the whole data set on httpstan (~0.1 s
 # per step on spam), minibatch steps slice it. 3000 steps are ~150 passes over spam.
 FIT_OPTIONS = {"batch_size": 200, "iter": 3000}
+# The network starts near zero (the regression example's choice), not at the driver's default.
+NETWORK_OPTIONS = {"init_radius": 0.5, "init_sd": 0.1}
+INFLUENCE_STEPS = 500
+HIDDEN = 20
 
 
-def model():
-    return rs.glm("bernoulli", standardize=False)
+def model(kind: str):
+    return rs.mlp("bernoulli") if kind == "mlp" else rs.glm("bernoulli", standardize=False)
 
 
-def prepare(name: str, contamination: float, split_seed: int):
+def prepare(name: str, contamination: float, split_seed: int, kind: str):
     X, y = _uci.load_classification(name)
     rng = np.random.default_rng(split_seed)
     train, test = _uci.split(len(y), 0.1, rng)
@@ -58,54 +66,72 @@ def prepare(name: str, contamination: float, split_seed: int):
         X_train = _uci.contaminate_inputs(X_train, bad, max(1, X.shape[1] // 4), rng)
         y_train[bad] = 1 - y_train[bad]
     scale = _uci.standardiser(X_train)
-    return {"X": scale(X_train), "y": y_train}, {"X": scale(X[test]), "y": y[test]}
+    network = {"H": HIDDEN, "P": X.shape[1]} if kind == "mlp" else {}
+    return {"X": scale(X_train), "y": y_train, **network}, {"X": scale(X[test]), "y": y[test], **network}
 
 
-def fit(data: dict, divergence, seed: int):
-    return model().variational(data, divergence, learning_rate=_uci.paper_learning_rate(divergence),
-                               family="meanfield", draws=200, seed=seed, show_progress=False, **FIT_OPTIONS)
+def fit_options(kind: str) -> dict:
+    return {**FIT_OPTIONS, **(NETWORK_OPTIONS if kind == "mlp" else {})}
+
+
+def fit(kind: str, data: dict, divergence, seed: int):
+    return model(kind).variational(data, divergence, learning_rate=_uci.paper_learning_rate(divergence),
+                                   family="meanfield", draws=200, seed=seed, show_progress=False,
+                                   **fit_options(kind))
+
+
+def logits(fitted, X: np.ndarray) -> np.ndarray:
+    """(draws, rows) linear predictor of each posterior draw at X."""
+    if "W1" not in fitted.parameter_names:
+        return fitted.draws("alpha")[0][:, None] + fitted.draws("b")[0] @ X.T
+    draw = {k: fitted.draws(k)[0] for k in ("W1", "b1", "W2", "b2", "w3", "b3")}
+    hidden = np.maximum(X @ draw["W1"] + draw["b1"][:, None, :], 0)
+    hidden = np.maximum(hidden @ draw["W2"] + draw["b2"][:, None, :], 0)
+    return np.einsum("snh,sh->sn", hidden, draw["w3"]) + draw["b3"][:, None]
 
 
 def accuracy(fitted, X: np.ndarray, y: np.ndarray) -> float:
-    alpha = fitted.draws("alpha")[0]
-    b = fitted.draws("b")[0]
-    probability = expit(alpha[:, None] + b @ X.T).mean(axis=0)
+    probability = expit(logits(fitted, X)).mean(axis=0)
     return float(np.mean((probability > 0.5) == (y == 1)))
 
 
-def choose(name: str, contamination: float, grid: list[float]) -> dict:
-    train, _ = prepare(name, contamination, 0)
+def rows_of(data: dict, rows: np.ndarray) -> dict:
+    return dict(data, X=data["X"][rows], y=data["y"][rows])
+
+
+def choose(name: str, contamination: float, grid: list[float], kind: str) -> dict:
+    train, _ = prepare(name, contamination, 0, kind)
     order = np.random.default_rng(1).permutation(len(train["y"]))
     val, rest = order[: len(order) // 5], order[len(order) // 5:]
-    part = {"X": train["X"][rest], "y": train["y"][rest]}
+    part = rows_of(train, rest)
     chosen = {}
     for label, make in (("beta", rs.BetaD), ("gamma", rs.GammaD)):
-        scores = [accuracy(fit(part, make(v), 0), train["X"][val], train["y"][val]) for v in grid]
+        scores = [accuracy(fit(kind, part, make(v), 0), train["X"][val], train["y"][val]) for v in grid]
         chosen[label] = grid[int(np.argmax(scores))]
     return chosen
 
 
-def run_split(name: str, contamination: float, split: int, chosen: dict) -> list[dict]:
-    train, test = prepare(name, contamination, split)
+def run_split(name: str, contamination: float, split: int, chosen: dict, kind: str) -> list[dict]:
+    train, test = prepare(name, contamination, split, kind)
     methods = {"KL": rs.KL(), "beta": rs.BetaD(chosen["beta"]), "gamma": rs.GammaD(chosen["gamma"])}
     rows = [{"dataset": name, "contamination": contamination, "split": split, "method": method,
              "parameter": chosen.get(method, np.nan),
-             "accuracy": 100 * accuracy(fit(train, divergence, split), test["X"], test["y"])}
+             "accuracy": 100 * accuracy(fit(kind, train, divergence, split), test["X"], test["y"])}
             for method, divergence in methods.items()]
     print(f"{name} {contamination:.0%} split {split}: "
           + ", ".join(f"{r['method']} {r['accuracy']:.1f}" for r in rows), flush=True)
     return rows
 
 
-def influence_of_flips(name: str, points: int) -> list[dict]:
+def influence_of_flips(name: str, points: int, kind: str) -> list[dict]:
     """Average |change in test log-likelihood| from flipping one training label, KL and beta = 0.1."""
-    train, test = prepare(name, 0.0, 0)
+    train, test = prepare(name, 0.0, 0, kind)
     rows = np.random.default_rng(2).choice(len(train["y"]), size=points, replace=False)
     out = []
     for label, divergence in (("KL", rs.KL()), ("beta=0.1", rs.BetaD(0.1))):
-        fitted = fit(train, divergence, 0)
+        fitted = fit(kind, train, divergence, 0)
         changes = [rs.influence(fitted, train, int(i), [1 - train["y"][i]], test, draws=100,
-                                **FIT_OPTIONS)["change"].iloc[0]
+                                **{**fit_options(kind), "iter": INFLUENCE_STEPS})["change"].iloc[0]
                    for i in rows]
         out.append({"dataset": name, "method": label, "points": points,
                     "mean_abs_change": float(np.mean(np.abs(changes))), "sd": float(np.std(changes))})
@@ -114,6 +140,7 @@ def influence_of_flips(name: str, points: int) -> list[dict]:
 
 def main(argv=None) -> pd.DataFrame:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=("mlp", "logistic"), default="mlp")
     parser.add_argument("--datasets", default="spam,eeg")
     parser.add_argument("--contamination", default="0,0.1,0.2")
     parser.add_argument("--splits", type=int, default=10)
@@ -128,14 +155,16 @@ def main(argv=None) -> pd.DataFrame:
     levels = [float(c) for c in args.contamination.split(",")]
     grid = [float(g) for g in args.grid.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
-    model().compile()
+    model(args.model).compile()
     settings = [(name, level) for name in names for level in levels]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        chosen = dict(zip(settings, pool.map(choose, *zip(*settings), [grid] * len(settings))))
-        tasks = [(name, level, split, chosen[(name, level)]) for name, level in settings
+        chosen = dict(zip(settings, pool.map(choose, *zip(*settings), [grid] * len(settings),
+                                             [args.model] * len(settings))))
+        tasks = [(name, level, split, chosen[(name, level)], args.model) for name, level in settings
                  for split in range(args.splits)]
         rows = [r for result in pool.map(run_split, *zip(*tasks)) for r in result]
-        flips = [r for result in pool.map(influence_of_flips, names, [args.influence] * len(names))
+        flips = [r for result in pool.map(influence_of_flips, names, [args.influence] * len(names),
+                                          [args.model] * len(names))
                  for r in result] if args.influence else []
     runs = pd.DataFrame(rows)
     runs.to_csv(args.out / "runs.csv", index=False)
