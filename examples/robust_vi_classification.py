@@ -82,12 +82,9 @@ def fit(kind: str, data: dict, divergence, seed: int):
 
 def logits(fitted, X: np.ndarray) -> np.ndarray:
     """(draws, rows) linear predictor of each posterior draw at X."""
-    if "W1" not in fitted.parameter_names:
-        return fitted.draws("alpha")[0][:, None] + fitted.draws("b")[0] @ X.T
-    draw = {k: fitted.draws(k)[0] for k in ("W1", "b1", "W2", "b2", "w3", "b3")}
-    hidden = np.maximum(X @ draw["W1"] + draw["b1"][:, None, :], 0)
-    hidden = np.maximum(hidden @ draw["W2"] + draw["b2"][:, None, :], 0)
-    return np.einsum("snh,sh->sn", hidden, draw["w3"]) + draw["b3"][:, None]
+    if "W1" in fitted.parameter_names:
+        return rs.network_output(fitted, X)
+    return fitted.draws("alpha")[0][:, None] + fitted.draws("b")[0] @ X.T
 
 
 def accuracy(fitted, X: np.ndarray, y: np.ndarray) -> float:

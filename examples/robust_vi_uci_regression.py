@@ -69,10 +69,7 @@ def prepare(name: str, contamination: float, split_seed: int):
 
 def predict(fit, X: np.ndarray) -> np.ndarray:
     """Posterior-predictive mean of the network output at X (fitted scale)."""
-    draw = {k: fit.draws(k)[0] for k in ("W1", "b1", "W2", "b2", "w3", "b3")}
-    hidden = np.maximum(X @ draw["W1"] + draw["b1"][:, None, :], 0)
-    hidden = np.maximum(hidden @ draw["W2"] + draw["b2"][:, None, :], 0)
-    return (np.einsum("snh,sh->sn", hidden, draw["w3"]) + draw["b3"][:, None]).mean(axis=0)
+    return rs.network_output(fit, X).mean(axis=0)
 
 
 def fit_network(family: str, data: dict, divergence, seed: int, iters: int):

@@ -16,7 +16,7 @@ from .families import FAMILIES
 from .fit import Fit
 from .influence import influence, plot_influence
 from .model import Model
-from .neural_network import mlp
+from .neural_network import mlp, network_output
 from .resources import stan_include_path
 from .rob_ula import RobULAFit, rob_ula
 
@@ -36,6 +36,7 @@ __all__ = [
     "influence",
     "plot_influence",
     "mlp",
+    "network_output",
     "location",
     "rob_ula",
     "RobULAFit",

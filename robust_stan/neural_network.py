@@ -12,6 +12,8 @@ nu ~ gamma(2, 0.1).
 
 from __future__ import annotations
 
+import numpy as np
+
 from .builtin import custom
 from .errors import RobustStanInputError
 from .model import Model
@@ -19,6 +21,7 @@ from .model import Model
 _PARAMETERS = "matrix[P, H] W1; vector[H] b1; matrix[H, H] W2; vector[H] b2; vector[H] w3; real b3;"
 _PRIORS = ("to_vector(W1) ~ normal(0, 1); b1 ~ normal(0, 1); to_vector(W2) ~ normal(0, 1); "
            "b2 ~ normal(0, 1); w3 ~ normal(0, 1); b3 ~ normal(0, 1);")
+_WEIGHTS = ("W1", "b1", "W2", "b2", "w3", "b3")
 _PER_ROW = "fmax(fmax(X[n] * W1 + b1', 0) * W2 + b2', 0) * w3 + b3"
 _ALL_ROWS = "fmax(fmax(X * W1 + rep_matrix(b1', N), 0) * W2 + rep_matrix(b2', N), 0) * w3 + b3"
 
@@ -41,3 +44,20 @@ def mlp(family: str = "normal", engine: str = "auto") -> Model:
                       vectorised={"eta": _ALL_ROWS}, engine=engine, title=title)
     raise RobustStanInputError(
         f"family: the network has a 'normal', 'student_t' or 'bernoulli' output, not {family!r}")
+
+
+def network_output(fit, X) -> np.ndarray:
+    """The network's output (the normal or t location, or the Bernoulli logit) at inputs ``X``
+    (rows x P) for every posterior draw of a fitted :func:`mlp`: an array (draws, rows),
+    chains stacked. The same arithmetic as the program's vectorised form, in NumPy."""
+    missing = [name for name in _WEIGHTS if name not in fit.parameter_names]
+    if missing:
+        raise RobustStanInputError(f"fit: not a fit of rs.mlp (no {', '.join(missing)})")
+    draw = {name: np.asarray(fit.draws(name)) for name in _WEIGHTS}
+    draw = {name: value.reshape((-1,) + value.shape[2:]) for name, value in draw.items()}
+    X = np.asarray(X, dtype=float)
+    if X.ndim != 2 or X.shape[1] != draw["W1"].shape[1]:
+        raise RobustStanInputError(f"X: expected a (rows, {draw['W1'].shape[1]}) array, got shape {X.shape}")
+    hidden = np.maximum(X @ draw["W1"] + draw["b1"][:, None, :], 0)
+    hidden = np.maximum(hidden @ draw["W2"] + draw["b2"][:, None, :], 0)
+    return np.einsum("snh,sh->sn", hidden, draw["w3"]) + draw["b3"][:, None]

@@ -52,3 +52,16 @@ def test_unknown_family_and_vectorised_argument():
         rs.mlp("poisson")
     with pytest.raises(rs.RobustStanInputError, match=r"^vectorised: \['sigma'\] are not arguments"):
         rs.custom("normal", parameters="real m;", mu="m", vectorised={"sigma": "1"})
+
+
+def test_network_output_reproduces_the_programs_own_log_likelihood(network):
+    """rs.network_output computes the location mu in NumPy; Stan's generated log_lik of the same
+    draws is normal_lpdf(y | mu, sigma), so the two agree to rounding."""
+    data = network_data(n=30, seed=4)
+    fit = network.variational(data, rs.KL(), draws=50, iter=200, seed=1, show_progress=False)
+    mu = rs.network_output(fit, data["X"])
+    sigma = np.asarray(fit.draws("sigma")).reshape(-1, 1)
+    expected = -0.5 * ((data["y"] - mu) / sigma) ** 2 - np.log(sigma) - 0.5 * np.log(2 * np.pi)
+    np.testing.assert_allclose(np.asarray(fit.draws("log_lik")).reshape(mu.shape), expected, rtol=1e-10, atol=1e-10)
+    with pytest.raises(rs.RobustStanInputError, match=r"^X: expected a \(rows, 2\) array"):
+        rs.network_output(fit, data["X"][:, :1])
