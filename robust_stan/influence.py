@@ -1,7 +1,7 @@
 """Influence of one training point on a test log-likelihood, by refitting (Futami et al. 2018).
 
 The point's value is moved along a path; at each value the variational fit is
-redone from the previous one's q (a warm start), and the average test
+redone from the original fit's q (a warm start), and the average test
 log-likelihood log mean_s p(y_test_i | theta_s) is computed at draws made from
 the same standard-normal numbers every time, so the curve is smooth in the value.
 """
@@ -42,24 +42,36 @@ def held_out_log_likelihood(fit, test_data: Mapping, thetas: np.ndarray) -> floa
     return float(np.mean(logsumexp(log_lik, axis=0) - np.log(len(thetas))))
 
 
-def influence(fit, data: Mapping, index: int, values: Sequence, test_data: Mapping, *, variable: str = "y",
-              column: int | None = None, draws: int = 200, seed: int = 0, **options) -> pd.DataFrame:
+def influence(fit_or_model, data: Mapping, index: int, values: Sequence, test_data: Mapping, *,
+              variable: str = "y", column: int | None = None, draws: int = 200, seed: int = 0,
+              divergence: Divergence | None = None, **options) -> pd.DataFrame:
     """How the test log-likelihood moves when training point ``index`` takes each of ``values``.
 
-    ``fit`` is a variational fit of the model to ``data`` (see
-    :meth:`robust_stan.Model.variational`); its divergence, learning rate and
-    family are reused. Every refit starts from the fit's q with the same seed,
+    ``fit_or_model`` is a variational fit of the model to ``data`` (see
+    :meth:`robust_stan.Model.variational`), whose divergence, learning rate and
+    family are reused; or a Model, which is first fitted to ``data`` by
+    ``model.variational(data, divergence, seed=seed, **options)`` (``divergence``
+    only goes with a Model). Every refit starts from the fit's q with the same seed,
     and so does a baseline refit on the unchanged data: ``change`` is the refit's
     test log-likelihood minus the baseline's, so the optimiser's own noise (large
     with minibatches) cancels. ``variable`` and ``column`` say what is moved
     (``"y"``, or ``"X"`` with a column). Returns a table with one row per value:
     ``value``, ``test_loglik`` and ``change``. ``options`` go to the refits.
     """
+    from .model import Model
     from .variational import VariationalFit
 
+    fit = fit_or_model
+    if isinstance(fit, Model):
+        first_fit = {"learning_rate": options.pop("learning_rate", 1.0), "family": options.pop("family", "meanfield")}
+        fit = fit.variational(data, divergence, seed=seed, show_progress=False, **first_fit, **options)
+    else:
+        for name, value in (("divergence", divergence), *((k, options.get(k)) for k in ("learning_rate", "family"))):
+            if value is not None:
+                raise RobustStanInputError(f"{name}: give it with a Model; a variational fit keeps its own {name}")
     if not isinstance(fit, VariationalFit):
-        raise RobustStanInputError("fit: give a variational fit (model.variational(...)); influence refits it "
-                                   "from its q at each value")
+        raise RobustStanInputError("fit_or_model: give a variational fit (model.variational(...)) or a Model; "
+                                   "influence refits it from its q at each value")
     n = len(np.asarray(data["y"]))
     if not isinstance(index, (int, np.integer)) or not 0 <= index < n:
         raise RobustStanInputError(f"index: must be a row number in 0..{n - 1}, got {index!r}")

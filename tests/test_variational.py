@@ -2,6 +2,7 @@
 non-conjugate one, robustness of beta- and gamma-VI, minibatches, and bad input."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import robust_stan as rs
@@ -191,5 +192,22 @@ def test_influence_of_one_moved_outcome(glm_normal_standardized):
     with pytest.raises(rs.RobustStanInputError, match=r"^index: must be a row number in 0..49"):
         rs.influence(fit, data, 50, values, test)
     nuts_like = object()
-    with pytest.raises(rs.RobustStanInputError, match=r"^fit: give a variational fit"):
+    with pytest.raises(rs.RobustStanInputError, match=r"^fit_or_model: give a variational fit"):
         rs.influence(nuts_like, data, 0, values, test)
+    with pytest.raises(rs.RobustStanInputError, match=r"^divergence: give it with a Model"):
+        rs.influence(fit, data, 0, values, test, divergence=rs.KL())
+
+
+def test_influence_from_a_model_fits_it_first(glm_normal_standardized):
+    """Given a Model, influence first fits it with the same seed and options, so its table is
+    the one from that fit, number for number."""
+    data, _, b, _ = regression_data(n=40, p=2, outlier_fraction=0.0, seed=5)
+    test = {"X": data["X"][:10], "y": data["y"][:10]}
+    fit = glm_normal_standardized.variational(data, rs.BetaD(0.3), learning_rate=0.8, iter=300, seed=2,
+                                              show_progress=False)
+    from_fit = rs.influence(fit, data, 3, [4.0, 9.0], test, draws=20, iter=300, seed=2)
+    from_model = rs.influence(glm_normal_standardized, data, 3, [4.0, 9.0], test, draws=20, iter=300, seed=2,
+                              divergence=rs.BetaD(0.3), learning_rate=0.8)
+    pd.testing.assert_frame_equal(from_fit, from_model)
+    with pytest.raises(rs.RobustStanInputError, match=r"^learning_rate: give it with a Model"):
+        rs.influence(fit, data, 3, [4.0], test, learning_rate=0.8)
