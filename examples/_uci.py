@@ -58,6 +58,17 @@ def contaminate_inputs(X: np.ndarray, rows: np.ndarray, n_columns: int, rng: np.
     return X
 
 
+# The paper's network: two hidden layers of this many ReLU units (rs.mlp's H), started near
+# zero rather than at the driver's default.
+HIDDEN = 20
+NETWORK_START = {"init_radius": 0.5, "init_sd": 0.1}
+
+
+def rows_of(data: dict, rows: np.ndarray) -> dict:
+    """The data restricted to some rows (X and y; other entries such as H and P kept)."""
+    return dict(data, X=data["X"][rows], y=data["y"][rows])
+
+
 def standardiser(X: np.ndarray):
     """Column means and sds of X (sd 1 for constant columns) and a function applying them."""
     mean, sd = X.mean(axis=0), X.std(axis=0)

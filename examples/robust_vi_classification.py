@@ -46,10 +46,7 @@ PAPER = {("spam", 0.0): (93.2, 94.2, 93.3), ("eeg", 0.0): (75.6, 79.6, 79.2), ("
 # Minibatches of 200 rows: a full-batch step converts the whole data set on httpstan (~0.1 s
 # per step on spam), minibatch steps slice it. 3000 steps are ~150 passes over spam.
 FIT_OPTIONS = {"batch_size": 200, "iter": 3000}
-# The network starts near zero (the regression example's choice), not at the driver's default.
-NETWORK_OPTIONS = {"init_radius": 0.5, "init_sd": 0.1}
 INFLUENCE_STEPS = 500
-HIDDEN = 20
 
 
 def model(kind: str):
@@ -66,12 +63,12 @@ def prepare(name: str, contamination: float, split_seed: int, kind: str):
         X_train = _uci.contaminate_inputs(X_train, bad, max(1, X.shape[1] // 4), rng)
         y_train[bad] = 1 - y_train[bad]
     scale = _uci.standardiser(X_train)
-    network = {"H": HIDDEN, "P": X.shape[1]} if kind == "mlp" else {}
+    network = {"H": _uci.HIDDEN, "P": X.shape[1]} if kind == "mlp" else {}
     return {"X": scale(X_train), "y": y_train, **network}, {"X": scale(X[test]), "y": y[test], **network}
 
 
 def fit_options(kind: str) -> dict:
-    return {**FIT_OPTIONS, **(NETWORK_OPTIONS if kind == "mlp" else {})}
+    return {**FIT_OPTIONS, **(_uci.NETWORK_START if kind == "mlp" else {})}
 
 
 def fit(kind: str, data: dict, divergence, seed: int):
@@ -92,15 +89,11 @@ def accuracy(fitted, X: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean((probability > 0.5) == (y == 1)))
 
 
-def rows_of(data: dict, rows: np.ndarray) -> dict:
-    return dict(data, X=data["X"][rows], y=data["y"][rows])
-
-
 def choose(name: str, contamination: float, grid: list[float], kind: str) -> dict:
     train, _ = prepare(name, contamination, 0, kind)
     order = np.random.default_rng(1).permutation(len(train["y"]))
     val, rest = order[: len(order) // 5], order[len(order) // 5:]
-    part = rows_of(train, rest)
+    part = _uci.rows_of(train, rest)
     chosen = {}
     for label, make in (("beta", rs.BetaD), ("gamma", rs.GammaD)):
         scores = [accuracy(fit(kind, part, make(v), 0), train["X"][val], train["y"][val]) for v in grid]

@@ -48,7 +48,6 @@ PAPER = {  # (dataset, contamination) -> KL(G), beta, gamma test RMSE
     ("power_plant", 0.2): (5.12, 4.52, 4.38),
     ("protein", 0.0): (5.88, 4.87, 4.78), ("protein", 0.1): (6.14, 4.96, 4.86), ("protein", 0.2): (6.14, 4.97, 4.86),
 }
-HIDDEN = 20
 
 
 def prepare(name: str, contamination: float, split_seed: int):
@@ -63,7 +62,7 @@ def prepare(name: str, contamination: float, split_seed: int):
         y_train[bad] += rng.normal(y_train.mean(), 2 * y_train.std(), size=bad.size)
     scale_x = _uci.standardiser(X_train)
     y_mean, y_sd = y_train.mean(), y_train.std()
-    data = {"X": scale_x(X_train), "y": (y_train - y_mean) / y_sd, "H": HIDDEN, "P": X.shape[1]}
+    data = {"X": scale_x(X_train), "y": (y_train - y_mean) / y_sd, "H": _uci.HIDDEN, "P": X.shape[1]}
     return data, (scale_x(X[test]), y[test]), (y_mean, y_sd)
 
 
@@ -75,12 +74,8 @@ def predict(fit, X: np.ndarray) -> np.ndarray:
 def fit_network(family: str, data: dict, divergence, seed: int, iters: int):
     return rs.mlp(family).variational(data, divergence, learning_rate=_uci.paper_learning_rate(divergence),
                                       family="meanfield", draws=100, seed=seed, iter=iters,
-                                      batch_size=min(100, len(data["y"])), init_radius=0.5, init_sd=0.1,
+                                      batch_size=min(100, len(data["y"])), **_uci.NETWORK_START,
                                       show_progress=False)
-
-
-def rows_of(data: dict, rows: np.ndarray) -> dict:
-    return dict(data, X=data["X"][rows], y=data["y"][rows])
 
 
 def validation_scores(name: str, contamination: float, grid: list[float], fold: int, folds: int,
@@ -99,7 +94,7 @@ def validation_scores(name: str, contamination: float, grid: list[float], fold: 
     scores = []
     for label, make in (("beta", rs.BetaD), ("gamma", rs.GammaD)):
         for value in grid:
-            fit = fit_network("normal", rows_of(data, fit_rows), make(value), fold, iters)
+            fit = fit_network("normal", _uci.rows_of(data, fit_rows), make(value), fold, iters)
             errors = np.sort(np.abs(predict(fit, data["X"][val_rows]) - data["y"][val_rows]))[:keep]
             scores.append({"dataset": name, "contamination": contamination, "fold": fold, "method": label,
                            "value": value, "trimmed_rmse": float(np.sqrt(np.mean(errors**2)))})

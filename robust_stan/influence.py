@@ -56,7 +56,8 @@ def influence(fit_or_model, data: Mapping, index: int, values: Sequence, test_da
     test log-likelihood minus the baseline's, so the optimiser's own noise (large
     with minibatches) cancels. ``variable`` and ``column`` say what is moved
     (``"y"``, or ``"X"`` with a column). Returns a table with one row per value:
-    ``value``, ``test_loglik`` and ``change``. ``options`` go to the refits.
+    ``value``, ``test_loglik`` and ``change``. ``options`` go to the refits (and to
+    the first fit of a Model).
     """
     from .model import Model
     from .variational import VariationalFit

@@ -201,7 +201,7 @@ def test_influence_of_one_moved_outcome(glm_normal_standardized):
 def test_influence_from_a_model_fits_it_first(glm_normal_standardized):
     """Given a Model, influence first fits it with the same seed and options, so its table is
     the one from that fit, number for number."""
-    data, _, b, _ = regression_data(n=40, p=2, outlier_fraction=0.0, seed=5)
+    data, _, _, _ = regression_data(n=40, p=2, outlier_fraction=0.0, seed=5)
     test = {"X": data["X"][:10], "y": data["y"][:10]}
     fit = glm_normal_standardized.variational(data, rs.BetaD(0.3), learning_rate=0.8, iter=300, seed=2,
                                               show_progress=False)
