@@ -8,6 +8,8 @@ the same standard-normal numbers every time, so the curve is smooth in the value
 
 from __future__ import annotations
 
+import hashlib
+import weakref
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -29,6 +31,25 @@ def _moved(data: Mapping, variable: str, index: int, column: int | None, value) 
     out[variable] = array.astype(np.asarray(data[variable]).dtype) if np.asarray(data[variable]).dtype.kind in "iu" \
         else array
     return out
+
+
+# A fit's baseline refits, by what they depend on: several calls on the same fit, data and
+# test data (one per moved point, as in Table 5) refit the unchanged data only once.
+_BASELINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _fingerprint(*parts) -> str:
+    """A digest of data dicts and settings: equal digests, equal refits."""
+    digest = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, Mapping):
+            for key in sorted(part):
+                value = np.asarray(part[key])
+                digest.update(f"{key}:{value.dtype}:{value.shape};".encode())
+                digest.update(np.ascontiguousarray(value).tobytes() if value.dtype != object else repr(value).encode())
+        else:
+            digest.update(repr(part).encode())
+    return digest.hexdigest()
 
 
 def held_out_log_likelihood(fit, test_data: Mapping, thetas: np.ndarray) -> float:
@@ -54,7 +75,8 @@ def influence(fit_or_model, data: Mapping, index: int, values: Sequence, test_da
     only goes with a Model). Every refit starts from the fit's q with the same seed,
     and so does a baseline refit on the unchanged data: ``change`` is the refit's
     test log-likelihood minus the baseline's, so the optimiser's own noise (large
-    with minibatches) cancels. ``variable`` and ``column`` say what is moved
+    with minibatches) cancels. The baseline is kept with the fit, so further calls
+    with the same data, test data and settings (other points) do not refit it. ``variable`` and ``column`` say what is moved
     (``"y"``, or ``"X"`` with a column). Returns a table with one row per value:
     ``value``, ``test_loglik`` and ``change``. ``options`` go to the refits (and to
     the first fit of a Model).
@@ -63,6 +85,10 @@ def influence(fit_or_model, data: Mapping, index: int, values: Sequence, test_da
     from .variational import VariationalFit
 
     fit = fit_or_model
+    for name in ("warm_start", "show_progress"):
+        if name in options:
+            raise RobustStanInputError(f"{name}: influence sets it for every refit (each starts from the fit's q, "
+                                       "quietly)")
     if isinstance(fit, Model):
         first_fit = {"learning_rate": options.pop("learning_rate", 1.0), "family": options.pop("family", "meanfield")}
         fit = fit.variational(data, divergence, seed=seed, show_progress=False, **first_fit, **options)
@@ -91,7 +117,11 @@ def influence(fit_or_model, data: Mapping, index: int, values: Sequence, test_da
             **{"grad_samples": settings.grad_samples, "eta": settings.eta, **options})
         return held_out_log_likelihood(refit, test_data, refit.q.mean + eps @ refit.q.cholesky.T)
 
-    baseline = refit_test_loglik(data)
+    key = _fingerprint(data, test_data, draws, seed, sorted(options.items()))
+    baselines = _BASELINES.setdefault(fit, {})
+    if key not in baselines:
+        baselines[key] = refit_test_loglik(data)
+    baseline = baselines[key]
     rows = []
     for value in values:
         loglik = refit_test_loglik(_moved(data, variable, index, column, value))

@@ -4,8 +4,11 @@ In mode 1 the program declares one copy of every parameter per batch row and
 adds -l_{batch[c]}(theta_c) for copy c, without the prior. Evaluated at every
 copy equal to the same theta, the gradient of that target, cut into one block
 per copy, is minus the per-example gradients: all n of them from one reverse
-pass, at about the cost of one full gradient. The data are prepared once;
-a minibatch only changes the small ``batch`` index array. Memory is O(n d).
+pass instead of n. That pass carries one autodiff variable per parameter copy
+(n d of them), so it costs more than a full gradient of a vectorised program
+(``benchmarks/per_example_cost.py`` measures by how much). The data are
+prepared once; a minibatch only changes the small ``batch`` index array.
+Memory is O(n d).
 
 Several chains can share one call: each chain's rows are one more run of
 copies, each at its own theta.
@@ -61,6 +64,18 @@ class PerExampleGradients:
                                              self._oracle_kind)
         return self._oracles[key]
 
+    def copies(self, thetas: np.ndarray, n_rows: int) -> np.ndarray:
+        """The per-example program's unconstrained vector for ``n_rows`` rows at each row of ``thetas``.
+
+        It holds, per parameter, its copies in order: copy (point p, row r) is
+        number p * n_rows + r.
+        """
+        blocks, start = [], 0
+        for size in self._per_copy_sizes:
+            blocks.append(np.repeat(thetas[:, start:start + size], n_rows, axis=0).ravel())
+            start += size
+        return np.concatenate(blocks)
+
     def gradients_many(self, thetas: np.ndarray, batch=None) -> np.ndarray:
         """(points, rows, d): per-example gradients at each row of ``thetas`` (points, d), one call."""
         thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
@@ -69,14 +84,7 @@ class PerExampleGradients:
         rows = self._check_rows(batch)
         points, n_rows = thetas.shape[0], rows.size
         oracle = self._oracle(np.tile(rows, points))
-        # The program's unconstrained vector holds, per parameter, its copies in order:
-        # copy (point p, row r) is number p * n_rows + r.
-        blocks, start = [], 0
-        for size in self._per_copy_sizes:
-            piece = thetas[:, start:start + size]
-            blocks.append(np.repeat(piece, n_rows, axis=0).ravel())
-            start += size
-        grad = oracle.gradient(np.concatenate(blocks), jacobian=False)
+        grad = oracle.gradient(self.copies(thetas, n_rows), jacobian=False)
         out = np.empty((points * n_rows, self.dimension))
         pos = start = 0
         for size in self._per_copy_sizes:

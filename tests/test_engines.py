@@ -176,6 +176,47 @@ def test_data_flattened_once_gives_the_same_numbers_as_httpstans_own_flattening(
 
 @needs_httpstan
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
+def test_c_interface_gives_httpstans_own_log_density_and_gradient(glm_normal, divergence):
+    """The model built once behind robust-stan's C interface against httpstan's own log_prob and
+    log_prob_grad (which rebuild the model on every call): the same Stan code on the same
+    doubles, through two autodiff entry points, so agreement to rounding (1e-12 relative)."""
+    import httpstan.utils
+
+    from robust_stan.engines.httpstan_engine import _as_httpstan_data
+    from robust_stan.engines.native_model import split_data
+
+    program = glm_normal.compile()
+    data = glm_normal.stan_data(glm_data(n=40), divergence)
+    ours, httpstans = split_data(_as_httpstan_data(data)), httpstan.utils._split_data.original(data)
+    assert [name.encode() for name in ours[0]] == httpstans[0] and list(ours[2]) == list(httpstans[2])
+    assert [name.encode() for name in ours[3]] == httpstans[3] and list(ours[5]) == list(httpstans[5])
+    assert ours[1].tolist() == [float(v) for v in httpstans[1]] and ours[4].tolist() == [int(v) for v in httpstans[4]]
+    native = program.native_model(data)
+    assert native.dimension == 4
+    for theta in points(4):
+        for jacobian in (True, False):
+            value, grad = native.log_density_gradient(theta, jacobian)
+            assert value == pytest.approx(program.module.log_prob(data, list(theta), jacobian), rel=1e-12)
+            np.testing.assert_allclose(grad, program.module.log_prob_grad(data, list(theta), jacobian),
+                                       rtol=1e-12, atol=1e-12)
+            assert native.log_density_gradient(theta, jacobian, gradient=False) == (value, None)
+
+
+@needs_httpstan
+def test_c_interface_reports_bad_data_and_bad_points(glm_normal):
+    program = glm_normal.compile()
+    data = glm_normal.stan_data(glm_data(n=40), rs.KL())
+    with pytest.raises(ValueError, match="Stan rejected the data: .*learning_rate"):
+        program.native_model(dict(data, learning_rate=-1.0))  # declared <lower=0> in the program
+    native = program.native_model(data)
+    with pytest.raises(ValueError, match="theta: expected 4"):
+        native.log_density_gradient(np.zeros(3))
+    with pytest.raises(ValueError, match="Scale parameter"):  # sigma = exp(-800) = 0: Stan's domain error
+        native.log_density_gradient(np.array([0.0, 0.0, 0.0, -800.0]))
+
+
+@needs_httpstan
+@pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
 def test_httpstan_gradient_matches_finite_differences(glm_normal, divergence):
     """Central differences, h = 1e-5: error O(h^2) ~ 1e-10 times third derivatives of order
     one, plus rounding ~1e-16 |lp| / h ~ 1e-10; 1e-6 leaves a wide margin."""

@@ -1,6 +1,7 @@
 """The variational driver: exact answers on a conjugate model, agreement with NUTS on a
 non-conjugate one, robustness of beta- and gamma-VI, minibatches, and bad input."""
 
+import importlib
 import numpy as np
 import pandas as pd
 import pytest
@@ -211,3 +212,27 @@ def test_influence_from_a_model_fits_it_first(glm_normal_standardized):
     pd.testing.assert_frame_equal(from_fit, from_model)
     with pytest.raises(rs.RobustStanInputError, match=r"^learning_rate: give it with a Model"):
         rs.influence(fit, data, 3, [4.0], test, learning_rate=0.8)
+    with pytest.raises(rs.RobustStanInputError, match=r"^warm_start: influence sets it"):
+        rs.influence(fit, data, 3, [4.0], test, warm_start=fit.q)
+
+
+def test_influence_refits_the_unchanged_data_once_per_fit(glm_normal_standardized, monkeypatch):
+    """Moving several points in turn (Table 5) needs one baseline refit, not one per point; the
+    kept baseline gives the numbers a fresh one gives. Other test data get their own baseline."""
+    influence_module = importlib.import_module("robust_stan.influence")  # rs.influence is the function
+
+    data, _, _, _ = regression_data(n=40, p=2, outlier_fraction=0.0, seed=5)
+    test = {"X": data["X"][:10], "y": data["y"][:10]}
+    fit = glm_normal_standardized.variational(data, rs.BetaD(0.3), iter=300, seed=2, show_progress=False)
+    refits = []
+    original = type(fit.model).variational
+    monkeypatch.setattr(type(fit.model), "variational", lambda self, *a, **k: refits.append(1) or original(self, *a, **k))
+    first = [rs.influence(fit, data, i, [5.0], test, draws=20, iter=300) for i in (3, 7, 11)]
+    assert len(refits) == 3 + 1  # three moved points, one baseline
+    influence_module._BASELINES.clear()
+    again = [rs.influence(fit, data, i, [5.0], test, draws=20, iter=300) for i in (3, 7, 11)]
+    for kept, fresh in zip(first, again):
+        pd.testing.assert_frame_equal(kept, fresh)
+    other_test = {"X": data["X"][10:20], "y": data["y"][10:20]}
+    rs.influence(fit, data, 3, [5.0], other_test, draws=20, iter=300)
+    assert len(refits) == 2 * (3 + 1) + 2

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -22,7 +23,13 @@ from .cmdstan_engine import cache_folder
 
 def bridgestan_available() -> bool:
     """True when the bridgestan package is installed and finds a BridgeStan source tree
-    ($BRIDGESTAN or its default folder). Never downloads one."""
+    ($BRIDGESTAN or its default folder). Never downloads one. The answer is kept per
+    value of $BRIDGESTAN (oracles ask on every minibatch)."""
+    return _bridgestan_found(os.environ.get("BRIDGESTAN"))
+
+
+@lru_cache(maxsize=4)
+def _bridgestan_found(bridgestan_variable: str | None) -> bool:
     try:
         from bridgestan.compile import get_bridgestan_path, verify_bridgestan_path
     except ImportError:

@@ -3,8 +3,9 @@
 httpstan (the server behind PyStan 3) ships stanc, the Stan headers and a
 compiler driver. A program is built once into a Python extension module kept
 in httpstan's cache, keyed by the program text; log densities and gradients
-call that module directly, and NUTS runs through httpstan's
-``stan::services`` wrapper, one process per chain.
+call robust-stan's C interface compiled into the same module
+(``oracle_interface.hpp``, bound in ``native_model.py``), and NUTS runs
+through httpstan's ``stan::services`` wrapper, one process per chain.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import gzip
+import hashlib
 import json
 import multiprocessing.util
 import os
@@ -26,6 +28,7 @@ from tqdm.auto import tqdm
 from ..codegen import expand_includes
 from ..progress import elapsed_bar
 from .base import CompiledProgram, NutsSettings, RawDraws
+from .native_model import INTERFACE_HEADER, NativeModel
 
 _ITERATION = re.compile(rb"Iteration:\s+(\d+)\s*/\s*(\d+)")
 
@@ -160,6 +163,11 @@ class HttpstanProgram(CompiledProgram):
         super().__init__(stan_code)
         self.model_name = model_name
         self.module = _load_module_of_our_own(model_name)
+        self.library_path = self.module.__file__
+
+    def native_model(self, data: dict) -> NativeModel:
+        """The model built once with ``data``, for many log density and gradient calls."""
+        return NativeModel(self.library_path, _as_httpstan_data(data))
 
     # -- densities ------------------------------------------------------------
     def log_density(self, data, theta, jacobian=True):
@@ -290,7 +298,7 @@ def compile_httpstan(stan_code: str, show_progress: bool = True) -> tuple[Httpst
     """Build (or load from httpstan's cache) the program; returns it and whether a build ran."""
     hs = _httpstan()
     code = expand_includes(stan_code)
-    model_name = hs.models.calculate_model_name(code)
+    model_name = hs.models.calculate_model_name(_with_interface_mark(code))
     lock_path = hs.cache.cache_directory() / "robust_stan_locks" / f"{model_name.split('/')[1]}.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     # Processes building the same program (e.g. parallel test workers) take turns;
@@ -304,13 +312,28 @@ def compile_httpstan(stan_code: str, show_progress: bool = True) -> tuple[Httpst
         return _build(hs, code, model_name, show_progress), True
 
 
+def _with_interface_mark(code: str) -> str:
+    """The program text httpstan builds: ``code`` and a comment naming the C interface's version.
+
+    httpstan names (and caches) a module by its program text alone; the mark
+    makes a module built with another version of ``oracle_interface.hpp``, or
+    without it, a different program.
+    """
+    digest = hashlib.sha256(INTERFACE_HEADER.read_bytes()).hexdigest()[:16]
+    return f"{code}\n// built by robust-stan with its C interface {digest}\n"
+
+
+# httpstan's own compiler flags, plus our C interface in the same translation unit
+_COMPILE_ARGS = ["-O3", "-std=c++14", "-Wno-sign-compare", "-include", str(INTERFACE_HEADER)]
+
+
 def _build(hs, code: str, model_name: str, show_progress: bool) -> HttpstanProgram:
     stan_name = f"model_{model_name.split('/')[1]}"
     _, warnings = hs.compile.compile(code, stan_name)  # stanc errors surface here, quickly
     hs.cache.delete_model_directory(model_name)
     hs.cache.dump_stanc_warnings(warnings, model_name)
     with elapsed_bar("Compiling the Stan program with httpstan (30-60 s, once; cached after)", show_progress):
-        output = asyncio.run(hs.models.build_services_extension_module(code))
+        output = asyncio.run(hs.models.build_services_extension_module(_with_interface_mark(code), _COMPILE_ARGS))
     hs.cache.dump_services_extension_module_compiler_output(output, model_name)
     return HttpstanProgram(code, model_name)
 

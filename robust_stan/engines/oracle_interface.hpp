@@ -1,0 +1,119 @@
+// robust-stan's C interface to a program compiled by httpstan.
+//
+// httpstan's own functions take the data and the parameters as Python objects
+// on every call and build the model each time. This header is compiled into
+// the same extension module (``-include``), next to httpstan's functions, and
+// gives what a sampler driven from Python needs: a model built once with its
+// data, and log density and gradient read from and written to caller-owned
+// double buffers. robust_stan/engines/native_model.py binds it with ctypes.
+#include <stan/io/array_var_context.hpp>
+#include <stan/math/rev.hpp>
+#include <stan/model/model_base.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+// Defined by the program's generated C++ (stanc), further down this file.
+stan::model::model_base &new_model(stan::io::var_context &data_context, unsigned int seed, std::ostream *msg_stream);
+
+namespace robust_stan_interface {
+
+inline char *copy_message(const std::string &text) {
+  char *out = static_cast<char *>(std::malloc(text.size() + 1));
+  if (out != nullptr) std::memcpy(out, text.c_str(), text.size() + 1);
+  return out;
+}
+
+// `count` names joined by '\n'.
+inline std::vector<std::string> split_names(const char *joined, size_t count) {
+  std::vector<std::string> names;
+  const std::string all(joined != nullptr ? joined : "");
+  size_t start = 0;
+  for (size_t k = 0; k < count; ++k) {
+    size_t end = all.find('\n', start);
+    if (end == std::string::npos) end = all.size();
+    names.push_back(all.substr(start, end - start));
+    start = end + 1;
+  }
+  return names;
+}
+
+// Variable k has ndims[k] dimensions, read in turn from `dims`.
+inline std::vector<std::vector<size_t>> split_dims(const size_t *ndims, const size_t *dims, size_t count) {
+  std::vector<std::vector<size_t>> out(count);
+  size_t pos = 0;
+  for (size_t k = 0; k < count; ++k)
+    for (size_t j = 0; j < ndims[k]; ++j) out[k].push_back(dims[pos++]);
+  return out;
+}
+
+}  // namespace robust_stan_interface
+
+extern "C" {
+
+// A model of this program with the given data, in stan::io::array_var_context's
+// layout (httpstan's split of the data: values column-major), or NULL with
+// *error set (free it with robust_stan_free_message).
+void *robust_stan_model_new(size_t n_real, const char *names_r, const double *values_r, size_t n_values_r,
+                            const size_t *ndims_r, const size_t *dims_r, size_t n_int, const char *names_i,
+                            const int *values_i, size_t n_values_i, const size_t *ndims_i, const size_t *dims_i,
+                            char **error) {
+  using namespace robust_stan_interface;
+  *error = nullptr;
+  try {
+    stan::io::array_var_context context(
+        split_names(names_r, n_real), std::vector<double>(values_r, values_r + n_values_r),
+        split_dims(ndims_r, dims_r, n_real), split_names(names_i, n_int),
+        std::vector<int>(values_i, values_i + n_values_i), split_dims(ndims_i, dims_i, n_int));
+    std::ostringstream messages;
+    return &new_model(context, 1u, &messages);
+  } catch (const std::exception &ex) {
+    *error = copy_message(ex.what());
+  }
+  return nullptr;
+}
+
+void robust_stan_model_free(void *model) { delete static_cast<stan::model::model_base *>(model); }
+
+void robust_stan_free_message(char *message) { std::free(message); }
+
+size_t robust_stan_num_params(void *model) { return static_cast<stan::model::model_base *>(model)->num_params_r(); }
+
+// The log density at theta (constants of ~ statements dropped, as httpstan's
+// log_prob and log_prob_grad) into *value and, when grad is not NULL, its
+// gradient into grad. Returns 0; or 1 for a std::domain_error (a value
+// outside a distribution's support) and 2 for any other error, with *error set.
+int robust_stan_log_density_gradient(void *handle, int jacobian, const double *theta, double *value, double *grad,
+                                     char **error) {
+  using stan::math::var;
+  auto &model = *static_cast<stan::model::model_base *>(handle);
+  *error = nullptr;
+  const size_t n = model.num_params_r();
+  int status = 0;
+  try {
+    Eigen::Matrix<var, -1, 1> params(n);
+    for (size_t i = 0; i < n; ++i) params.coeffRef(i) = theta[i];
+    std::ostringstream messages;
+    var lp = jacobian ? model.template log_prob<true, true>(params, &messages)
+                      : model.template log_prob<true, false>(params, &messages);
+    *value = lp.val();
+    if (grad != nullptr) {
+      lp.grad();
+      for (size_t i = 0; i < n; ++i) grad[i] = params.coeff(i).adj();
+    }
+  } catch (const std::domain_error &ex) {
+    *error = robust_stan_interface::copy_message(ex.what());
+    status = 1;
+  } catch (const std::exception &ex) {
+    *error = robust_stan_interface::copy_message(ex.what());
+    status = 2;
+  }
+  stan::math::recover_memory();
+  return status;
+}
+
+}  // extern "C"
