@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 import robust_stan as rs
+from robust_stan.engines.httpstan_engine import converted_data
 from robust_stan.estimators import lrv
 
 
@@ -37,7 +38,7 @@ def median_seconds(fn, repeats: int) -> float:
 
 def own_call(oracle, theta, repeats: int = 5) -> float:
     """Seconds for httpstan's own log_prob_grad (the program's module) at theta with the oracle's data."""
-    module, data, theta = oracle._program.module, oracle._data, list(theta)
+    module, data, theta = oracle._program.module, converted_data(oracle._stan_data), list(theta)
     return median_seconds(lambda: module.log_prob_grad(data, theta, False), repeats)
 
 

@@ -7,7 +7,7 @@ per copy, is minus the per-example gradients: all n of them from one reverse
 pass instead of n. That pass carries one autodiff variable per parameter copy
 (n d of them), so it costs more than a full gradient of a vectorised program
 (``benchmarks/per_example_cost.py`` measures by how much). The data are
-prepared once; a minibatch only changes the small ``batch`` index array.
+prepared once; a minibatch's program is built from its own rows only.
 Memory is O(n d).
 
 Several chains can share one call: each chain's rows are one more run of
@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .data import slice_rows
 from .divergences import Divergence, as_divergence
 from .errors import RobustStanInputError
 from .oracles import GradientOracle, make_oracle
@@ -59,7 +60,10 @@ class PerExampleGradients:
         if key not in self._oracles:
             if len(self._oracles) > 8:  # minibatches: keep a few, not one per batch ever seen
                 self._oracles.clear()
-            data = dict(self.shared_data, mode=1, n_batch=int(rows.size), batch=(rows + 1).astype(np.int64))
+            used, position = np.unique(rows, return_inverse=True)
+            # A minibatch's program holds only its own rows: a small model to build per batch.
+            data = slice_rows(self.model.spec, self.shared_data, used) if used.size < self.n else dict(self.shared_data)
+            data.update(mode=1, n_batch=int(rows.size), batch=(position + 1).astype(np.int64))
             self._oracles[key] = make_oracle(self.model.stan_code, data, rows.size * self.dimension,
                                              self._oracle_kind)
         return self._oracles[key]
