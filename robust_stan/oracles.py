@@ -47,9 +47,6 @@ class GradientOracle(ABC):
     def gradient(self, theta: np.ndarray, jacobian: bool = True) -> np.ndarray:
         """Gradient only (one call where the engine allows it)."""
 
-    #: whether generated quantities get fresh random numbers on every constrain call
-    fresh_generated_quantities = True
-
     @abstractmethod
     def constrain(self, theta: np.ndarray, include_gqs: bool = True, seed: int | None = None) -> dict[str, np.ndarray]:
         """Every Stan variable (parameters, transformed parameters, generated quantities) at theta.
@@ -75,24 +72,22 @@ class GradientOracle(ABC):
 class HttpstanOracle(GradientOracle):
     """A program's httpstan extension module, its model built once with the data.
 
-    httpstan's ``write_array`` seeds its RNG with 0 on every call, so random
-    generated quantities (``y_rep``) repeat the same noise at every point:
-    ``fresh_generated_quantities`` is False and callers that collect draws
-    leave them out.
+    Each constrain call draws the generated quantities' random numbers from a
+    new seed taken from a stream started by ``seed``, so posterior predictive
+    draws (``y_rep``) are fresh at every point and reproducible.
     """
 
     name = "httpstan"
-    fresh_generated_quantities = False
 
     def __init__(self, program, stan_data: dict, dimension: int):
         self._program = program
         self._stan_data = stan_data
-        self._data = None  # httpstan's flattening of the data, made at the first constrain
         self._model = program.native_model(stan_data)
         if self._model.dimension != int(dimension):
             raise RuntimeError(f"the program has {self._model.dimension} unconstrained parameters with these data, "
                                f"expected {dimension}")
         self._shapes = None
+        self._seeds = None
 
     @property
     def dimension(self) -> int:
@@ -108,12 +103,14 @@ class HttpstanOracle(GradientOracle):
         return self._model.log_density_gradient(self._check(theta), jacobian)[1]
 
     def constrain(self, theta, include_gqs=True, seed=None):
-        if self._data is None:
-            from .engines.httpstan_engine import converted_data
+        from .engines.httpstan_engine import named_values
 
-            self._data = converted_data(self._stan_data)
-            self._shapes = self._program.variable_shapes(self._data)
-        return self._program.constrain(self._data, self._check(theta), include_gqs, self._shapes)
+        if self._shapes is None:
+            self._shapes = self._program.variable_shapes(self._stan_data)
+        if seed is not None or self._seeds is None:
+            self._seeds = np.random.default_rng(0 if seed is None else seed)
+        flat = self._model.write_array(self._check(theta), True, include_gqs, int(self._seeds.integers(2**32)))
+        return named_values(flat, self._shapes)
 
     def unconstrain(self, values):
         return self._program.unconstrain(self._stan_data, values)
@@ -186,8 +183,6 @@ def constrained_draws(oracle, thetas: np.ndarray, include_gqs: bool, seed: int) 
         # generated quantities repeat them under their own names, but may be left out.
         for name in [k for k in values if k.endswith("_copies")]:
             values.setdefault(name[: -len("_copies")], values[name][0])
-        if not oracle.fresh_generated_quantities:
-            values.pop("y_rep", None)  # the same noise at every draw: not a posterior predictive sample
         return values
 
     template = constrained(thetas[first], seed=seed)

@@ -122,9 +122,8 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     Each kept draw costs, besides the step, one full log density (``lp`` in
     sample_stats; ``log_density=False`` skips it) and one constrain call with
     the generated quantities ``log_lik``, ``robust_loss`` and ``y_rep``
-    (``generated_quantities=False`` keeps parameters only). On the httpstan
-    oracle ``y_rep`` is left out: httpstan reseeds its RNG on every call, so
-    each draw would repeat the same noise.
+    (``generated_quantities=False`` keeps parameters only); ``y_rep`` draws its
+    noise from a stream started by ``seed``.
     """
     if not (isinstance(epsilon, (int, float)) and 0 <= epsilon < 0.5):
         raise RobustStanInputError(f"epsilon: must lie in [0, 0.5), got {epsilon!r}")

@@ -200,6 +200,16 @@ def test_c_interface_gives_httpstans_own_log_density_and_gradient(glm_normal, di
             np.testing.assert_allclose(grad, program.module.log_prob_grad(data, list(theta), jacobian),
                                        rtol=1e-12, atol=1e-12)
             assert native.log_density_gradient(theta, jacobian, gradient=False) == (value, None)
+        # constrained values: the parameters and the deterministic generated quantities as
+        # httpstan's own write_array gives them; y_rep from the seed given
+        ours, httpstans = native.write_array(theta, True, True, seed=7), program.module.write_array(
+            data, list(theta), True, True)
+        n_rows = 40
+        deterministic = slice(0, len(ours) - n_rows)  # y_rep comes last
+        np.testing.assert_allclose(ours[deterministic], httpstans[deterministic], rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(native.write_array(theta, True, True, seed=7), ours)
+        assert not np.array_equal(native.write_array(theta, True, True, seed=8)[-n_rows:], ours[-n_rows:])
+        assert native.write_array(theta, True, False).size == 4
 
 
 @needs_httpstan

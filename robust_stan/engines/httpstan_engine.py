@@ -137,6 +137,20 @@ def _reuse_converted_data(utils) -> None:
     utils._split_data = split_data
 
 
+def named_values(flat, shapes: dict) -> dict:
+    """Stan's flat constrained values (column-major) as arrays of the given shapes, by name;
+    names past the end of ``flat`` (generated quantities left out) are left out."""
+    flat = np.asarray(flat, dtype=float)
+    out, pos = {}, 0
+    for name, shape in shapes.items():
+        if pos >= flat.size:
+            break
+        size = int(np.prod(shape)) if shape else 1
+        out[name] = flat[pos : pos + size].reshape(shape, order="F") if shape else flat[pos]
+        pos += size
+    return out
+
+
 def _load_module_of_our_own(model_name: str):
     """Import a program's extension module as an object nothing else can overwrite.
 
@@ -191,15 +205,7 @@ class HttpstanProgram(CompiledProgram):
         """
         data = _as_httpstan_data(data)
         shapes = shapes if shapes is not None else self.variable_shapes(data)
-        flat = np.asarray(self.module.write_array(data, list(map(float, theta)), True, bool(include_gqs)))
-        out, pos = {}, 0
-        for name, shape in shapes.items():
-            if pos >= flat.size:  # generated quantities left out
-                break
-            size = int(np.prod(shape)) if shape else 1
-            out[name] = flat[pos : pos + size].reshape(shape, order="F") if shape else flat[pos]
-            pos += size
-        return out
+        return named_values(self.module.write_array(data, list(map(float, theta)), True, bool(include_gqs)), shapes)
 
     def unconstrain(self, data, values):
         return np.asarray(self.module.transform_inits(_as_httpstan_data(data), _as_httpstan_data(values)), dtype=float)

@@ -42,6 +42,11 @@ def _library(path: str) -> ctypes.CDLL:
     lib.robust_stan_log_density_gradient.restype = ctypes.c_int
     lib.robust_stan_log_density_gradient.argtypes = [ctypes.c_void_p, ctypes.c_int, _BUFFER, _BUFFER, _BUFFER,
                                                      _MESSAGE]
+    lib.robust_stan_num_constrained.restype = ctypes.c_size_t
+    lib.robust_stan_num_constrained.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    lib.robust_stan_write_array.restype = ctypes.c_int
+    lib.robust_stan_write_array.argtypes = [ctypes.c_void_p, _BUFFER, ctypes.c_int, ctypes.c_int, ctypes.c_uint,
+                                            _BUFFER, _MESSAGE]
     return lib
 
 
@@ -123,3 +128,18 @@ class NativeModel:
             message = _take_message(self._lib, error)
             raise (ValueError if status == 1 else RuntimeError)(message)
         return value.value, grad
+
+    def write_array(self, theta: np.ndarray, include_tp: bool = True, include_gqs: bool = True,
+                    seed: int = 0) -> np.ndarray:
+        """Stan's constrained values at theta: the parameters, then (if asked) the transformed
+        parameters and the generated quantities, flat in Stan's order. The generated
+        quantities' random numbers come from an RNG started with ``seed``."""
+        theta = np.ascontiguousarray(theta, dtype=float)
+        if theta.shape != (self.dimension,):
+            raise ValueError(f"theta: expected {self.dimension} unconstrained values, got shape {theta.shape}")
+        out = np.empty(self._lib.robust_stan_num_constrained(self._handle, int(include_tp), int(include_gqs)))
+        error = ctypes.c_char_p()
+        if self._lib.robust_stan_write_array(self._handle, theta.ctypes.data, int(include_tp), int(include_gqs),
+                                             int(seed) % 2**32, out.ctypes.data, ctypes.byref(error)):
+            raise RuntimeError(_take_message(self._lib, error))
+        return out

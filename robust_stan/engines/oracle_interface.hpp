@@ -4,12 +4,15 @@
 // on every call and build the model each time. This header is compiled into
 // the same extension module (``-include``), next to httpstan's functions, and
 // gives what a sampler driven from Python needs: a model built once with its
-// data, and log density and gradient read from and written to caller-owned
-// double buffers. robust_stan/engines/native_model.py binds it with ctypes.
+// data; log density, gradient and constrained values (with generated
+// quantities from a seeded RNG) read from and written to caller-owned double
+// buffers. robust_stan/engines/native_model.py binds it with ctypes.
 #include <stan/io/array_var_context.hpp>
 #include <stan/math/rev.hpp>
 #include <stan/model/model_base.hpp>
+#include <stan/services/util/create_rng.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -114,6 +117,35 @@ int robust_stan_log_density_gradient(void *handle, int jacobian, const double *t
   }
   stan::math::recover_memory();
   return status;
+}
+
+// How many values robust_stan_write_array writes: the constrained parameters,
+// then (if asked) the transformed parameters and the generated quantities.
+size_t robust_stan_num_constrained(void *handle, int include_tp, int include_gqs) {
+  std::vector<std::string> names;
+  static_cast<stan::model::model_base *>(handle)->constrained_param_names(names, include_tp != 0, include_gqs != 0);
+  return names.size();
+}
+
+// The constrained values at theta (Stan's write_array) into `out`, which holds
+// robust_stan_num_constrained(...) values. Generated quantities draw their
+// random numbers from an RNG started with `seed`. Returns 0, or 2 with *error set.
+int robust_stan_write_array(void *handle, const double *theta, int include_tp, int include_gqs, unsigned int seed,
+                            double *out, char **error) {
+  auto &model = *static_cast<stan::model::model_base *>(handle);
+  *error = nullptr;
+  try {
+    Eigen::VectorXd params = Eigen::Map<const Eigen::VectorXd>(theta, model.num_params_r());
+    Eigen::VectorXd values;
+    stan::rng_t rng = stan::services::util::create_rng(seed, 1);
+    std::ostringstream messages;
+    model.write_array(rng, params, values, include_tp != 0, include_gqs != 0, &messages);
+    std::copy(values.data(), values.data() + values.size(), out);
+  } catch (const std::exception &ex) {
+    *error = robust_stan_interface::copy_message(ex.what());
+    return 2;
+  }
+  return 0;
 }
 
 }  // extern "C"
