@@ -6,8 +6,8 @@ and with n = 1,000, d = 200; for the iteration, n = 1,250 and d = 200.
 Same program, same engine (httpstan oracle, or BridgeStan when available);
 each time is the median of repeated calls. Targets: per-example / full <= 3;
 Rob-ULA iteration / per-example call <= 5. On the httpstan oracle it also prints
-the same two calls through httpstan's own functions (lists of Python floats, the
-model rebuilt on every call), which the oracle used before robust-stan's C interface.
+the same two calls through httpstan's own log_prob_grad (the data flattened, the model
+rebuilt and every number converted to or from a Python float on each call).
 
 This is a benchmark, not a test: it prints ratios measured in one run.
 
@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import robust_stan as rs
-from robust_stan.engines.httpstan_engine import converted_data
+from robust_stan.engines.httpstan_engine import _as_httpstan_data
 from robust_stan.estimators import lrv
 
 
@@ -37,8 +37,9 @@ def median_seconds(fn, repeats: int) -> float:
 
 
 def own_call(oracle, theta, repeats: int = 5) -> float:
-    """Seconds for httpstan's own log_prob_grad (the program's module) at theta with the oracle's data."""
-    module, data, theta = oracle._program.module, converted_data(oracle._stan_data), list(theta)
+    """Seconds for httpstan's own log_prob_grad (the program's module) at theta with the oracle's data:
+    it flattens the data, builds the model and converts theta and the gradient on every call."""
+    module, data, theta = oracle._program.module, _as_httpstan_data(oracle._stan_data), list(theta)
     return median_seconds(lambda: module.log_prob_grad(data, theta, False), repeats)
 
 

@@ -153,28 +153,6 @@ def test_nuts_on_one_program_leaves_another_programs_functions_alone(glm_normal)
 
 
 @needs_httpstan
-def test_data_flattened_once_gives_the_same_numbers_as_httpstans_own_flattening(glm_normal):
-    """An oracle's data are flattened once (ConvertedData); the module must see exactly what
-    httpstan's own _split_data makes of the plain dict, and other dicts still go through it."""
-    import httpstan.utils
-
-    from robust_stan.engines.httpstan_engine import ConvertedData, converted_data
-
-    program = glm_normal.compile()
-    data = glm_normal.stan_data(glm_data(n=40), rs.BetaD(0.4))
-    other = glm_normal.stan_data(glm_data(n=40, seed=3), rs.BetaD(0.4))
-    converted = converted_data(data)
-    assert isinstance(converted, ConvertedData) and dict(converted).keys() == data.keys()
-    own = httpstan.utils._split_data.original(dict(converted))
-    assert converted.split[0] == own[0] and converted.split[3] == own[3]
-    assert converted.split[1] == [float(v) for v in own[1]] and converted.split[4] == [int(v) for v in own[4]]
-    theta = [0.3, 0.8, -0.2, 0.1]
-    assert program.module.log_prob(converted, theta, True) == program.log_density(data, theta)
-    assert program.module.log_prob_grad(converted, theta, True) == list(program.log_density_gradient(data, theta)[1])
-    assert program.log_density(other, theta) != program.log_density(data, theta)  # plain dicts: own split
-
-
-@needs_httpstan
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
 def test_c_interface_gives_httpstans_own_log_density_and_gradient(glm_normal, divergence):
     """The model built once behind robust-stan's C interface against httpstan's own log_prob and
@@ -187,7 +165,7 @@ def test_c_interface_gives_httpstans_own_log_density_and_gradient(glm_normal, di
 
     program = glm_normal.compile()
     data = glm_normal.stan_data(glm_data(n=40), divergence)
-    ours, httpstans = split_data(_as_httpstan_data(data)), httpstan.utils._split_data.original(data)
+    ours, httpstans = split_data(_as_httpstan_data(data)), httpstan.utils._split_data(data)
     assert [name.encode() for name in ours[0]] == httpstans[0] and list(ours[2]) == list(httpstans[2])
     assert [name.encode() for name in ours[3]] == httpstans[3] and list(ours[5]) == list(httpstans[5])
     assert ours[1].tolist() == [float(v) for v in httpstans[1]] and ours[4].tolist() == [int(v) for v in httpstans[4]]

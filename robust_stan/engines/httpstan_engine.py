@@ -38,10 +38,8 @@ def _httpstan():
     import httpstan.compile
     import httpstan.models
     import httpstan.services_stub
-    import httpstan.utils
 
     _give_forked_children_their_own_pool(httpstan.services_stub)
-    _reuse_converted_data(httpstan.utils)
     return httpstan
 
 
@@ -94,47 +92,6 @@ def _as_httpstan_data(data: dict) -> dict:
         arr = np.asarray(value)
         out[key] = arr if arr.ndim else arr.item()
     return out
-
-
-class ConvertedData(dict):
-    """Stan data for repeated calls: httpstan's flattening of it is done once.
-
-    Every call of an httpstan module (log_prob, log_prob_grad, ...) passes its
-    data dict to ``httpstan.utils._split_data``, which flattens every array into
-    Python scalars: at 10,000 rows that costs more than the gradient. Oracles
-    keep one ConvertedData for their fixed data; :func:`_reuse_converted_data`
-    makes httpstan use the stored flattening. Do not modify one after creating it.
-    """
-
-    def __init__(self, data: dict, split_data):
-        super().__init__(_as_httpstan_data(data))
-        names_r, values_r, dim_r, names_i, values_i, dim_i = split_data(dict(self))
-        # Python floats and ints: the module's C++ reads these much faster than numpy scalars
-        self.split = (names_r, np.asarray(values_r, dtype=float).tolist(), dim_r,
-                      names_i, np.asarray(values_i, dtype=int).tolist(), dim_i)
-
-
-def converted_data(data: dict) -> ConvertedData:
-    """The data as a :class:`ConvertedData` (flattened once, for many calls)."""
-    return ConvertedData(data, _httpstan().utils._split_data)
-
-
-def _reuse_converted_data(utils) -> None:
-    """Wrap httpstan's ``_split_data`` so a :class:`ConvertedData` is not flattened again.
-
-    The modules look the function up on every call, so the wrapper applies to
-    them all; any other dict goes to httpstan's own function unchanged.
-    """
-    original = utils._split_data
-    if getattr(original, "reuses_converted_data", False):
-        return
-
-    def split_data(data):
-        return data.split if isinstance(data, ConvertedData) else original(data)
-
-    split_data.reuses_converted_data = True
-    split_data.original = original
-    utils._split_data = split_data
 
 
 def named_values(flat, shapes: dict) -> dict:
