@@ -30,6 +30,7 @@ def bridgestan_available() -> bool:
 
 @lru_cache(maxsize=4)
 def _bridgestan_found(bridgestan_variable: str | None) -> bool:
+    # bridgestan reads $BRIDGESTAN itself; the argument only keys the cache
     try:
         from bridgestan.compile import get_bridgestan_path, verify_bridgestan_path
     except ImportError:
