@@ -17,11 +17,16 @@ This is a benchmark, not a test: it prints ratios measured in one run.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import robust_stan as rs
+
+sys.path.insert(0, str(Path(__file__).parent))
+from per_example_cost import median_seconds  # noqa: E402
 
 
 def main(argv=None) -> None:
@@ -61,16 +66,6 @@ def main(argv=None) -> None:
     ratio = step / new
     print(f"RATIO step / per-example call of a new batch = {ratio:.2f}  (target <= 3: {'met' if ratio <= 3 else 'MISSED'}); "
           f"against the same batch again: {step / same:.2f}")
-
-
-def median_seconds(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
 
 
 if __name__ == "__main__":

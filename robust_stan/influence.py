@@ -76,8 +76,8 @@ def influence(fit_or_model, data: Mapping, index: int, values: Sequence, test_da
     and so does a baseline refit on the unchanged data: ``change`` is the refit's
     test log-likelihood minus the baseline's, so the optimiser's own noise (large
     with minibatches) cancels. The baseline is kept with the fit, so further calls
-    with the same data, test data and settings (other points) do not refit it. ``variable`` and ``column`` say what is moved
-    (``"y"``, or ``"X"`` with a column). Returns a table with one row per value:
+    with the same data, test data and settings (other points) do not refit it.
+    ``variable`` and ``column`` say what is moved (``"y"``, or ``"X"`` with a column). Returns a table with one row per value:
     ``value``, ``test_loglik`` and ``change``. ``options`` go to the refits (and to
     the first fit of a Model).
     """

@@ -261,7 +261,8 @@ def compile_httpstan(stan_code: str, show_progress: bool = True) -> tuple[Httpst
     """Build (or load from httpstan's cache) the program; returns it and whether a build ran."""
     hs = _httpstan()
     code = expand_includes(stan_code)
-    model_name = hs.models.calculate_model_name(_with_interface_mark(code))
+    marked = _with_interface_mark(code)
+    model_name = hs.models.calculate_model_name(marked)
     lock_path = hs.cache.cache_directory() / "robust_stan_locks" / f"{model_name.split('/')[1]}.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     # Processes building the same program (e.g. parallel test workers) take turns;
@@ -272,7 +273,7 @@ def compile_httpstan(stan_code: str, show_progress: bool = True) -> tuple[Httpst
             return HttpstanProgram(code, model_name), False
         except KeyError:
             pass
-        return _build(hs, code, model_name, show_progress), True
+        return _build(hs, code, marked, model_name, show_progress), True
 
 
 def _with_interface_mark(code: str) -> str:
@@ -290,13 +291,14 @@ def _with_interface_mark(code: str) -> str:
 _COMPILE_ARGS = ["-O3", "-std=c++14", "-Wno-sign-compare", "-include", str(INTERFACE_HEADER)]
 
 
-def _build(hs, code: str, model_name: str, show_progress: bool) -> HttpstanProgram:
+def _build(hs, code: str, marked: str, model_name: str, show_progress: bool) -> HttpstanProgram:
+    """Build ``marked`` (``code`` with the interface mark) into the module named ``model_name``."""
     stan_name = f"model_{model_name.split('/')[1]}"
     _, warnings = hs.compile.compile(code, stan_name)  # stanc errors surface here, quickly
     hs.cache.delete_model_directory(model_name)
     hs.cache.dump_stanc_warnings(warnings, model_name)
     with elapsed_bar("Compiling the Stan program with httpstan (30-60 s, once; cached after)", show_progress):
-        output = asyncio.run(hs.models.build_services_extension_module(_with_interface_mark(code), _COMPILE_ARGS))
+        output = asyncio.run(hs.models.build_services_extension_module(marked, _COMPILE_ARGS))
     hs.cache.dump_services_extension_module_compiler_output(output, model_name)
     return HttpstanProgram(code, model_name)
 

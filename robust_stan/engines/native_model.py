@@ -108,6 +108,12 @@ class NativeModel:
         self.dimension = int(lib.robust_stan_num_params(self._handle))
         weakref.finalize(self, lib.robust_stan_model_free, self._handle)
 
+    def _point(self, theta) -> np.ndarray:
+        theta = np.ascontiguousarray(theta, dtype=float)
+        if theta.shape != (self.dimension,):
+            raise ValueError(f"theta: expected {self.dimension} unconstrained values, got shape {theta.shape}")
+        return theta
+
     def log_density_gradient(self, theta: np.ndarray, jacobian: bool = True,
                              gradient: bool = True) -> tuple[float, np.ndarray | None]:
         """Log density (constants of ``~`` statements dropped) and, unless ``gradient`` is False, its gradient.
@@ -115,9 +121,7 @@ class NativeModel:
         Raises ValueError where Stan raises a domain error (e.g. a scale that
         is not positive), RuntimeError for any other error.
         """
-        theta = np.ascontiguousarray(theta, dtype=float)
-        if theta.shape != (self.dimension,):
-            raise ValueError(f"theta: expected {self.dimension} unconstrained values, got shape {theta.shape}")
+        theta = self._point(theta)
         grad = np.empty(self.dimension) if gradient else None
         value = ctypes.c_double()
         error = ctypes.c_char_p()
@@ -134,9 +138,7 @@ class NativeModel:
         """Stan's constrained values at theta: the parameters, then (if asked) the transformed
         parameters and the generated quantities, flat in Stan's order. The generated
         quantities' random numbers come from an RNG started with ``seed``."""
-        theta = np.ascontiguousarray(theta, dtype=float)
-        if theta.shape != (self.dimension,):
-            raise ValueError(f"theta: expected {self.dimension} unconstrained values, got shape {theta.shape}")
+        theta = self._point(theta)
         out = np.empty(self._lib.robust_stan_num_constrained(self._handle, int(include_tp), int(include_gqs)))
         error = ctypes.c_char_p()
         if self._lib.robust_stan_write_array(self._handle, theta.ctypes.data, int(include_tp), int(include_gqs),
