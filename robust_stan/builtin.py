@@ -13,7 +13,7 @@ from __future__ import annotations
 from .errors import RobustStanInputError
 from .families import get_family
 from .model import Model
-from .spec import Argument, ModelSpec, ParameterDeclaration, split_statements
+from .spec import Argument, LinearPredictor, ModelSpec, ParameterDeclaration, split_statements
 
 # Default priors, on the fitted (standardised) scale.
 _SCALE_PRIOR = "exponential(1)"
@@ -38,7 +38,7 @@ def _merge_priors(defaults: dict[str, str], priors: dict[str, str] | None, names
 
 
 def _builtin_model(kind, fam, data, decls, defaults, priors, args, rescale, standardize, engine, title,
-                   transformed_data="") -> Model:
+                   transformed_data="", linear_predictor=None) -> Model:
     params = [ParameterDeclaration.parse(d) for d in decls]
     spec = ModelSpec(
         transformed_data=transformed_data,
@@ -50,6 +50,7 @@ def _builtin_model(kind, fam, data, decls, defaults, priors, args, rescale, stan
         title=title,
         standardize=_STANDARDIZE.get(fam.name) if standardize else None,
         rescale=rescale if standardize else {},
+        linear_predictor=linear_predictor,
     )
     return Model(spec, engine=engine, kind=kind)
 
@@ -159,6 +160,7 @@ def glm(
     data = "int<lower=0> P; matrix[N, P] X; vector<lower=0>[P] prior_scale_b"
     rescale: dict[str, str] = {}
     b_prior = "normal(0, prior_scale_b)"
+    linear_predictor = None
     if fam.name == "categorical":
         decls = ["vector[K - 1] alpha", "matrix[P, K - 1] B"]
         defaults = {"alpha": "normal(0, 2.5)", "B": "for (k in 1:(K - 1)) B[:, k] ~ normal(0, prior_scale_b)"}
@@ -190,6 +192,8 @@ def glm(
             defaults["sigma"] = _SCALE_PRIOR
             args = {"mu": Argument("mu", linear, linear_vec), "sigma": Argument("sigma", "sigma")}
             rescale.update(alpha="location", b="scale", sigma="scale")
+            # student_t's nu cannot vary by row in the library, so it has no mode 3
+            linear_predictor = LinearPredictor("mu") if fam.name == "normal" else None
             if fam.name == "student_t":
                 decls.append("real<lower=1> nu")
                 defaults["nu"] = _NU_PRIOR
@@ -197,10 +201,13 @@ def glm(
         elif fam.name == "exponential":
             args = {"rate": Argument("rate", f"exp(-({linear}))", f"exp(-({linear_vec}))")}
             rescale.update(alpha="log_scale")
+            linear_predictor = LinearPredictor("rate", "exp(-({eta}))")
         else:
             args = {"eta": Argument("eta", linear, linear_vec)}
+            linear_predictor = LinearPredictor("eta")
     return _builtin_model("glm", fam, data, decls, defaults, priors, args, rescale, standardize, engine,
-                          f"robust-stan glm, family {fam.name}, link {link}")
+                          f"robust-stan glm, family {fam.name}, link {link}",
+                          linear_predictor=linear_predictor)
 
 
 def custom(

@@ -44,6 +44,20 @@ def _render_argument(spec: ModelSpec, fam_arg) -> RenderedArgument:
     return RenderedArgument(fill, local, fill, local, arg.per_observation, f"{local}[n]")
 
 
+def _linear_predictor_call(spec: ModelSpec) -> list[str]:
+    """The family arguments of mode 3's one vectorised call over the batch rows."""
+    lp = spec.linear_predictor
+    call = []
+    for fam_arg in spec.family.args:
+        if fam_arg.data_only:
+            call.append(f"{fam_arg.name}[batch]")
+        elif fam_arg.name == lp.argument:
+            call.append(lp.of_eta.format(eta=f"to_vector({lp.intercept}_copies)"))
+        else:  # a real parameter (checked by the spec), one copy per row
+            call.append(f"to_vector({spec.args[fam_arg.name].per_observation.strip()}_copies)")
+    return call
+
+
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_path())),
@@ -69,6 +83,8 @@ def render_program(spec: ModelSpec) -> str:
         priors=[line.strip() for line in spec.priors.strip().splitlines() if line.strip()],
         args=args,
         rng=spec.family.rng.format(**rng_values),
+        lp=spec.linear_predictor,
+        lp_call=_linear_predictor_call(spec) if spec.linear_predictor else [],
     )
 
 

@@ -15,7 +15,7 @@ from .divergences import Divergence, as_divergence
 from .errors import RobustStanInputError, require_positive
 from .spec import ModelSpec
 
-MODES = {"posterior": 0, "per_example": 1, "prior": 2}
+MODES = {"posterior": 0, "per_example": 1, "prior": 2, "per_example_linear_predictor": 3}
 
 
 @dataclass(frozen=True)
@@ -148,8 +148,11 @@ def prepare_data(
     out["weights"] = check_weights(weights, n)
     if mode not in MODES:
         raise RobustStanInputError(f"mode: must be one of {list(MODES)}, got {mode!r}")
+    if mode == "per_example_linear_predictor" and spec.linear_predictor is None:
+        raise RobustStanInputError("mode: 'per_example_linear_predictor' needs a built-in glm whose family "
+                                   "arguments can vary by row (normal, bernoulli, binomial, poisson, exponential)")
     out["mode"] = MODES[mode]
-    if mode == "per_example" and div.code == 3:
+    if mode.startswith("per_example") and div.code == 3:
         raise RobustStanInputError(
             "divergence: the original gamma form is not a sum over observations, so it has no per-example "
             "gradients; use rs.GammaD(gamma) (decomposable), rs.BetaD or rs.KL()"

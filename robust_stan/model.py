@@ -132,21 +132,25 @@ class Model:
         return theta
 
     def per_example_gradients(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
-                              batch=None, oracle: str = "auto") -> np.ndarray:
+                              batch=None, oracle: str = "auto", strategy: str = "auto") -> np.ndarray:
         """Gradients of each observation's loss l_i at a shared unconstrained point.
 
         Returns an array (rows in ``batch``, d), row i = grad l_i(theta), from one
         gradient call of the program's per-example mode (DESIGN.md section 3).
         The prior, weights and learning rate are not included. For repeated
         calls on the same data use :meth:`per_example` (prepares the data once).
+        ``strategy``: "copies" (any model), "linear_predictor" (built-in glms of
+        the normal, bernoulli, binomial, poisson and exponential families; about
+        the cost of one full gradient) or "auto", the faster one available.
         """
-        return self.per_example(data, divergence, oracle).gradients(theta_unconstrained, batch)
+        return self.per_example(data, divergence, oracle, strategy).gradients(theta_unconstrained, batch)
 
-    def per_example(self, data: Mapping, divergence: Divergence | None = None, oracle: str = "auto"):
+    def per_example(self, data: Mapping, divergence: Divergence | None = None, oracle: str = "auto",
+                    strategy: str = "auto"):
         """A reusable :class:`~robust_stan.per_example.PerExampleGradients` for these data."""
         from .per_example import PerExampleGradients
 
-        return PerExampleGradients(self, data, divergence, oracle)
+        return PerExampleGradients(self, data, divergence, oracle, strategy)
 
     def oracle(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                weights=None, mode: str = "posterior", oracle: str = "auto"):

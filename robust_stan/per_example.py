@@ -1,14 +1,24 @@
 """Per-example gradients from one call of a program's per-example mode (DESIGN.md section 3).
 
-In mode 1 the program declares one copy of every parameter per batch row and
-adds -l_{batch[c]}(theta_c) for copy c, without the prior. Evaluated at every
-copy equal to the same theta, the gradient of that target, cut into one block
-per copy, is minus the per-example gradients: all n of them from one reverse
-pass instead of n. That pass carries one autodiff variable per parameter copy
-(n d of them), so it costs more than a full gradient of a vectorised program
-(``benchmarks/per_example_cost.py`` measures by how much). The data are
-prepared once; a minibatch's program is built from its own rows only.
-Memory is O(n d).
+Two strategies, both exact:
+
+- ``"copies"`` (mode 1, every model): the program declares one copy of every
+  parameter per batch row and adds -l_{batch[c]}(theta_c) for copy c, without
+  the prior. Evaluated at every copy equal to the same theta, the gradient of
+  that target, cut into one block per copy, is minus the per-example gradients:
+  all n of them from one reverse pass instead of n. That pass carries one
+  autodiff variable per parameter copy (n d of them), so it costs several full
+  gradients of a vectorised program.
+- ``"linear_predictor"`` (mode 3, the built-in glms whose other arguments can
+  vary by row): the intercept's copy c carries row c's whole linear predictor
+  eta_c = alpha + x_c' b, computed here; the coefficients have no copies. One
+  call gives dl_c/deta_c and the gradients of the other parameters' copies; the
+  intercept's and coefficients' gradients are dl_c/deta_c and dl_c/deta_c x_c
+  (the chain rule). n (k + 1) autodiff variables instead of n d: about the cost
+  of one full gradient. ``"auto"`` picks it whenever the program has it.
+
+``benchmarks/per_example_cost.py`` measures both. The data are prepared once; a
+minibatch's program is built from its own rows only. Memory is O(n d).
 
 Several chains can share one call: each chain's rows are one more run of
 copies, each at its own theta.
@@ -31,10 +41,13 @@ class PerExampleGradients:
 
     ``gradients(theta)`` gives the (rows, d) array at one point;
     ``gradients_many(thetas)`` one such array per point (chains), from one call.
+    ``strategy`` is "auto", "copies" or "linear_predictor" (module docstring).
     """
 
-    def __init__(self, model, data: Mapping, divergence: Divergence | None = None, oracle: str = "auto"):
+    def __init__(self, model, data: Mapping, divergence: Divergence | None = None, oracle: str = "auto",
+                 strategy: str = "auto"):
         self.model = model
+        self.strategy = _choose_strategy(model.spec, strategy)
         self.divergence = as_divergence(divergence)
         if self.divergence.code == 3:
             raise RobustStanInputError(
@@ -42,8 +55,19 @@ class PerExampleGradients:
                 "gradients; use rs.GammaD(gamma) (decomposable), rs.BetaD or rs.KL()")
         self.shared_data = model.stan_data(data, self.divergence)
         self.n = int(self.shared_data["N"])
-        self._per_copy_sizes = [size for _, _, size in model._parameter_layout(self.shared_data)]
+        layout = model._parameter_layout(self.shared_data)
+        self._per_copy_sizes = [size for _, _, size in layout]
         self.dimension = int(sum(self._per_copy_sizes))
+        if self.strategy == "linear_predictor":
+            lp = model.spec.linear_predictor
+            names = [p.name for p, _, _ in layout]
+            starts = np.cumsum([0] + self._per_copy_sizes)
+            self._intercept_index = names.index(lp.intercept)
+            self._intercept = int(starts[self._intercept_index])
+            at = names.index(lp.coefficients)
+            self._coefficients = slice(int(starts[at]), int(starts[at + 1]))
+            self._copied = [i for i in range(len(names)) if i != at]  # parameters with copies in mode 3
+            self._design = np.asarray(self.shared_data[lp.design], dtype=float)
         self._oracle_kind = oracle
         self._oracles: dict[bytes, GradientOracle] = {}
 
@@ -63,9 +87,12 @@ class PerExampleGradients:
             used, position = np.unique(rows, return_inverse=True)
             # A minibatch's program holds only its own rows: a small model to build per batch.
             data = slice_rows(self.model.spec, self.shared_data, used) if used.size < self.n else dict(self.shared_data)
-            data.update(mode=1, n_batch=int(rows.size), batch=(position + 1).astype(np.int64))
-            self._oracles[key] = make_oracle(self.model.stan_code, data, rows.size * self.dimension,
-                                             self._oracle_kind)
+            if self.strategy == "linear_predictor":
+                mode, per_copy = 3, self.dimension - (self._coefficients.stop - self._coefficients.start)
+            else:
+                mode, per_copy = 1, self.dimension
+            data.update(mode=mode, n_batch=int(rows.size), batch=(position + 1).astype(np.int64))
+            self._oracles[key] = make_oracle(self.model.stan_code, data, rows.size * per_copy, self._oracle_kind)
         return self._oracles[key]
 
     def copies(self, thetas: np.ndarray, n_rows: int) -> np.ndarray:
@@ -88,6 +115,8 @@ class PerExampleGradients:
         rows = self._check_rows(batch)
         points, n_rows = thetas.shape[0], rows.size
         oracle = self._oracle(np.tile(rows, points))
+        if self.strategy == "linear_predictor":
+            return self._through_linear_predictor(oracle, thetas, rows)
         grad = oracle.gradient(self.copies(thetas, n_rows), jacobian=False)
         out = np.empty((points * n_rows, self.dimension))
         pos = start = 0
@@ -98,7 +127,42 @@ class PerExampleGradients:
             start += size
         return -out.reshape(points, n_rows, self.dimension)
 
+    def _through_linear_predictor(self, oracle: GradientOracle, thetas: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Mode 3: one call at (eta of every row, copies of the other parameters), then the chain rule."""
+        points, n_rows = thetas.shape[0], rows.size
+        design = self._design[rows]
+        eta = thetas[:, self._intercept, None] + thetas[:, self._coefficients] @ design.T  # (points, rows)
+        starts = np.cumsum([0] + self._per_copy_sizes)
+        blocks = [eta.ravel() if i == self._intercept_index else
+                  np.repeat(thetas[:, starts[i]:starts[i + 1]], n_rows, axis=0).ravel() for i in self._copied]
+        grad = -oracle.gradient(np.concatenate(blocks), jacobian=False)
+        out = np.empty((points, n_rows, self.dimension))
+        pos = 0
+        for i in self._copied:
+            size = int(self._per_copy_sizes[i])
+            count = points * n_rows * size
+            out[:, :, starts[i]:starts[i + 1]] = grad[pos:pos + count].reshape(points, n_rows, size)
+            pos += count
+        d_eta = out[:, :, self._intercept]
+        np.multiply(d_eta[:, :, None], design[None, :, :], out=out[:, :, self._coefficients])
+        return out
+
     def gradients(self, theta, batch=None) -> np.ndarray:
         """(rows, d): grad l_i(theta) for the rows in ``batch`` (all rows by default)."""
         theta = np.asarray(theta, dtype=float).ravel()
         return self.gradients_many(theta[None, :], batch)[0]
+
+
+STRATEGIES = ("auto", "copies", "linear_predictor")
+
+
+def _choose_strategy(spec, strategy: str) -> str:
+    if strategy not in STRATEGIES:
+        raise RobustStanInputError(f"strategy: must be one of {list(STRATEGIES)}, got {strategy!r}")
+    if strategy == "linear_predictor" and spec.linear_predictor is None:
+        raise RobustStanInputError(
+            "strategy: 'linear_predictor' needs a built-in glm whose family arguments can vary by row (normal, "
+            "bernoulli, binomial, poisson, exponential); this model has only 'copies'")
+    if strategy == "auto":
+        return "linear_predictor" if spec.linear_predictor is not None else "copies"
+    return strategy

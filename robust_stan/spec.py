@@ -92,9 +92,9 @@ class ParameterDeclaration:
         dims = f"[{self.dims}]" if self.dims else ""
         return f"{self.base}{constraint}{dims}"
 
-    def copies_declaration(self) -> str:
-        """Declaration of the replicated parameter, one copy per batch row."""
-        dims = f"n_copies, {self.array_dims}" if self.array_dims else "n_copies"
+    def copies_declaration(self, count: str = "n_copies") -> str:
+        """Declaration of the replicated parameter, ``count`` copies (one per batch row in per-example mode)."""
+        dims = f"{count}, {self.array_dims}" if self.array_dims else count
         return f"array[{dims}] {self._element_type(True)} {self.name}_copies;"
 
     def local_type(self) -> str:
@@ -137,6 +137,24 @@ class Argument:
         return not mentions_observation_index(self.per_observation)
 
 
+@dataclass(frozen=True)
+class LinearPredictor:
+    """How a glm's family argument depends on its linear predictor eta = intercept + design * coefficients.
+
+    It enables the linear-predictor per-example mode (mode 3): one copy per batch row of
+    the intercept, holding that row's whole eta, and of every other parameter, and no
+    copy of the coefficients. The coefficients' per-example gradients follow by the chain
+    rule, dl_i/deta_i * x_i (:mod:`robust_stan.per_example`). ``of_eta`` writes the
+    family argument in terms of ``{eta}``, e.g. ``"exp(-({eta}))"`` for a rate.
+    """
+
+    argument: str
+    of_eta: str = "{eta}"
+    intercept: str = "alpha"
+    coefficients: str = "b"
+    design: str = "X"
+
+
 @dataclass
 class ModelSpec:
     """Everything one generated program is made of.
@@ -161,6 +179,8 @@ class ModelSpec:
     parameters_text: str = ""
     #: Stan statements computed once from the data (e.g. a Cholesky factor)
     transformed_data: str = ""
+    #: set by the built-in glms whose other arguments can vary by row: enables mode 3
+    linear_predictor: LinearPredictor | None = None
 
     @property
     def parameter_names(self) -> list[str]:
@@ -216,3 +236,23 @@ class ModelSpec:
             if p.name in seen:
                 raise RobustStanInputError(f"parameters: {p.name!r} is declared twice")
             seen.add(p.name)
+        if self.linear_predictor is not None:
+            self._check_linear_predictor(self.linear_predictor)
+
+    def _check_linear_predictor(self, lp: LinearPredictor) -> None:
+        """Mode 3 copies every parameter but the coefficients once per row: the intercept must be
+        a real, and every other family argument a real parameter that the library lets vary by row."""
+        types = {p.name: p.base for p in self.parameters if not p.array_dims}
+        problems = []
+        if types.get(lp.intercept) != "real" or types.get(lp.coefficients) != "vector":
+            problems.append(f"needs a real {lp.intercept!r} and a vector {lp.coefficients!r}")
+        if lp.design not in self.data_names():
+            problems.append(f"needs the data {lp.design!r}")
+        for fam_arg in self.family.args:
+            if fam_arg.data_only or fam_arg.name == lp.argument:
+                continue
+            name = self.args[fam_arg.name].per_observation.strip()
+            if fam_arg.varying_type is None or types.get(name) != "real":
+                problems.append(f"argument {fam_arg.name!r} must be a real parameter that can vary by row")
+        if lp.argument not in self.args or problems:
+            raise RobustStanInputError(f"linear_predictor: {'; '.join(problems) or 'unknown argument'}")
