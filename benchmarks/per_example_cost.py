@@ -2,7 +2,9 @@
 and of one Rob-ULA iteration with ``lrv`` against the per-example call itself.
 
 Problems (the issue's): a normal glm with n = 10,000 rows and d = 20 coefficients,
-and with n = 1,000, d = 200; for the iteration, n = 1,250 and d = 200.
+and with n = 1,000, d = 200, per-example gradients by both strategies (linear predictor,
+parameter copies); for the iteration, n = 1,250 and d = 200: the same glm, and the
+paper's two synthetic problems at its defaults (the examples' programs).
 Same program, same engine (httpstan oracle, or BridgeStan when available);
 each time is the median of repeated calls. Targets: per-example / full <= 3;
 Rob-ULA iteration / per-example call <= 5. On the httpstan oracle it also prints
@@ -17,13 +19,18 @@ This is a benchmark, not a test: it prints ratios measured in one run.
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import robust_stan as rs
 from robust_stan.engines.httpstan_engine import _as_httpstan_data
 from robust_stan.estimators import lrv
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))  # the paper's problems
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -60,24 +67,40 @@ def main(argv=None) -> None:
     model.compile()
     divergence = rs.BetaD(0.3)
     print(f"normal glm, divergence {divergence!r}, oracle {args.oracle}; median of {args.repeats} calls\n")
-    print(f"{'n':>6} {'d':>4}  {'full gradient':>14} {'per-example':>12} {'ratio':>6}")
+    print(f"{'n':>6} {'d':>4}  {'strategy':>16} {'full gradient':>14} {'per-example':>12} {'ratio':>6}")
     for n, d in ((10_000, 20), (1_000, 200)):
         data = problem(n, d)
         full = model.oracle(data, divergence, oracle=args.oracle)
-        per_example = model.per_example(data, divergence, oracle=args.oracle)
-        theta = np.random.default_rng(1).normal(scale=0.1, size=per_example.dimension)
-        t_full = median_seconds(lambda: full.gradient(theta), args.repeats)
-        t_rows = median_seconds(lambda: per_example.gradients(theta), args.repeats)
-        print(f"{n:>6} {d:>4}  {t_full * 1e3:>11.2f} ms {t_rows * 1e3:>9.2f} ms {t_rows / t_full:>6.2f}"
-              f"   RATIO per-example/full (target <= 3: {'met' if t_rows / t_full <= 3 else 'MISSED'})")
-        if full.name == "httpstan":
+        for strategy in ("linear_predictor", "copies"):
+            per_example = model.per_example(data, divergence, oracle=args.oracle, strategy=strategy)
+            theta = np.random.default_rng(1).normal(scale=0.1, size=per_example.dimension)
+            t_full = median_seconds(lambda: full.gradient(theta), args.repeats)
+            t_rows = median_seconds(lambda: per_example.gradients(theta), args.repeats)
+            print(f"{n:>6} {d:>4}  {strategy:>16} {t_full * 1e3:>11.2f} ms {t_rows * 1e3:>9.2f} ms "
+                  f"{t_rows / t_full:>6.2f}   RATIO per-example/full "
+                  f"(target <= 3: {'met' if t_rows / t_full <= 3 else 'MISSED'})")
+        if full.name == "httpstan":  # per_example is the copies one here
             own_rows = own_call(per_example._oracle(np.arange(n)), per_example.copies(theta[None, :], n))
             print(f"{'':>13}httpstan's own functions: full {own_call(full, theta) * 1e3:.1f} ms, "
                   f"per-example {own_rows * 1e3:.1f} ms")
 
+    print("\nOne Rob-ULA iteration (lrv, epsilon = 0.2) at n = 1,250, d = 200, against its per-example call:")
     n, d = 1_250, 200
-    data = problem(n, d, seed=2)
-    per_example = model.per_example(data, divergence, oracle=args.oracle)
+    glm_data = problem(n, d, seed=2)
+    iteration_cost("normal glm, linear_predictor", model, glm_data, divergence, "linear_predictor", args)
+    iteration_cost("normal glm, copies", model, glm_data, divergence, "copies", args)
+    # The paper's two synthetic problems at its defaults (n_c = 1000 clean rows, eps = 0.2: n = 1,250)
+    for name in ("rob_ula_mean_estimation", "rob_ula_linear_regression"):
+        example = importlib.import_module(name)
+        paper_model = example.model()
+        paper_model.compile()
+        paper_data = example.simulate(d, 1000, 0.2, np.random.default_rng(4))[1]
+        iteration_cost(f"{name.removeprefix('rob_ula_')} (paper)", paper_model, paper_data, rs.KL(), "auto", args)
+
+
+def iteration_cost(label: str, model, data: dict, divergence, strategy: str, args) -> None:
+    """Print one Rob-ULA iteration's parts and whole cost against the per-example call."""
+    per_example = model.per_example(data, divergence, oracle=args.oracle, strategy=strategy)
     prior = model.oracle(data, divergence, mode="prior", oracle=args.oracle)
     theta = np.random.default_rng(3).normal(scale=0.1, size=per_example.dimension)
     G = per_example.gradients(theta)
@@ -85,6 +108,12 @@ def main(argv=None) -> None:
     t_lrv = median_seconds(lambda: lrv(G, 0.2), args.repeats)
     t_prior = median_seconds(lambda: prior.gradient(theta), args.repeats)
     t_iter = t_call + t_lrv + t_prior  # what one Rob-ULA iteration does (plus O(d) vector arithmetic)
+    print(f"  {label}: per-example call {t_call * 1e3:.1f} ms, lrv {t_lrv * 1e3:.1f} ms, "
+          f"prior gradient {t_prior * 1e3:.2f} ms")
+    print(f"    RATIO iteration / per-example call = {t_iter / t_call:.2f}  (target <= 5: "
+          f"{'met' if t_iter / t_call <= 5 else 'MISSED'})")
+    if strategy == "copies" and model.spec.linear_predictor is not None:
+        return  # rs.rob_ula itself uses the faster strategy
 
     def run_rob_ula(iters: int) -> float:
         start = time.perf_counter()
@@ -95,14 +124,8 @@ def main(argv=None) -> None:
     # The difference of two run lengths leaves out the set-up (data conversion, first calls).
     run_rob_ula(2)
     t_whole = (run_rob_ula(30) - run_rob_ula(10)) / 20
-    print(f"\nRob-ULA at n = {n}, d = {d}, epsilon = 0.2: per-example call {t_call * 1e3:.1f} ms, "
-          f"lrv {t_lrv * 1e3:.1f} ms, prior gradient {t_prior * 1e3:.1f} ms")
-    print(f"RATIO iteration / per-example call = {t_iter / t_call:.2f}  (target <= 5: "
-          f"{'met' if t_iter / t_call <= 5 else 'MISSED'})")
-    print(f"      measured whole rs.rob_ula per iteration (incl. lp and constrain of each draw, 1 chain, "
-          f"set-up left out): "
-          f"{t_whole * 1e3:.1f} ms = {t_whole / t_call:.2f} x the per-example call")
-
+    print(f"    whole rs.rob_ula per iteration (lp and constrain of each draw included, 1 chain, set-up left "
+          f"out): {t_whole * 1e3:.1f} ms = {t_whole / t_call:.2f} x the per-example call")
 
 if __name__ == "__main__":
     main()

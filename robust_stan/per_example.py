@@ -116,7 +116,8 @@ class PerExampleGradients:
         points, n_rows = thetas.shape[0], rows.size
         oracle = self._oracle(np.tile(rows, points))
         if self.strategy == "linear_predictor":
-            return self._through_linear_predictor(oracle, thetas, rows)
+            design = self._design if batch is None else self._design[rows]
+            return self._through_linear_predictor(oracle, thetas, design)
         grad = oracle.gradient(self.copies(thetas, n_rows), jacobian=False)
         out = np.empty((points * n_rows, self.dimension))
         pos = start = 0
@@ -127,10 +128,10 @@ class PerExampleGradients:
             start += size
         return -out.reshape(points, n_rows, self.dimension)
 
-    def _through_linear_predictor(self, oracle: GradientOracle, thetas: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Mode 3: one call at (eta of every row, copies of the other parameters), then the chain rule."""
-        points, n_rows = thetas.shape[0], rows.size
-        design = self._design[rows]
+    def _through_linear_predictor(self, oracle: GradientOracle, thetas: np.ndarray, design: np.ndarray) -> np.ndarray:
+        """Mode 3: one call at (eta of every row, copies of the other parameters), then the chain rule;
+        ``design`` holds the batch's rows of the design matrix."""
+        points, n_rows = thetas.shape[0], design.shape[0]
         eta = thetas[:, self._intercept, None] + thetas[:, self._coefficients] @ design.T  # (points, rows)
         starts = np.cumsum([0] + self._per_copy_sizes)
         blocks = [eta.ravel() if i == self._intercept_index else

@@ -48,6 +48,7 @@ def family_case(family: str, n: int = 8, seed: int = 0):
 
 
 FAMILIES = ["normal", "student_t", "bernoulli", "binomial", "poisson", "categorical", "exponential", "multi_normal"]
+LINEAR_PREDICTOR_FAMILIES = {"normal", "bernoulli", "binomial", "poisson", "exponential"}  # glms with mode 3
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -56,21 +57,27 @@ def test_per_example_rows_equal_one_row_gradients(family):
     n = len(data["y"])
     d = model.unconstrained_dimension(data)
     theta = np.random.default_rng(1).normal(scale=0.3, size=d)
+    strategies = ["copies"] + (["linear_predictor"] if family in LINEAR_PREDICTOR_FAMILIES else [])
+    assert model.per_example(data).strategy == strategies[-1]  # "auto" takes the faster one
     for divergence in (rs.BetaD(0.3), rs.GammaD(0.4)):
-        G = model.per_example_gradients(data, theta, divergence=divergence)
-        assert G.shape == (n, d)
-        for i in range(n):
-            one = {k: (np.asarray(v)[[i]] if k in keys else v) for k, v in data.items()}
-            _, g_post = model.log_density_gradient(one, theta, divergence=divergence, jacobian=False)
-            _, g_prior = model.log_density_gradient(one, theta, divergence=divergence, mode="prior", jacobian=False)
-            np.testing.assert_allclose(G[i], -(g_post - g_prior), rtol=RTOL, atol=ATOL, err_msg=f"{family} row {i}")
+        for strategy in strategies:
+            G = model.per_example_gradients(data, theta, divergence=divergence, strategy=strategy)
+            assert G.shape == (n, d)
+            for i in range(n):
+                one = {k: (np.asarray(v)[[i]] if k in keys else v) for k, v in data.items()}
+                _, g_post = model.log_density_gradient(one, theta, divergence=divergence, jacobian=False)
+                _, g_prior = model.log_density_gradient(one, theta, divergence=divergence, mode="prior",
+                                                        jacobian=False)
+                np.testing.assert_allclose(G[i], -(g_post - g_prior), rtol=RTOL, atol=ATOL,
+                                           err_msg=f"{family} ({strategy}) row {i}")
 
 
-def test_minibatches_and_several_points_in_one_call(glm_normal):
+@pytest.mark.parametrize("strategy", ["copies", "linear_predictor"])
+def test_minibatches_and_several_points_in_one_call(glm_normal, strategy):
     model = glm_normal
     rng = np.random.default_rng(2)
     data = {"X": rng.normal(size=(30, 3)), "y": rng.normal(size=30), "prior_scale_b": np.full(3, 2.5)}
-    per_example = model.per_example(data, rs.BetaD(0.3))
+    per_example = model.per_example(data, rs.BetaD(0.3), strategy=strategy)
     thetas = rng.normal(scale=0.4, size=(3, 5))
     batch = np.array([4, 17, 17, 29])
     many = per_example.gradients_many(thetas, batch=batch)
@@ -82,3 +89,16 @@ def test_minibatches_and_several_points_in_one_call(glm_normal):
         per_example.gradients(thetas[0], batch=np.array([0, 30]))
     with pytest.raises(rs.RobustStanInputError, match="^theta: "):
         per_example.gradients(np.zeros(4))
+    reference = model.per_example(data, rs.BetaD(0.3), strategy="copies").gradients_many(thetas, batch=batch)
+    np.testing.assert_allclose(many, reference, rtol=1e-12, atol=1e-14)
+
+
+def test_strategy_is_checked():
+    student_t = rs.glm("student_t", standardize=False, engine=ENGINE)
+    data = family_case("student_t")[1]
+    with pytest.raises(rs.RobustStanInputError, match="^strategy: 'linear_predictor' needs a built-in glm"):
+        student_t.per_example(data, strategy="linear_predictor")
+    with pytest.raises(rs.RobustStanInputError, match="^strategy: must be one of"):
+        student_t.per_example(data, strategy="fast")
+    with pytest.raises(rs.RobustStanInputError, match="^mode: 'per_example_linear_predictor' needs"):
+        student_t.stan_data(data, mode="per_example_linear_predictor")
