@@ -5,7 +5,8 @@ Problem: the normal glm, n = 10,000 rows, d = 20 predictors, beta divergence, me
 5 draws per step, batches of 100 rows. The step time is measured inside the driver (the
 difference between runs of 600 and 300 steps, so set-up and the final draws cancel) and
 includes the amortised ELBO checks. The per-example call is
-``model.per_example(data).gradients(theta, batch)`` for a batch of 100 rows: like a step,
+``model.per_example(data).gradients(theta, batch)`` for a batch of 100 rows (the glm's
+faster strategy, through the linear predictor): like a step,
 with a new batch each time (the batch's model is built for it); also shown, the same batch
 called again (its model kept).
 
