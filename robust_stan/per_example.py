@@ -61,7 +61,7 @@ class PerExampleGradients:
         if self.strategy == "linear_predictor":
             lp = model.spec.linear_predictor
             names = [p.name for p, _, _ in layout]
-            starts = np.cumsum([0] + self._per_copy_sizes)
+            self._starts = starts = np.cumsum([0] + self._per_copy_sizes)  # each parameter's first column
             self._intercept_index = names.index(lp.intercept)
             self._intercept = int(starts[self._intercept_index])
             at = names.index(lp.coefficients)
@@ -133,7 +133,7 @@ class PerExampleGradients:
         ``design`` holds the batch's rows of the design matrix."""
         points, n_rows = thetas.shape[0], design.shape[0]
         eta = thetas[:, self._intercept, None] + thetas[:, self._coefficients] @ design.T  # (points, rows)
-        starts = np.cumsum([0] + self._per_copy_sizes)
+        starts = self._starts
         blocks = [eta.ravel() if i == self._intercept_index else
                   np.repeat(thetas[:, starts[i]:starts[i + 1]], n_rows, axis=0).ravel() for i in self._copied]
         grad = -oracle.gradient(np.concatenate(blocks), jacobian=False)
