@@ -127,5 +127,6 @@ def iteration_cost(label: str, model, data: dict, divergence, strategy: str, arg
     print(f"    whole rs.rob_ula per iteration (lp and constrain of each draw included, 1 chain, set-up left "
           f"out): {t_whole * 1e3:.1f} ms = {t_whole / t_call:.2f} x the per-example call")
 
+
 if __name__ == "__main__":
     main()

@@ -13,7 +13,7 @@ import numpy as np
 
 from .divergences import Divergence, as_divergence
 from .errors import RobustStanInputError, require_positive
-from .spec import ModelSpec
+from .spec import LINEAR_PREDICTOR_MODELS, ModelSpec
 
 MODES = {"posterior": 0, "per_example": 1, "prior": 2, "per_example_linear_predictor": 3}
 
@@ -149,8 +149,7 @@ def prepare_data(
     if mode not in MODES:
         raise RobustStanInputError(f"mode: must be one of {list(MODES)}, got {mode!r}")
     if mode == "per_example_linear_predictor" and spec.linear_predictor is None:
-        raise RobustStanInputError("mode: 'per_example_linear_predictor' needs a built-in glm whose family "
-                                   "arguments can vary by row (normal, bernoulli, binomial, poisson, exponential)")
+        raise RobustStanInputError(f"mode: 'per_example_linear_predictor' needs {LINEAR_PREDICTOR_MODELS}")
     out["mode"] = MODES[mode]
     if mode.startswith("per_example") and div.code == 3:
         raise RobustStanInputError(

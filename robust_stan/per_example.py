@@ -14,8 +14,8 @@ Two strategies, both exact:
   eta_c = alpha + x_c' b, computed here; the coefficients have no copies. One
   call gives dl_c/deta_c and the gradients of the other parameters' copies; the
   intercept's and coefficients' gradients are dl_c/deta_c and dl_c/deta_c x_c
-  (the chain rule). n (k + 1) autodiff variables instead of n d: about the cost
-  of one full gradient. ``"auto"`` picks it whenever the program has it.
+  (the chain rule). n (k + 1) autodiff variables instead of n d: measured 2 to
+  4 full gradients. ``"auto"`` picks it whenever the program has it.
 
 ``benchmarks/per_example_cost.py`` measures both. The data are prepared once; a
 minibatch's program is built from its own rows only. Memory is O(n d).
@@ -30,10 +30,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .data import slice_rows
+from .data import MODES, slice_rows
 from .divergences import Divergence, as_divergence
 from .errors import RobustStanInputError
 from .oracles import GradientOracle, make_oracle
+from .spec import LINEAR_PREDICTOR_MODELS
 
 
 class PerExampleGradients:
@@ -57,16 +58,16 @@ class PerExampleGradients:
         self.n = int(self.shared_data["N"])
         layout = model._parameter_layout(self.shared_data)
         self._per_copy_sizes = [size for _, _, size in layout]
-        self.dimension = int(sum(self._per_copy_sizes))
+        self._starts = np.cumsum([0] + self._per_copy_sizes)  # each parameter's first column
+        self.dimension = int(self._starts[-1])
+        self._copied = list(range(len(layout)))  # the parameters the per-example program copies per row
         if self.strategy == "linear_predictor":
             lp = model.spec.linear_predictor
             names = [p.name for p, _, _ in layout]
-            self._starts = starts = np.cumsum([0] + self._per_copy_sizes)  # each parameter's first column
-            self._intercept_index = names.index(lp.intercept)
-            self._intercept = int(starts[self._intercept_index])
+            self._intercept_parameter = names.index(lp.intercept)  # a real: one column
             at = names.index(lp.coefficients)
-            self._coefficients = slice(int(starts[at]), int(starts[at + 1]))
-            self._copied = [i for i in range(len(names)) if i != at]  # parameters with copies in mode 3
+            self._coefficients = slice(int(self._starts[at]), int(self._starts[at + 1]))
+            self._copied.remove(at)
             self._design = np.asarray(self.shared_data[lp.design], dtype=float)
         self._oracle_kind = oracle
         self._oracles: dict[bytes, GradientOracle] = {}
@@ -87,11 +88,9 @@ class PerExampleGradients:
             used, position = np.unique(rows, return_inverse=True)
             # A minibatch's program holds only its own rows: a small model to build per batch.
             data = slice_rows(self.model.spec, self.shared_data, used) if used.size < self.n else dict(self.shared_data)
-            if self.strategy == "linear_predictor":
-                mode, per_copy = 3, self.dimension - (self._coefficients.stop - self._coefficients.start)
-            else:
-                mode, per_copy = 1, self.dimension
-            data.update(mode=mode, n_batch=int(rows.size), batch=(position + 1).astype(np.int64))
+            mode = "per_example_linear_predictor" if self.strategy == "linear_predictor" else "per_example"
+            data.update(mode=MODES[mode], n_batch=int(rows.size), batch=(position + 1).astype(np.int64))
+            per_copy = sum(self._per_copy_sizes[i] for i in self._copied)
             self._oracles[key] = make_oracle(self.model.stan_code, data, rows.size * per_copy, self._oracle_kind)
         return self._oracles[key]
 
@@ -101,11 +100,24 @@ class PerExampleGradients:
         It holds, per parameter, its copies in order: copy (point p, row r) is
         number p * n_rows + r.
         """
-        blocks, start = [], 0
-        for size in self._per_copy_sizes:
-            blocks.append(np.repeat(thetas[:, start:start + size], n_rows, axis=0).ravel())
-            start += size
-        return np.concatenate(blocks)
+        return np.concatenate([self._repeated(thetas, i, n_rows) for i in range(len(self._per_copy_sizes))])
+
+    def _repeated(self, thetas: np.ndarray, parameter: int, n_rows: int) -> np.ndarray:
+        """One parameter's block of the per-example program's vector: its value at each point, n_rows times."""
+        columns = thetas[:, self._starts[parameter]:self._starts[parameter + 1]]
+        return np.repeat(columns, n_rows, axis=0).ravel()
+
+    def _rows_from(self, grad: np.ndarray, points: int, n_rows: int) -> np.ndarray:
+        """(points, rows, d) with each copied parameter's columns filled from its block of ``grad``
+        (the per-example program's gradient, negated); other columns are left to the caller."""
+        out = np.empty((points, n_rows, self.dimension))
+        pos = 0
+        for i in self._copied:
+            size = self._per_copy_sizes[i]
+            count = points * n_rows * size
+            out[:, :, self._starts[i]:self._starts[i + 1]] = grad[pos:pos + count].reshape(points, n_rows, size)
+            pos += count
+        return out
 
     def gradients_many(self, thetas: np.ndarray, batch=None) -> np.ndarray:
         """(points, rows, d): per-example gradients at each row of ``thetas`` (points, d), one call."""
@@ -118,33 +130,17 @@ class PerExampleGradients:
         if self.strategy == "linear_predictor":
             design = self._design if batch is None else self._design[rows]
             return self._through_linear_predictor(oracle, thetas, design)
-        grad = oracle.gradient(self.copies(thetas, n_rows), jacobian=False)
-        out = np.empty((points * n_rows, self.dimension))
-        pos = start = 0
-        for size in self._per_copy_sizes:
-            count = points * n_rows * size
-            out[:, start:start + size] = grad[pos:pos + count].reshape(points * n_rows, size)
-            pos += count
-            start += size
-        return -out.reshape(points, n_rows, self.dimension)
+        return self._rows_from(-oracle.gradient(self.copies(thetas, n_rows), jacobian=False), points, n_rows)
 
     def _through_linear_predictor(self, oracle: GradientOracle, thetas: np.ndarray, design: np.ndarray) -> np.ndarray:
         """Mode 3: one call at (eta of every row, copies of the other parameters), then the chain rule;
         ``design`` holds the batch's rows of the design matrix."""
         points, n_rows = thetas.shape[0], design.shape[0]
-        eta = thetas[:, self._intercept, None] + thetas[:, self._coefficients] @ design.T  # (points, rows)
-        starts = self._starts
-        blocks = [eta.ravel() if i == self._intercept_index else
-                  np.repeat(thetas[:, starts[i]:starts[i + 1]], n_rows, axis=0).ravel() for i in self._copied]
-        grad = -oracle.gradient(np.concatenate(blocks), jacobian=False)
-        out = np.empty((points, n_rows, self.dimension))
-        pos = 0
-        for i in self._copied:
-            size = int(self._per_copy_sizes[i])
-            count = points * n_rows * size
-            out[:, :, starts[i]:starts[i + 1]] = grad[pos:pos + count].reshape(points, n_rows, size)
-            pos += count
-        d_eta = out[:, :, self._intercept]
+        intercept = self._starts[self._intercept_parameter]
+        eta = thetas[:, intercept, None] + thetas[:, self._coefficients] @ design.T  # (points, rows)
+        blocks = [eta.ravel() if i == self._intercept_parameter else self._repeated(thetas, i, n_rows) for i in self._copied]
+        out = self._rows_from(-oracle.gradient(np.concatenate(blocks), jacobian=False), points, n_rows)
+        d_eta = out[:, :, intercept]
         np.multiply(d_eta[:, :, None], design[None, :, :], out=out[:, :, self._coefficients])
         return out
 
@@ -162,8 +158,7 @@ def _choose_strategy(spec, strategy: str) -> str:
         raise RobustStanInputError(f"strategy: must be one of {list(STRATEGIES)}, got {strategy!r}")
     if strategy == "linear_predictor" and spec.linear_predictor is None:
         raise RobustStanInputError(
-            "strategy: 'linear_predictor' needs a built-in glm whose family arguments can vary by row (normal, "
-            "bernoulli, binomial, poisson, exponential); this model has only 'copies'")
+            f"strategy: 'linear_predictor' needs {LINEAR_PREDICTOR_MODELS}; this model has only 'copies'")
     if strategy == "auto":
         return "linear_predictor" if spec.linear_predictor is not None else "copies"
     return strategy

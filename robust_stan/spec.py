@@ -137,6 +137,11 @@ class Argument:
         return not mentions_observation_index(self.per_observation)
 
 
+# The models robust_stan.builtin.glm gives a LinearPredictor (for error messages)
+LINEAR_PREDICTOR_MODELS = ("a built-in glm whose family arguments can vary by row "
+                           "(normal, bernoulli, binomial, poisson, exponential)")
+
+
 @dataclass(frozen=True)
 class LinearPredictor:
     """How a glm's family argument depends on its linear predictor eta = intercept + design * coefficients.
@@ -243,7 +248,7 @@ class ModelSpec:
         """Mode 3 copies every parameter but the coefficients once per row: the intercept must be
         a real, and every other family argument a real parameter that the library lets vary by row."""
         types = {p.name: p.base for p in self.parameters if not p.array_dims}
-        problems = []
+        problems = [] if lp.argument in self.args else [f"no family argument {lp.argument!r}"]
         if types.get(lp.intercept) != "real" or types.get(lp.coefficients) != "vector":
             problems.append(f"needs a real {lp.intercept!r} and a vector {lp.coefficients!r}")
         if lp.design not in self.data_names():
@@ -254,5 +259,5 @@ class ModelSpec:
             name = self.args[fam_arg.name].per_observation.strip()
             if fam_arg.varying_type is None or types.get(name) != "real":
                 problems.append(f"argument {fam_arg.name!r} must be a real parameter that can vary by row")
-        if lp.argument not in self.args or problems:
-            raise RobustStanInputError(f"linear_predictor: {'; '.join(problems) or 'unknown argument'}")
+        if problems:
+            raise RobustStanInputError(f"linear_predictor: {'; '.join(problems)}")
