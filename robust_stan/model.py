@@ -141,7 +141,7 @@ class Model:
         calls on the same data use :meth:`per_example` (prepares the data once).
         ``strategy``: "copies" (any model), "linear_predictor" (built-in glms of
         the normal, bernoulli, binomial, poisson and exponential families;
-        measured 2 to 4 full gradients, against 8 to 36 for copies) or "auto",
+        measured 2.2 to 2.5 full gradients, against 12 to 24 for copies) or "auto",
         the faster one available.
         """
         return self.per_example(data, divergence, oracle, strategy).gradients(theta_unconstrained, batch)

@@ -717,6 +717,9 @@ def test_public_losses_match_design_formulas(harness, family, a, seed):
         # Unit weights: the weighted forms equal the plain ones.
         out_1 = run(harness, dict(data, w=np.ones(n)))
         np.testing.assert_allclose(out_1["weighted"], out_1["total"], rtol=1e-14, atol=0)
+        # Every weight zero: no data, so every weighted total is exactly 0 (not NaN).
+        out_0 = run(harness, dict(data, w=np.zeros(n)))
+        assert np.all(out_0["weighted"] == 0) and np.all(out_0["dispatch_weighted"] == 0), (where, out_0)
 
 
 def test_gamma_original_split_is_gradient_equivalent():
