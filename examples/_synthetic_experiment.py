@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 import robust_stan as rs
+from robust_stan.parallel import process_pool
 
 
 def run_once(problem_name: str, prior: str, d: int, n_clean: int, eps: float, warmup: int, iters: int,
@@ -94,7 +94,7 @@ def main(problem_name: str, description: str, warmup: int, iters: int, argv=None
     tasks = [(problem_name, args.prior, d, n, e, args.warmup, args.iters, args.nuts_beta, run)
              for d, n, e in settings_to_run(args) for run in range(args.runs)]
     rows = []
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+    with process_pool(args.jobs) as pool:
         for task, result in zip(tasks, pool.map(run_once, *zip(*tasks))):
             rows += result
             print(f"d {task[2]}, n_clean {task[3]}, eps {task[4]}, run {task[-1] + 1}: "

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +30,7 @@ import pandas as pd
 from scipy.special import log_expit, logsumexp
 
 import robust_stan as rs
+from robust_stan.parallel import process_pool
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 FLIP_RATES = {"breast_cancer": 0.10, "german_credit": 0.10, "pima_diabetes": 0.15, "phishing": 0.0, "astro": 0.0}
@@ -179,7 +179,7 @@ def main(argv=None) -> pd.DataFrame:
     args.out.mkdir(parents=True, exist_ok=True)
     model().compile()
     rows = []
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+    with process_pool(args.jobs) as pool:
         jobs = [pool.submit(run_dataset, name, args.data_dir, args.seed, args.warmup, args.iters, args.beta)
                 for name in names]
         for job in jobs:

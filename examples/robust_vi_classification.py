@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +35,7 @@ import pandas as pd
 from scipy.special import expit
 
 import robust_stan as rs
+from robust_stan.parallel import process_pool
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _uci  # noqa: E402
@@ -147,7 +147,7 @@ def main(argv=None) -> pd.DataFrame:
     args.out.mkdir(parents=True, exist_ok=True)
     model(args.model).compile()
     settings = [(name, level) for name in names for level in levels]
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+    with process_pool(args.jobs) as pool:
         chosen = dict(zip(settings, pool.map(choose, *zip(*settings), [grid] * len(settings),
                                              [args.model] * len(settings))))
         tasks = [(name, level, split, chosen[(name, level)], args.model) for name, level in settings

@@ -31,13 +31,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 import robust_stan as rs
+from robust_stan.parallel import process_pool
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _uci  # noqa: E402
@@ -155,7 +155,7 @@ def main(argv=None) -> pd.DataFrame:
         rs.mlp(family).compile()
 
     settings = [(name, level) for name in names for level in levels]
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+    with process_pool(args.jobs) as pool:
         folds = [(name, level, grid, fold, args.folds, args.iter) for name, level in settings
                  for fold in range(args.folds)]
         scores = pd.DataFrame([r for result in pool.map(validation_scores, *zip(*folds)) for r in result])

@@ -1,0 +1,22 @@
+"""Process pools for running several fits or samplers side by side."""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+
+from threadpoolctl import threadpool_limits
+
+from .errors import RobustStanInputError
+
+
+def process_pool(jobs: int) -> ProcessPoolExecutor:
+    """A pool of ``jobs`` worker processes, each limited to one BLAS thread.
+
+    NumPy's BLAS starts a thread per core in every process, so several processes
+    on a few cores fight over them: with two workers on two cores, ``lrv`` at
+    n = 1250, d = 200 took 66-74 ms a call instead of 8.5-14 ms with one thread
+    each. Use it as ``with process_pool(jobs) as pool: ...``.
+    """
+    if not isinstance(jobs, int) or jobs < 1:
+        raise RobustStanInputError(f"jobs: must be an integer >= 1, got {jobs!r}")
+    return ProcessPoolExecutor(max_workers=jobs, initializer=threadpool_limits, initargs=(1,))
