@@ -151,15 +151,15 @@ def main(argv=None) -> pd.DataFrame:
     model(args.model).compile()
     settings = [(name, level) for name in names for level in levels]
     with process_pool(args.jobs) as pool:
-        flips = pool.map(influence_of_flips, names, [args.influence] * len(names),
-                         [args.model] * len(names)) if args.influence else []
+        per_dataset = pool.map(influence_of_flips, names, [args.influence] * len(names),
+                               [args.model] * len(names)) if args.influence else []
         if args.splits:
             chosen = dict(zip(settings, pool.map(choose, *zip(*settings), [grid] * len(settings),
                                                  [args.model] * len(settings))))
             tasks = [(name, level, split, chosen[(name, level)], args.model) for name, level in settings
                      for split in range(args.splits)]
             rows = [r for result in pool.map(run_split, *zip(*tasks)) for r in result]
-        flips = [r for result in flips for r in result]
+        flips = [r for result in per_dataset for r in result]
     if flips:
         pd.DataFrame(flips).to_csv(args.out / "table5.csv", index=False)
         print(pd.DataFrame(flips))

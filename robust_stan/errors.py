@@ -1,6 +1,8 @@
-"""Exceptions raised by robust-stan, and the one check of a positive number."""
+"""Exceptions raised by robust-stan, and the checks of a positive number and of a count."""
 
 import math
+
+import numpy as np
 
 
 class RobustStanInputError(ValueError):
@@ -20,3 +22,10 @@ def require_positive(name: str, value) -> float:
     if not math.isfinite(number) or number <= 0:
         raise RobustStanInputError(f"{name}: must be positive and finite, got {value}")
     return number
+
+
+def require_count(name: str, value, low: int = 1) -> int:
+    """``value`` as an int if it is an integer (not a bool) >= ``low``; otherwise an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise RobustStanInputError(f"{name}: must be an integer >= {low}, got {value!r}")
+    return int(value)

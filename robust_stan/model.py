@@ -10,7 +10,7 @@ from .codegen import render_program
 from .data import Scaling, prepare_data
 from .divergences import Divergence, as_divergence
 from .engines import CompiledProgram, NutsSettings, compile_program, resolve_engine
-from .errors import RobustStanInputError
+from .errors import RobustStanInputError, require_count
 from .spec import ModelSpec, ParameterDeclaration
 
 # Number of trailing dimensions that belong to one element of each base type.
@@ -279,8 +279,7 @@ def to_original_scale(rule: str | None, value, scaling: Scaling):
 def _nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth, show_progress):
     for name, value, low in (("chains", chains, 1), ("iter_warmup", iter_warmup, 0),
                              ("iter_sampling", iter_sampling, 1), ("thin", thin, 1), ("max_treedepth", max_treedepth, 1)):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-            raise RobustStanInputError(f"{name}: must be an integer >= {low}, got {value!r}")
+        require_count(name, value, low)
     if not 0 < float(adapt_delta) < 1:
         raise RobustStanInputError(f"adapt_delta: must lie in (0, 1), got {adapt_delta}")
     if seed is None:

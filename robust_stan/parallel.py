@@ -6,7 +6,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from threadpoolctl import threadpool_limits
 
-from .errors import RobustStanInputError
+from .errors import require_count
 
 
 def process_pool(jobs: int) -> ProcessPoolExecutor:
@@ -17,6 +17,4 @@ def process_pool(jobs: int) -> ProcessPoolExecutor:
     n = 1250, d = 200 took 66-74 ms a call instead of 8.5-14 ms with one thread
     each. Use it as ``with process_pool(jobs) as pool: ...``.
     """
-    if not isinstance(jobs, int) or jobs < 1:
-        raise RobustStanInputError(f"jobs: must be an integer >= 1, got {jobs!r}")
-    return ProcessPoolExecutor(max_workers=jobs, initializer=threadpool_limits, initargs=(1,))
+    return ProcessPoolExecutor(max_workers=require_count("jobs", jobs), initializer=threadpool_limits, initargs=(1,))

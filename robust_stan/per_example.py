@@ -69,6 +69,9 @@ class PerExampleGradients:
             self._coefficients = slice(int(self._starts[at]), int(self._starts[at + 1]))
             self._copied.remove(at)
             self._design = np.asarray(self.shared_data[lp.design], dtype=float)
+        # what every batch's oracle shares: its mode and the size of one row's copies
+        self._mode = MODES["per_example_linear_predictor" if self.strategy == "linear_predictor" else "per_example"]
+        self._copy_size = sum(self._per_copy_sizes[i] for i in self._copied)
         self._oracle_kind = oracle
         self._oracles: dict[bytes, GradientOracle] = {}
 
@@ -88,10 +91,8 @@ class PerExampleGradients:
             used, position = np.unique(rows, return_inverse=True)
             # A minibatch's program holds only its own rows: a small model to build per batch.
             data = slice_rows(self.model.spec, self.shared_data, used) if used.size < self.n else dict(self.shared_data)
-            mode = "per_example_linear_predictor" if self.strategy == "linear_predictor" else "per_example"
-            data.update(mode=MODES[mode], n_batch=int(rows.size), batch=(position + 1).astype(np.int64))
-            per_copy = sum(self._per_copy_sizes[i] for i in self._copied)
-            self._oracles[key] = make_oracle(self.model.stan_code, data, rows.size * per_copy, self._oracle_kind)
+            data.update(mode=self._mode, n_batch=int(rows.size), batch=(position + 1).astype(np.int64))
+            self._oracles[key] = make_oracle(self.model.stan_code, data, rows.size * self._copy_size, self._oracle_kind)
         return self._oracles[key]
 
     def copies(self, thetas: np.ndarray, n_rows: int) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 from .data import prepare_data
 from .divergences import Divergence, as_divergence
 from .engines import RawDraws
-from .errors import RobustStanInputError
+from .errors import RobustStanInputError, require_count
 from .fit import Fit
 
 STAN_METHODS = ("advi", "pathfinder", "laplace")
@@ -75,8 +75,7 @@ def run_stan_method(model, method: str, data: Mapping, divergence: Divergence | 
             "Use method='robust-stan' (this library's driver, on any engine) or engine='cmdstan'.")
     if family not in ("meanfield", "fullrank"):
         raise RobustStanInputError(f"family: ADVI knows 'meanfield' and 'fullrank', not {family!r}")
-    if not isinstance(draws, (int, np.integer)) or isinstance(draws, bool) or draws < 1:
-        raise RobustStanInputError(f"draws: must be an integer >= 1, got {draws!r}")
+    require_count("draws", draws)
     divergence = as_divergence(divergence)
     stan_data, scaling = prepare_data(model.spec, data, divergence, learning_rate, weights)
     program = model.compile(show_progress=show_progress)

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from .data import prepare_data, slice_rows
 from .divergences import Divergence, as_divergence
 from .engines import RawDraws
-from .errors import RobustStanInputError, require_positive
+from .errors import RobustStanInputError, require_count, require_positive
 from .fit import Fit
 from .oracles import constrained_draws, make_oracle
 
@@ -243,12 +243,6 @@ def _tail_average(window_sums: list[np.ndarray], window: int) -> np.ndarray:
     return np.sum(later, axis=0) / (window * len(later))
 
 
-def _check_count(name: str, value, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise RobustStanInputError(f"{name}: must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
 def variational(model, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                 weights=None, family: str = "meanfield", draws: int = 1000, grad_samples: int = 5,
                 elbo_samples: int = 100, eta: float = 0.05, iter: int = 10_000, tol_rel_obj: float = 1e-5,
@@ -259,11 +253,11 @@ def variational(model, data: Mapping, divergence: Divergence | None = None, lear
     """Fit a Gaussian q to the generalized posterior; see :meth:`robust_stan.Model.variational`."""
     if family not in FAMILIES:
         raise RobustStanInputError(f"family: the variational driver knows {list(FAMILIES)}, not {family!r}")
-    draws = _check_count("draws", draws)
-    grad_samples = _check_count("grad_samples", grad_samples)
-    elbo_samples = _check_count("elbo_samples", elbo_samples, 2)
-    iter = _check_count("iter", iter)
-    eval_elbo = _check_count("eval_elbo", eval_elbo)
+    draws = require_count("draws", draws)
+    grad_samples = require_count("grad_samples", grad_samples)
+    elbo_samples = require_count("elbo_samples", elbo_samples, 2)
+    iter = require_count("iter", iter)
+    eval_elbo = require_count("eval_elbo", eval_elbo)
     eta = require_positive("eta", eta)
     tol_rel_obj = require_positive("tol_rel_obj", tol_rel_obj)
     init_sd = require_positive("init_sd", init_sd)
@@ -272,7 +266,7 @@ def variational(model, data: Mapping, divergence: Divergence | None = None, lear
     divergence = as_divergence(divergence)
     stan_data, scaling = prepare_data(model.spec, data, divergence, learning_rate, weights)
     if batch_size is not None:
-        batch_size = _check_count("batch_size", batch_size)
+        batch_size = require_count("batch_size", batch_size)
         if batch_size > stan_data["N"]:
             raise RobustStanInputError(f"batch_size: at most the {stan_data['N']} rows, got {batch_size}")
     rng = np.random.default_rng(seed)

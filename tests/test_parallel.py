@@ -8,19 +8,16 @@ from robust_stan.errors import RobustStanInputError
 from robust_stan.parallel import process_pool
 
 
-def blas_threads() -> list[int]:
+def blas_threads(_task=None) -> list[int]:
+    """The BLAS thread counts of the process that runs it (a pool task)."""
     np.ones(2) @ np.ones(2)  # BLAS loaded
     return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
 
 
 def test_workers_use_one_blas_thread():
     with process_pool(2) as pool:
-        per_worker = list(pool.map(_worker_blas_threads, range(2)))
+        per_worker = list(pool.map(blas_threads, range(2)))
     assert all(threads and set(threads) == {1} for threads in per_worker), per_worker
-
-
-def _worker_blas_threads(_):
-    return blas_threads()
 
 
 @pytest.mark.parametrize("jobs", [0, -1, 1.5, "2"])
