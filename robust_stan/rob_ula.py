@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from .data import prepare_data
 from .divergences import Divergence, as_divergence
 from .engines import RawDraws
-from .errors import RobustStanInputError, require_positive
+from .errors import RobustStanInputError, require_count, require_positive
 from . import estimators
 from .estimators import get_estimator, outlier_truncation
 from .fit import Fit
@@ -127,9 +127,9 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     """
     if not (isinstance(epsilon, (int, float)) and 0 <= epsilon < 0.5):
         raise RobustStanInputError(f"epsilon: must lie in [0, 0.5), got {epsilon!r}")
-    for name, value, low in (("iters", iters, 1), ("warmup", warmup, 0), ("thin", thin, 1), ("chains", chains, 1)):
-        if not isinstance(value, (int, np.integer)) or value < low:
-            raise RobustStanInputError(f"{name}: must be an integer >= {low}, got {value!r}")
+    iters, thin, chains = (require_count(name, value) for name, value in
+                           (("iters", iters), ("thin", thin), ("chains", chains)))
+    warmup = require_count("warmup", warmup, low=0)
     if step_size is not None:
         step_size = require_positive("step_size", step_size)
     init_scale = require_positive("init_scale", init_scale)

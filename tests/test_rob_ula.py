@@ -147,6 +147,8 @@ def test_a_too_large_step_diverges_with_a_warning(normal_known_sigma):
     ({"epsilon": 0.1, "estimator": "median"}, r"^estimator: unknown estimator 'median'"),
     ({"epsilon": 0.1, "divergence": rs.GammaD(0.3, form="original")}, r"^divergence: the original gamma form"),
     ({"epsilon": 0.1, "iters": 0}, r"^iters: "),
+    ({"epsilon": 0.1, "chains": True}, r"^chains: must be an integer >= 1, got True"),
+    ({"epsilon": 0.1, "warmup": -1}, r"^warmup: must be an integer >= 0"),
     ({"epsilon": 0.1, "gradient_total": "N"}, r"^gradient_total: must be 'n' or 'clean'"),
 ])
 def test_bad_input(normal_known_sigma, kwargs, match):
