@@ -76,9 +76,16 @@ def standardiser(X: np.ndarray):
     return lambda Z: (Z - mean) / sd
 
 
-def results_table(rows: list[dict], keys: list[str], value: str) -> pd.DataFrame:
-    """Mean and sd over splits of ``value``, one row per ``keys`` setting."""
-    return pd.DataFrame(rows).groupby(keys)[value].agg(["mean", "std", "count"])
+def table_beside_paper(runs: pd.DataFrame, value: str, paper: dict, labels: tuple[str, ...]) -> pd.DataFrame:
+    """Mean and sd over splits of ``value`` per (dataset, contamination) and method, with the
+    paper's figures (``paper[(dataset, contamination)]``, in the order of ``labels``) beside them."""
+    table = runs.pivot_table(index=["dataset", "contamination"], columns="method", values=value,
+                             aggfunc=["mean", "std"])
+    for setting, figures in paper.items():
+        if setting in table.index:
+            for label, figure in zip(labels, figures):
+                table.loc[setting, ("paper", label)] = figure
+    return table
 
 
 def paper_learning_rate(divergence) -> float:

@@ -168,12 +168,7 @@ def main(argv=None) -> pd.DataFrame:
         return pd.DataFrame(flips)
     runs = pd.DataFrame(rows)
     runs.to_csv(args.out / "runs.csv", index=False)
-    table = runs.pivot_table(index=["dataset", "contamination"], columns="method", values="accuracy",
-                             aggfunc=["mean", "std"])
-    for (name, level), paper in PAPER.items():
-        if (name, level) in table.index:
-            for label, value in zip(("KL", "beta", "gamma"), paper):
-                table.loc[(name, level), ("paper", label)] = value
+    table = _uci.table_beside_paper(runs, "accuracy", PAPER, ("KL", "beta", "gamma"))
     table.to_csv(args.out / "table6.csv")
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 2):
         print(f"chosen beta/gamma: {chosen}\n{table}")

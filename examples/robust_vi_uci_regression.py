@@ -195,12 +195,7 @@ def main(argv=None) -> pd.DataFrame:
                   f"({result[0]['dataset']}, {result[0]['contamination']:g}, split {result[0]['split']})", flush=True)
     runs = pd.DataFrame(rows)
     runs.to_csv(args.out / "runs.csv", index=False)
-    table = runs.pivot_table(index=["dataset", "contamination"], columns="method", values="rmse",
-                             aggfunc=["mean", "std"])
-    for (name, level), paper in PAPER.items():
-        if (name, level) in table.index:
-            for label, value in zip(("KL(G)", "beta", "gamma"), paper):
-                table.loc[(name, level), ("paper", label)] = value
+    table = _uci.table_beside_paper(runs, "rmse", PAPER, ("KL(G)", "beta", "gamma"))
     table.to_csv(args.out / "table.csv")
     gains = gains_over_kl(runs)
     gains.to_csv(args.out / "gains.csv", index=False)
