@@ -19,8 +19,9 @@ choice for the others, as earlier versions of this script did (cheaper, but one 
 choice then decides every split). RMSE is on the clean test rows, in the output's units,
 from the posterior-predictive mean.
 
-Writes cross_validation.csv, runs.csv, table.csv (mean and sd over splits, beside the paper's numbers),
-gains.csv (each method's paired gain over KL(G), split by split) and a figure. Paper (KL(G) / beta / gamma): concrete 7.46 / 7.27 / 5.53 (0%), 8.58 / 7.58 / 6.20
+Writes cross_validation.csv, runs.csv, table.csv (mean and sd over splits, beside the
+paper's numbers), gains.csv (each method's paired gain over KL(G), split by split) and a
+figure. Paper (KL(G) / beta / gamma): concrete 7.46 / 7.27 / 5.53 (0%), 8.58 / 7.58 / 6.20
 (10%), 9.40 / 8.50 / 6.85 (20%); power plant 4.49 / 4.36 / 4.28, 4.71 / 4.41 / 4.33,
 5.12 / 4.52 / 4.38; protein 5.88 / 4.87 / 4.78, 6.14 / 4.96 / 4.86, 6.14 / 4.97 / 4.86.
 
@@ -106,8 +107,7 @@ def validation_scores(name: str, contamination: float, split: int, grid: list[fl
             fit = fit_network("normal", _uci.rows_of(data, fit_rows), make(value), fold, iters)
             errors = np.sort(np.abs(predict(fit, data["X"][val_rows]) - data["y"][val_rows]))[:keep]
             scores.append({"dataset": name, "contamination": contamination, "split": split, "fold": fold,
-                           "method": label,
-                           "value": value, "trimmed_rmse": float(np.sqrt(np.mean(errors**2)))})
+                           "method": label, "value": value, "trimmed_rmse": float(np.sqrt(np.mean(errors**2)))})
     return scores
 
 
