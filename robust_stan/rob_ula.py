@@ -127,9 +127,10 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     """
     if not (isinstance(epsilon, (int, float)) and 0 <= epsilon < 0.5):
         raise RobustStanInputError(f"epsilon: must lie in [0, 0.5), got {epsilon!r}")
-    iters, thin, chains = (require_count(name, value) for name, value in
-                           (("iters", iters), ("thin", thin), ("chains", chains)))
+    iters = require_count("iters", iters)
     warmup = require_count("warmup", warmup, low=0)
+    thin = require_count("thin", thin)
+    chains = require_count("chains", chains)
     if step_size is not None:
         step_size = require_positive("step_size", step_size)
     init_scale = require_positive("init_scale", init_scale)
