@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from .arviz_output import draws_dataset, native_inference_data, scalar_diagnostics
 from .data import Scaling
 from .divergences import Divergence
 from .engines import NutsSettings, RawDraws
@@ -84,8 +85,6 @@ class Fit:
 
     def summary(self, percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
         """Per scalar parameter: mean, sd, percentiles, MCSE of the mean, ESS (bulk, tail) and R-hat."""
-        import arviz as az
-
         rows = {}
         for name, values in self.posterior.items():
             shape = values.shape[2:]
@@ -94,10 +93,7 @@ class Fit:
                 x = flat[:, :, j]
                 row = {"mean": x.mean(), "sd": x.std(ddof=1)}
                 row.update({f"{p:g}%": np.percentile(x, p) for p in percentiles})
-                row["mcse_mean"] = float(az.mcse(x, method="mean"))
-                row["ess_bulk"] = float(az.ess(x, method="bulk"))
-                row["ess_tail"] = float(az.ess(x, method="tail"))
-                row["r_hat"] = float(az.rhat(x))
+                row.update(scalar_diagnostics(x))
                 rows[label] = row
         return pd.DataFrame.from_dict(rows, orient="index")
 
@@ -128,32 +124,36 @@ class Fit:
         return pd.Series(mean_power / np.median(mean_power), name="outlier_score").rename_axis("observation")
 
     def to_arviz(self):
-        """ArviZ InferenceData: posterior, sample_stats, log_likelihood, posterior_predictive,
-        observed_data, constant_data (weights) and a robust_loss group, with named dims
+        """The fit as the installed ArviZ's object (InferenceData on ArviZ 0.x, DataTree on 1.x)
+        with groups posterior, sample_stats, log_likelihood, posterior_predictive,
+        observed_data, constant_data (weights) and robust_loss, and named dims
         (groups of generated quantities the fit left out are absent)."""
-        import arviz as az
+        return native_inference_data(self._arviz_groups())
 
+    def _arviz_groups(self) -> dict:
+        """The groups of :meth:`to_arviz` as xarray Datasets, by name (subclasses add theirs)."""
         dims = {name: [f"{name}_dim_{i}" for i in range(v.ndim - 2)] for name, v in self.posterior.items()}
-        obs_dims = ["obs"] + (["outcome_dim"] if self.y.ndim > 1 else [])
-        dims.update({"y": obs_dims, "weights": ["obs"], "robust_loss": ["obs"]})
         if "b" in dims and len(dims["b"]) == 1:
             dims["b"] = ["predictor"]
-        optional = {"log_likelihood": self.log_lik, "posterior_predictive": self.y_rep}
-        idata = az.from_dict(
-            posterior=self.posterior,
-            sample_stats={_SAMPLE_STATS.get(k, k): (v.astype(bool) if k == "divergent__" else v)
-                          for k, v in self.raw.sampler.items()},
-            **{group: {"y": values} for group, values in optional.items() if values is not None},
-            observed_data={"y": self.y},
-            constant_data={"weights": self.stan_data["weights"]},
-            dims=dims,
-            attrs={"divergence": repr(self.divergence), "learning_rate": self.learning_rate,
-                   "engine": self.model.engine, "inference_library": "robust-stan"},
-        )
+        obs_dims = {"y": ["obs"] + (["outcome_dim"] if self.y.ndim > 1 else [])}
+        attrs = {"divergence": repr(self.divergence), "learning_rate": self.learning_rate,
+                 "engine": self.model.engine, "inference_library": "robust-stan", "method": self.method}
+        groups = {
+            "posterior": draws_dataset(self.posterior, dims, attrs),
+            "sample_stats": draws_dataset(
+                {_SAMPLE_STATS.get(k, k): (v.astype(bool) if k == "divergent__" else v)
+                 for k, v in self.raw.sampler.items()}, attrs=attrs),
+        }
+        if self.log_lik is not None:
+            groups["log_likelihood"] = draws_dataset({"y": self.log_lik}, obs_dims, attrs)
+        if self.y_rep is not None:
+            groups["posterior_predictive"] = draws_dataset({"y": self.y_rep}, obs_dims, attrs)
+        groups["observed_data"] = draws_dataset({"y": self.y}, obs_dims, attrs, sample_dims=())
+        groups["constant_data"] = draws_dataset({"weights": self.stan_data["weights"]}, {"weights": ["obs"]},
+                                                attrs, sample_dims=())
         if self.robust_loss is not None:
-            loss = az.from_dict(posterior={"robust_loss": self.robust_loss}, dims={"robust_loss": ["obs"]})
-            idata.add_groups(robust_loss=loss.posterior)
-        return idata
+            groups["robust_loss"] = draws_dataset({"robust_loss": self.robust_loss}, {"robust_loss": ["obs"]}, attrs)
+        return groups
 
     def __repr__(self) -> str:
         c, d = next(iter(self.posterior.values())).shape[:2]

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from .arviz_output import pareto_khat
 from .data import prepare_data, slice_rows
 from .divergences import Divergence, as_divergence
 from .engines import RawDraws
@@ -214,21 +215,18 @@ class VariationalFit(Fit):
     def diagnostics(self) -> dict:
         """The final ELBO and its Monte Carlo error, convergence, and the Pareto k-hat of the
         importance weights pi/q (Yao et al. 2018: above 0.7 the q is a poor stand-in for pi)."""
-        import arviz as az
-
         log_ratio = (self.raw.sampler["lp__"] - self.raw.sampler["log_q"]).ravel()
-        _, khat = az.psislw(log_ratio[np.isfinite(log_ratio)])
+        khat = pareto_khat(log_ratio[np.isfinite(log_ratio)])
         return {"elbo": self.elbo, "elbo_se": self.elbo_se, "converged": self.settings.converged,
                 "iterations": self.settings.iterations_run, "pareto_k": float(khat)}
 
-    def to_arviz(self):
+    def _arviz_groups(self) -> dict:
         import xarray as xr
 
-        idata = super().to_arviz()
-        trace = xr.Dataset({"elbo": ("iteration", self.elbo_trace["elbo"])},
-                           coords={"iteration": self.elbo_trace["iteration"]})
-        idata.add_groups(variational_elbo=trace)
-        return idata
+        groups = super()._arviz_groups()
+        groups["variational_elbo"] = xr.Dataset({"elbo": ("iteration", np.asarray(self.elbo_trace["elbo"]))},
+                                                coords={"iteration": np.asarray(self.elbo_trace["iteration"])})
+        return groups
 
     def __repr__(self) -> str:
         s = self.settings

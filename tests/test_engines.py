@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import robust_stan as rs
+from robust_stan.arviz_output import group_names
 from robust_stan.engines import resolve_engine
 from robust_stan.engines.bridgestan_oracle import bridgestan_available
 from robust_stan.engines.cmdstan_engine import cmdstan_available
@@ -253,7 +254,7 @@ def test_cmdstan_sampling_returns_the_same_kind_of_fit():
     summary = fit.summary()
     assert {"mean", "sd", "5%", "95%", "ess_bulk", "ess_tail", "r_hat"} <= set(summary.columns)
     idata = fit.to_arviz()
-    assert {"posterior", "sample_stats", "log_likelihood", "posterior_predictive", "observed_data"} <= set(idata.groups())
+    assert {"posterior", "sample_stats", "log_likelihood", "posterior_predictive", "observed_data"} <= set(group_names(idata))
     assert fit.outlier_scores().shape == (40,)
 
 

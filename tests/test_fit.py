@@ -5,6 +5,7 @@ import pytest
 from scipy import stats
 
 import robust_stan as rs
+from robust_stan.arviz_output import group_names
 
 from .conftest import ENGINE, regression_data
 
@@ -33,7 +34,7 @@ def test_to_arviz_groups_and_dims(beta_fit):
     fit, data = beta_fit
     idata = fit.to_arviz()
     assert {"posterior", "sample_stats", "log_likelihood", "posterior_predictive", "observed_data",
-            "constant_data", "robust_loss"} <= set(idata.groups())
+            "constant_data", "robust_loss"} <= set(group_names(idata))
     assert idata.posterior["b"].dims == ("chain", "draw", "predictor")
     assert idata.log_likelihood["y"].dims == ("chain", "draw", "obs")
     assert idata.observed_data["y"].shape == (80,)

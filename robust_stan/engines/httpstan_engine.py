@@ -26,9 +26,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..codegen import expand_includes
+from ..errors import StanCompileError
 from ..progress import elapsed_bar
 from .base import CompiledProgram, NutsSettings, RawDraws
-from .native_model import INTERFACE_HEADER, NativeModel
+from .httpstan_build import FORCED_HEADERS, build_in_child
+from .native_model import NativeModel
 
 _ITERATION = re.compile(rb"Iteration:\s+(\d+)\s*/\s*(\d+)")
 
@@ -271,7 +273,9 @@ def compile_httpstan(stan_code: str, show_progress: bool = True) -> tuple[Httpst
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             return HttpstanProgram(code, model_name), False
-        except KeyError:
+        except KeyError:  # not built yet
+            pass
+        except ImportError:  # built, but it does not load here (e.g. by an older robust-stan): build again
             pass
         return _build(hs, code, marked, model_name, show_progress), True
 
@@ -283,22 +287,25 @@ def _with_interface_mark(code: str) -> str:
     makes a module built with another version of ``oracle_interface.hpp``, or
     without it, a different program.
     """
-    digest = hashlib.sha256(INTERFACE_HEADER.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(b"".join(header.read_bytes() for header in FORCED_HEADERS)).hexdigest()[:16]
     return f"{code}\n// built by robust-stan with its C interface {digest}\n"
-
-
-# httpstan's own compiler flags, plus our C interface in the same translation unit
-_COMPILE_ARGS = ["-O3", "-std=c++14", "-Wno-sign-compare", "-include", str(INTERFACE_HEADER)]
 
 
 def _build(hs, code: str, marked: str, model_name: str, show_progress: bool) -> HttpstanProgram:
     """Build ``marked`` (``code`` with the interface mark) into the module named ``model_name``."""
     stan_name = f"model_{model_name.split('/')[1]}"
-    _, warnings = hs.compile.compile(code, stan_name)  # stanc errors surface here, quickly
+    try:
+        _, warnings = hs.compile.compile(code, stan_name)  # stanc errors surface here, quickly
+    except ValueError as exc:
+        raise StanCompileError(f"stanc (httpstan {hs.__version__}) cannot compile the program:\n{exc}") from None
     hs.cache.delete_model_directory(model_name)
     hs.cache.dump_stanc_warnings(warnings, model_name)
-    with elapsed_bar("Compiling the Stan program with httpstan (30-60 s, once; cached after)", show_progress):
-        output = asyncio.run(hs.models.build_services_extension_module(marked, _COMPILE_ARGS))
+    try:
+        with elapsed_bar("Compiling the Stan program with httpstan (30-60 s, once; cached after)", show_progress):
+            output = build_in_child(marked)
+    except StanCompileError:
+        hs.cache.delete_model_directory(model_name)  # leave no half-built module in the cache
+        raise
     hs.cache.dump_services_extension_module_compiler_output(output, model_name)
     return HttpstanProgram(code, model_name)
 

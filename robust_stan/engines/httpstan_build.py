@@ -1,0 +1,161 @@
+"""Builds a Stan program into httpstan's extension module, with the compiler's messages kept.
+
+httpstan compiles with its own flags (the C++ standard and optimisation its
+Stan headers need: C++14 up to httpstan 4.13, C++17 from 4.14 on), so
+robust-stan never names a standard: it appends only ``-include`` of its C
+interface (``oracle_interface.hpp``) to the compiler arguments httpstan gives
+the model's extension.
+
+httpstan links every module with a prebuilt ``stan_services.o`` (its pybind11
+bindings). The httpstan 4.17.0 wheel for CPython 3.13 ships that object built
+for Python 3.10, so no module built from it loads on 3.13 ("module was
+compiled for Python 3.10"; "undefined symbol: _PyThreadState_UncheckedGet").
+When the shipped object was built for another Python than the running one,
+the child compiles httpstan's own ``stan_services.cpp`` once, with the same
+settings httpstan gives the model, keeps the object in httpstan's cache and
+links models with it instead.
+
+The build runs in a child Python process. httpstan sends the compiler's
+standard error to a file it drops when the build fails; in the child,
+``HTTPSTAN_DEBUG=1`` leaves the compiler's output on the child's standard
+error, which the parent reads, so a failed build can show g++'s own message.
+The child's environment changes nothing in the user's process.
+
+Run as ``python -m robust_stan.engines.httpstan_build`` with the program text
+(already marked with the interface's version) on standard input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+from pathlib import Path
+
+from ..errors import StanCompileError
+from .native_model import INTERFACE_HEADER
+
+#: Headers compiled into every module: robust-stan's C interface.
+FORCED_HEADERS = (INTERFACE_HEADER,)
+
+#: How many of the compiler's last lines a failed build shows.
+MESSAGE_LINES = 40
+
+
+def build_in_child(marked_code: str) -> str:
+    """Build ``marked_code`` into httpstan's cache; return the compiler's messages.
+
+    Raises StanCompileError with the last lines of the compiler's output when
+    the build fails.
+    """
+    env = dict(os.environ)
+    env["HTTPSTAN_DEBUG"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
+                                                      env.get("PYTHONPATH")]))
+    # setuptools puts its intermediate files under the working directory: a scratch one, not the user's
+    with tempfile.TemporaryDirectory(prefix="robust_stan_build_") as scratch:
+        done = subprocess.run([sys.executable, "-m", "robust_stan.engines.httpstan_build"], input=marked_code,
+                              capture_output=True, text=True, env=env, cwd=scratch)
+    messages = done.stderr
+    if done.returncode != 0:
+        raise StanCompileError("The C++ compiler could not build the Stan program (httpstan engine). "
+                               f"The last lines of its output:\n{last_lines(messages)}")
+    return messages
+
+
+def last_lines(text: str, count: int = MESSAGE_LINES) -> str:
+    """The first error line of a compiler's output and its last ``count`` non-empty lines."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) <= count:
+        return "\n".join(lines)
+    first_error = next((line for line in lines[:-count] if "error" in line), None)
+    head = [first_error, "[...]"] if first_error else [f"[... {len(lines) - count} earlier lines]"]
+    return "\n".join(head + lines[-count:])
+
+
+def built_for_python(object_file: Path) -> str | None:
+    """The Python version ("3.10") a pybind11 object was compiled for, read from its version check.
+
+    pybind11 keeps the compiled-for version as a string literal in the same
+    read-only data as its "Python version mismatch" message; the "3.N" literal
+    nearest that message is taken. None when the object has no such check.
+    """
+    data = object_file.read_bytes()
+    message = data.find(b"module was compiled for Python")
+    if message < 0:
+        return None
+    found = [(abs(m.start() - message), m.group(1).decode()) for m in re.finditer(rb"\x00(3\.\d{1,2})\x00", data)]
+    return min(found)[1] if found else None
+
+
+def _services_object_for_this_python(hs, extension) -> Path:
+    """httpstan's ``stan_services.cpp`` compiled for the running Python with ``extension``'s settings (cached)."""
+    import setuptools
+    from setuptools.command.build_ext import build_ext
+
+    settings = repr((sys.version, extension.define_macros, extension.include_dirs, extension.extra_compile_args))
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}-{hashlib.sha256(settings.encode()).hexdigest()[:12]}"
+    folder = hs.cache.cache_directory() / "robust_stan_services" / tag
+    built = folder / "stan_services.o"
+    if built.exists():
+        return built
+    source = Path(hs.__file__).with_name("stan_services.cpp")
+    work = folder / "build"
+    services = setuptools.Extension(
+        "robust_stan_services", sources=[str(source)], language="c++", define_macros=extension.define_macros,
+        include_dirs=extension.include_dirs, extra_compile_args=extension.extra_compile_args)
+    command = build_ext(setuptools.Distribution({"ext_modules": [services]}))
+    command.build_temp = command.build_lib = str(work)
+    command.finalize_options()
+    command.run()  # compiles the object (kept below) and links a module nothing loads
+    (object_file,) = work.rglob("stan_services.o")
+    object_file.replace(built)
+    return built
+
+
+def _add_our_parts(hs, services_for_this_python: bool) -> None:
+    """Make httpstan's build add robust-stan's headers to its own compiler arguments and, if
+    ``services_for_this_python``, link with :func:`_services_object_for_this_python`."""
+    run_build_ext = hs.build_ext.run_build_ext
+
+    def run_with_our_parts(extensions, build_lib):
+        for extension in extensions:
+            shipped = [o for o in extension.extra_objects if Path(o).name == "stan_services.o"]
+            if services_for_this_python and shipped:
+                own = _services_object_for_this_python(hs, extension)
+                extension.extra_objects = [o for o in extension.extra_objects if o not in shipped] + [str(own)]
+            extension.extra_compile_args = list(extension.extra_compile_args or []) + [
+                flag for header in FORCED_HEADERS for flag in ("-include", str(header))]
+        return run_build_ext(extensions, build_lib)
+
+    hs.build_ext.run_build_ext = run_with_our_parts
+
+
+def _main() -> None:
+    import asyncio
+
+    import httpstan
+    import httpstan.build_ext
+    import httpstan.cache
+    import httpstan.models
+
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    shipped_for = built_for_python(Path(httpstan.__file__).with_name("stan_services.o"))
+    foreign = shipped_for not in (None, running)
+    if foreign:
+        print(f"robust-stan: httpstan's stan_services.o was built for Python {shipped_for}, "
+              f"this is {running}: linking with one built here", file=sys.stderr)
+    _add_our_parts(httpstan, services_for_this_python=foreign)
+    try:
+        asyncio.run(httpstan.models.build_services_extension_module(sys.stdin.read()))
+    except Exception as exc:  # the compiler's own messages are already on standard error
+        print(f"httpstan's build stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    _main()
