@@ -6,9 +6,11 @@ why, where they are not (this machine and CI have neither: no network to fetch t
 """
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -276,3 +278,62 @@ def test_bridgestan_and_httpstan_agree(glm_normal, divergence):
         drawn_b, drawn_h = oracle.constrain(theta), program.constrain(stan_data, theta)
         for name in ("alpha_copies", "b_copies", "sigma_copies", "log_lik"):
             np.testing.assert_allclose(drawn_b[name], drawn_h[name], rtol=1e-12)
+
+
+@needs_httpstan
+def test_failed_cpp_build_shows_the_compilers_own_message(monkeypatch):
+    """A build that g++ refuses raises StanCompileError carrying g++'s message, and leaves no
+    half-built module in httpstan's cache. The failure is made real and quick: a CPPFLAGS
+    (which setuptools passes to every compile) that includes a header that does not exist."""
+    import uuid
+
+    import httpstan.cache
+    import httpstan.models
+
+    from robust_stan.engines import compile_program
+    from robust_stan.engines.httpstan_engine import _with_interface_mark
+
+    monkeypatch.setenv("CPPFLAGS", "-include /nonexistent/robust_stan_missing_header.hpp")
+    code = f"parameters {{ real x; }}\nmodel {{ x ~ normal(0, 1); }}\n// {uuid.uuid4().hex}\n"
+    with pytest.raises(rs.StanCompileError) as error:
+        compile_program(code, "httpstan", show_progress=False)
+    message = str(error.value)
+    assert "C++ compiler could not build" in message
+    assert "robust_stan_missing_header.hpp: No such file or directory" in message
+    model_name = httpstan.models.calculate_model_name(_with_interface_mark(code))
+    assert not httpstan.cache.model_directory(model_name).exists()
+
+
+@needs_httpstan
+def test_stanc_error_on_the_httpstan_path_names_the_line():
+    from robust_stan.engines import compile_program
+
+    with pytest.raises(rs.StanCompileError, match=r"(?s)stanc .*cannot compile.*line 2"):
+        compile_program("parameters { real x; }\nmodel { x ~ normal(0, ; }\n", "httpstan", show_progress=False)
+
+
+def test_version_of_python_a_pybind11_object_was_built_for(tmp_path):
+    """The "3.N" literal nearest pybind11's version-check message; None without that message."""
+    from robust_stan.engines.httpstan_build import built_for_python
+
+    obj = tmp_path / "stan_services.o"
+    obj.write_bytes(b"\x00" * 50 + b"\x003.2\x00" + b"x" * 5000 + b"module was compiled for Python %s\x00"
+                    + b"y" * 100 + b"\x003.10\x00" + b"z" * 100)
+    assert built_for_python(obj) == "3.10"
+    obj.write_bytes(b"\x003.12\x00 nothing else")
+    assert built_for_python(obj) is None
+
+
+@needs_httpstan
+def test_installed_httpstans_object_is_read_and_models_load_on_this_python(glm_normal):
+    """The shipped object's Python version is read; whatever it is, the compiled model loads here
+    (on httpstan 4.17.0 for CPython 3.13 the shipped object is for 3.10 and is replaced)."""
+    import httpstan
+
+    from robust_stan.engines.httpstan_build import built_for_python
+
+    shipped = built_for_python(Path(httpstan.__file__).with_name("stan_services.o"))
+    assert shipped is None or re.fullmatch(r"3\.\d+", shipped)
+    program = glm_normal.compile()
+    assert f".cpython-{sys.version_info.major}{sys.version_info.minor}-" in Path(program.module.__file__).name
+    assert program.native_model(glm_normal.stan_data(glm_data(n=10), rs.KL())).dimension == 4

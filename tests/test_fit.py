@@ -42,6 +42,44 @@ def test_to_arviz_groups_and_dims(beta_fit):
     np.testing.assert_allclose(idata.observed_data["y"].values, data["y"])
 
 
+def test_to_arviz_is_the_installed_arviz_own_object_and_arviz_works_on_it(beta_fit):
+    """InferenceData on ArviZ 0.x, DataTree on ArviZ 1.x; LOO, summary and trace plots run on it."""
+    import arviz as az
+    import matplotlib
+    import xarray as xr
+    from scipy.special import logsumexp
+
+    from robust_stan.arviz_output import arviz_major
+
+    matplotlib.use("Agg")
+    fit, _ = beta_fit
+    idata = fit.to_arviz()
+    assert isinstance(idata, xr.DataTree if arviz_major() >= 1 else az.InferenceData)
+    loo = az.loo(idata)
+    elpd, se = (loo.elpd, loo.se) if arviz_major() >= 1 else (loo["elpd_loo"], loo["se"])
+    # plain importance-sampling LOO from the same log_lik: PSIS differs from it only by its smoothed tails
+    log_lik = fit.draws("log_lik").reshape(-1, 80)
+    plain = float(np.sum(-(logsumexp(-log_lik, axis=0) - np.log(log_lik.shape[0]))))
+    assert abs(elpd - plain) < se
+    summary = az.summary(idata, var_names=["b"])
+    np.testing.assert_allclose(np.asarray(summary["mean"], dtype=float), fit.draws("b").mean(axis=(0, 1)), atol=1e-2)
+    az.plot_trace(idata, var_names=["b"])
+    matplotlib.pyplot.close("all")
+
+
+def test_summary_diagnostics_are_arvizs_own(beta_fit):
+    """fit.summary() gives ArviZ's bulk/tail ESS, R-hat and MCSE of each scalar, on either ArviZ line."""
+    import arviz as az
+
+    fit, _ = beta_fit
+    x = fit.draws("alpha")
+    row = fit.summary().loc["alpha"]
+    assert row["ess_bulk"] == pytest.approx(float(az.ess(x, method="bulk")), rel=1e-12)
+    assert row["ess_tail"] == pytest.approx(float(az.ess(x, method="tail", prob=(0.05, 0.95))), rel=1e-12)
+    assert row["r_hat"] == pytest.approx(float(az.rhat(x)), rel=1e-12)
+    assert row["mcse_mean"] == pytest.approx(float(az.mcse(x, method="mean")), rel=1e-12)
+
+
 def test_same_seed_same_draws(glm_normal_standardized):
     data, _, _, _ = regression_data(n=50, p=2, seed=3)
     a = glm_normal_standardized.sample(data, divergence=rs.GammaD(0.2), seed=9, **SHORT)

@@ -21,15 +21,17 @@ standard error to a file it drops when the build fails; in the child,
 error, which the parent reads, so a failed build can show g++'s own message.
 The child's environment changes nothing in the user's process.
 
-Run as ``python -m robust_stan.engines.httpstan_build`` with the program text
-(already marked with the interface's version) on standard input.
+The child runs :func:`main` with the program text (already marked with the
+interface's version) on standard input.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,7 +60,8 @@ def build_in_child(marked_code: str) -> str:
                                                       env.get("PYTHONPATH")]))
     # setuptools puts its intermediate files under the working directory: a scratch one, not the user's
     with tempfile.TemporaryDirectory(prefix="robust_stan_build_") as scratch:
-        done = subprocess.run([sys.executable, "-m", "robust_stan.engines.httpstan_build"], input=marked_code,
+        done = subprocess.run([sys.executable, "-c", "from robust_stan.engines.httpstan_build import main; main()"],
+                              input=marked_code,
                               capture_output=True, text=True, env=env, cwd=scratch)
     messages = done.stderr
     if done.returncode != 0:
@@ -93,28 +96,44 @@ def built_for_python(object_file: Path) -> str | None:
 
 
 def _services_object_for_this_python(hs, extension) -> Path:
-    """httpstan's ``stan_services.cpp`` compiled for the running Python with ``extension``'s settings (cached)."""
+    """httpstan's ``stan_services.cpp`` compiled for the running Python with the settings httpstan gives
+    the model's ``extension`` (its own folder left out), built once and cached."""
     import setuptools
     from setuptools.command.build_ext import build_ext
 
-    settings = repr((sys.version, extension.define_macros, extension.include_dirs, extension.extra_compile_args))
+    model_folder = str(Path(extension.sources[0]).parent)
+    include_dirs = [folder for folder in extension.include_dirs if folder != model_folder]
+    settings = repr((sys.version, hs.__version__, extension.define_macros, include_dirs,
+                     extension.extra_compile_args, os.environ.get("CPPFLAGS")))
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}-{hashlib.sha256(settings.encode()).hexdigest()[:12]}"
     folder = hs.cache.cache_directory() / "robust_stan_services" / tag
     built = folder / "stan_services.o"
-    if built.exists():
-        return built
-    source = Path(hs.__file__).with_name("stan_services.cpp")
-    work = folder / "build"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "build.lock", "w") as lock:  # parallel builds of two models take turns here
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not built.exists():
+            _compile_services(hs, extension, include_dirs, folder / "build", built)
+    return built
+
+
+def _compile_services(hs, extension, include_dirs: list[str], work: Path, built: Path) -> None:
+    """Compile httpstan's ``stan_services.cpp`` in ``work`` and move the object to ``built``."""
+    import setuptools
+    from setuptools.command.build_ext import build_ext
+
     services = setuptools.Extension(
-        "robust_stan_services", sources=[str(source)], language="c++", define_macros=extension.define_macros,
-        include_dirs=extension.include_dirs, extra_compile_args=extension.extra_compile_args)
+        "robust_stan_services", sources=[str(Path(hs.__file__).with_name("stan_services.cpp"))], language="c++",
+        define_macros=extension.define_macros, include_dirs=include_dirs,
+        extra_compile_args=extension.extra_compile_args)
     command = build_ext(setuptools.Distribution({"ext_modules": [services]}))
     command.build_temp = command.build_lib = str(work)
     command.finalize_options()
-    command.run()  # compiles the object (kept below) and links a module nothing loads
-    (object_file,) = work.rglob("stan_services.o")
-    object_file.replace(built)
-    return built
+    try:
+        command.run()  # compiles the object (kept) and links a module nothing loads (deleted)
+        (object_file,) = work.rglob("stan_services.o")
+        object_file.replace(built)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _add_our_parts(hs, services_for_this_python: bool) -> None:
@@ -135,7 +154,8 @@ def _add_our_parts(hs, services_for_this_python: bool) -> None:
     hs.build_ext.run_build_ext = run_with_our_parts
 
 
-def _main() -> None:
+def main() -> None:
+    """The child's work: build the program on standard input (see :func:`build_in_child`)."""
     import asyncio
 
     import httpstan
@@ -156,6 +176,3 @@ def _main() -> None:
         print(f"httpstan's build stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(1)
 
-
-if __name__ == "__main__":
-    _main()
