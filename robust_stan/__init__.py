@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 from .builtin import custom, glm, location
 from .divergences import KL, BetaD, Divergence, GammaD
 from .engines import COMPILE_COUNTS, resolve_engine
-from .errors import RobustStanInputError, StanCompileError
+from .errors import RobustStanInputError, RobustStanWarning, StanCompileError
 from .families import FAMILIES
 from .fit import Fit
 from .influence import influence, plot_influence
@@ -31,6 +31,7 @@ __all__ = [
     "Model",
     "RobustStanInputError",
     "StanCompileError",
+    "RobustStanWarning",
     "custom",
     "glm",
     "influence",

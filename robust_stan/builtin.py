@@ -10,6 +10,9 @@ changes the program and so compiles it once more.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+
 from .errors import RobustStanInputError
 from .families import get_family
 from .model import Model
@@ -38,7 +41,7 @@ def _merge_priors(defaults: dict[str, str], priors: dict[str, str] | None, names
 
 
 def _builtin_model(kind, fam, data, decls, defaults, priors, args, rescale, standardize, engine, title,
-                   transformed_data="", linear_predictor=None) -> Model:
+                   transformed_data="", linear_predictor=None, known=None, known_rescale=None) -> Model:
     params = [ParameterDeclaration.parse(d) for d in decls]
     spec = ModelSpec(
         transformed_data=transformed_data,
@@ -51,6 +54,8 @@ def _builtin_model(kind, fam, data, decls, defaults, priors, args, rescale, stan
         standardize=_STANDARDIZE.get(fam.name) if standardize else None,
         rescale=rescale if standardize else {},
         linear_predictor=linear_predictor,
+        known=dict(known or {}),
+        known_rescale=dict(known_rescale or {}) if standardize else {},
     )
     return Model(spec, engine=engine, kind=kind)
 
@@ -77,12 +82,15 @@ def location(
                     covariance="known" reads data['Sigma'] (D x D)
       exponential:  rate ~ lognormal(0, 2.5)
 
-    ``known={"sigma": 1.0}`` (normal, student_t) fixes the scale; for student_t
-    ``known={"nu": 4}`` fixes the degrees of freedom. Known values are data.
+    ``known={"sigma": 1.0}`` (normal, student_t) fixes the scale, in the units
+    of y; for student_t ``known={"nu": 4}`` fixes the degrees of freedom. Known
+    values are passed to the program as data (so one compiled program serves
+    every value): with the outcome standardised, sigma is divided by the same
+    scale as y. Giving the same name in the data too is an error.
     ``priors`` replaces defaults by parameter name, e.g. ``{"mu": "normal(0, 1)"}``.
     """
     fam = get_family(family)
-    known = dict(known or {})
+    known = _checked_known(known)
     data_lines: list[str] = []
     transformed_data = ""
     rescale: dict[str, str] = {}
@@ -131,7 +139,30 @@ def location(
     if known and fam.name not in ("normal", "student_t"):
         raise RobustStanInputError(f"known: the {fam.name} location model has no fixable parameters")
     return _builtin_model("location", fam, "; ".join(data_lines), decls, defaults, priors, args, rescale,
-                          standardize, engine, f"robust-stan location model, family {fam.name}", transformed_data)
+                          standardize, engine, f"robust-stan location model, family {fam.name}", transformed_data,
+                          known=known, known_rescale={"sigma": "scale"} if "sigma" in known else {})
+
+
+def _checked_known(known) -> dict[str, float]:
+    """``known`` as {name: float}: sigma positive, nu at least 1 (the bound the program declares)."""
+    if known is None:
+        return {}
+    if not isinstance(known, Mapping):
+        raise RobustStanInputError(f"known: expected a dict such as {{'sigma': 1.0}}, got {type(known).__name__}")
+    out = {}
+    for name, value in known.items():
+        if name == "nu":
+            low, what = 1.0, "a number >= 1 (the model declares nu >= 1)"
+        else:
+            low, what = 0.0, "a positive number"
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise RobustStanInputError(f"known: {name} must be {what}, got {value!r}") from None
+        if isinstance(value, bool) or not math.isfinite(number) or number < low or (low == 0.0 and number == 0.0):
+            raise RobustStanInputError(f"known: {name} must be {what}, got {value!r}")
+        out[name] = number
+    return out
 
 
 def glm(

@@ -6,13 +6,15 @@ the argument at fault.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from .divergences import Divergence, as_divergence
-from .errors import RobustStanInputError, require_positive
+from .errors import RobustStanInputError, RobustStanWarning, require_positive
+from .families import STAN_INT_MAX
 from .spec import LINEAR_PREDICTOR_MODELS, ModelSpec
 
 MODES = {"posterior": 0, "per_example": 1, "prior": 2, "per_example_linear_predictor": 3}
@@ -37,6 +39,34 @@ def robust_scale(y: np.ndarray) -> float:
     return mad if mad > 0 else (float(np.std(y)) or 1.0)
 
 
+def to_fitted_scale(rule: str | None, value, scaling: Scaling):
+    """Inverse of :func:`to_original_scale`."""
+    value = np.asarray(value, dtype=float)
+    if rule == "location":
+        return (value - scaling.center) / scaling.scale
+    if rule == "scale":
+        return value / scaling.scale
+    if rule == "inverse_scale":
+        return value * scaling.scale
+    if rule == "log_scale":
+        return value - np.log(scaling.scale)
+    return value
+
+
+def to_original_scale(rule: str | None, value, scaling: Scaling):
+    """Map draws of a parameter fitted on the standardised outcome back to the original units."""
+    value = np.asarray(value, dtype=float)
+    if rule == "location":
+        return scaling.center + scaling.scale * value
+    if rule == "scale":
+        return scaling.scale * value
+    if rule == "inverse_scale":
+        return value / scaling.scale
+    if rule == "log_scale":
+        return value + np.log(scaling.scale)
+    return value
+
+
 def _as_array(name: str, value) -> np.ndarray:
     if hasattr(value, "to_numpy"):  # pandas Series / DataFrame
         value = value.to_numpy()
@@ -47,6 +77,8 @@ def _as_array(name: str, value) -> np.ndarray:
         raise RobustStanInputError(f"{name}: must be numeric, got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
         raise RobustStanInputError(f"{name}: contains non-finite values (NaN or inf)")
+    if np.issubdtype(arr.dtype, np.integer) and arr.size and np.abs(arr).max() > STAN_INT_MAX:
+        raise RobustStanInputError(f"{name}: Stan's integers hold at most {STAN_INT_MAX}, got {np.abs(arr).max()}")
     return arr
 
 
@@ -57,7 +89,10 @@ def check_learning_rate(learning_rate) -> float:
 def check_weights(weights, n: int) -> np.ndarray:
     if weights is None:
         return np.ones(n)
-    arr = np.asarray(weights, dtype=float)
+    try:
+        arr = np.asarray(weights, dtype=float)
+    except (TypeError, ValueError):
+        raise RobustStanInputError(f"weights: must be numbers, one per observation; got {weights!r:.60}") from None
     if arr.shape != (n,):
         raise RobustStanInputError(f"weights: need one weight per observation, shape ({n},); got {arr.shape}")
     if not np.all(np.isfinite(arr)):
@@ -67,6 +102,49 @@ def check_weights(weights, n: int) -> np.ndarray:
     if n and arr.sum() <= 0:
         raise RobustStanInputError("weights: at least one weight must be positive")
     return arr
+
+
+#: Below this effective sample size the beta loss leaves the posterior close to the prior.
+NEGLIGIBLE_DATA = 1.0
+
+
+def beta_loss_effective_sample_size(family, y: np.ndarray, beta: float, weights: np.ndarray,
+                                    learning_rate: float = 1.0) -> float | None:
+    """How many observations' worth the beta loss gives the data: w * sum_i v_i p_i^beta.
+
+    The gradient of the beta loss of row i is p_i^beta times that of its log-likelihood (plus
+    the integral term, which does not depend on y_i), so p_i^beta is the weight row i keeps.
+    p_i comes from a pilot fit on the scale the model is fitted on: normal with the median
+    and 1.4826 x MAD (normal, student_t), exponential with the median (exponential), the
+    observed frequencies (discrete families). None for multi_normal (no pilot here).
+    """
+    y = np.asarray(y)
+    if family.name == "multi_normal" or y.size == 0:
+        return None
+    if family.name in ("normal", "student_t"):
+        scale = robust_scale(y)
+        log_p = -np.log(scale) - 0.5 * np.log(2 * np.pi) - 0.5 * ((y - np.median(y)) / scale) ** 2
+    elif family.name == "exponential":
+        rate = np.log(2.0) / (float(np.median(y)) or float(np.mean(y)) or 1.0)
+        log_p = np.log(rate) - rate * y
+    else:
+        _, index, counts = np.unique(y, return_inverse=True, return_counts=True)
+        log_p = np.log(counts[np.ravel(index)] / y.size)
+    return float(learning_rate * np.sum(weights * np.exp(beta * log_p)))
+
+
+def warn_if_the_data_barely_count(family, y_fitted: np.ndarray, stan_data: dict, divergence: Divergence) -> None:
+    """A RobustStanWarning when a beta loss leaves the data less than one observation's worth."""
+    if divergence.code != 1:
+        return
+    ess = beta_loss_effective_sample_size(family, y_fitted, divergence.param, stan_data["weights"],
+                                          stan_data["learning_rate"])
+    if ess is not None and ess < NEGLIGIBLE_DATA:
+        warnings.warn(
+            f"divergence: with beta = {divergence.param:g} the data have almost no influence: the beta loss "
+            f"weighs the {len(y_fitted)} observations like {ess:.3g} (sum of p_i^beta at a pilot fit), so the "
+            "posterior will be close to the prior. Choose a smaller beta (0.1-1 is usual).",
+            RobustStanWarning, stacklevel=3)
 
 
 def prepare_data(
@@ -92,8 +170,12 @@ def prepare_data(
     raw = {k: _as_array(k, v) for k, v in data.items()}
     if family.name == "categorical" and "K" not in raw:
         raw["K"] = np.asarray(int(np.max(raw["y"])) if raw["y"].size else 2)
+        raw["K_inferred"] = True
     y = family.check_outcome(raw["y"], raw)
+    raw.pop("K_inferred", None)
     n = len(y)
+    if n == 0:
+        raise RobustStanInputError("y: no observations (N = 0); the posterior would be the prior")
     out: dict = {"N": n}
     if family.name == "multi_normal":
         out["D"] = y.shape[1]
@@ -101,7 +183,14 @@ def prepare_data(
         out["K"] = int(raw["K"])
     if family.name == "binomial":
         out["trials"] = raw["trials"].astype(np.int64)
+    if "X" in spec.data_names() and "X" not in raw:
+        raise RobustStanInputError("data: missing the predictor matrix 'X'")
     for name in spec.data_names():
+        if name in spec.known:
+            if name in raw:
+                raise RobustStanInputError(f"data: {name!r} is fixed by the model's known={{{name!r}: "
+                                           f"{spec.known[name]}}}; give it in one place, not also in the data")
+            continue
         if name in out or name in ("P", "prior_scale_b") and "X" in raw:
             continue
         if name not in raw:
@@ -141,11 +230,15 @@ def prepare_data(
     if spec.standardize and family.continuous:
         y_fitted = (y - scaling.center) / scaling.scale
     out["y"] = y_fitted
+    for name, value in spec.known.items():  # a known scale moves with y
+        out[name] = float(to_fitted_scale(spec.known_rescale.get(name), value, scaling))
 
     div = as_divergence(divergence)
     out.update(div.stan_data())
     out["learning_rate"] = check_learning_rate(learning_rate)
     out["weights"] = check_weights(weights, n)
+    if mode == "posterior" and batch is None:
+        warn_if_the_data_barely_count(family, y_fitted, out, div)
     if mode not in MODES:
         raise RobustStanInputError(f"mode: must be one of {list(MODES)}, got {mode!r}")
     if mode == "per_example_linear_predictor" and spec.linear_predictor is None:

@@ -9,12 +9,18 @@ class RobustStanInputError(ValueError):
     """Bad input from the user; the message names the argument at fault."""
 
 
+class RobustStanWarning(UserWarning):
+    """A run that will go ahead but probably not as the user means (e.g. data with almost no influence)."""
+
+
 class StanCompileError(RuntimeError):
     """Stan could not compile a program; the message points at the user's lines."""
 
 
 def require_positive(name: str, value) -> float:
     """``value`` as a float if positive and finite; otherwise an error naming ``name``."""
+    if isinstance(value, (bool, np.bool_)):
+        raise RobustStanInputError(f"{name}: must be a positive number, got {value!r}")
     try:
         number = float(value)
     except (TypeError, ValueError):

@@ -278,12 +278,20 @@ def _finite_float(y: np.ndarray, what: str = "y") -> np.ndarray:
     return arr
 
 
+#: Stan's int is 32 bits.
+STAN_INT_MAX = 2**31 - 1
+
+
 def _integer_labels(y: np.ndarray, what: str = "y") -> np.ndarray:
     arr = _finite_float(y, what)
     if arr.ndim != 1:
         raise RobustStanInputError(f"{what}: must be one-dimensional, got shape {arr.shape}")
     if not np.all(arr == np.round(arr)):
         raise RobustStanInputError(f"{what}: must hold whole numbers for this family")
+    too_large = np.abs(arr) > STAN_INT_MAX
+    if too_large.any():
+        raise RobustStanInputError(f"{what}: Stan's integers hold at most {STAN_INT_MAX} "
+                                   f"(row {_first_bad(too_large)} is {arr[too_large][0]:.0f})")
     return arr.astype(np.int64)
 
 
@@ -339,6 +347,9 @@ def _check_categorical(y, data):
     if "K" not in data:
         raise RobustStanInputError("K: the categorical family needs data['K'], the number of classes")
     K = int(data["K"])
+    if data.get("K_inferred") and arr.size and len(np.unique(arr)) < 2:
+        raise RobustStanInputError(f"y: every row is class {arr[0]}; the number of classes is taken from "
+                                   "max(y), so give data['K'] (the number of classes) explicitly")
     if K < 2:
         raise RobustStanInputError(f"K: needs at least 2 classes, got {K}")
     bad = (arr < 1) | (arr > K)

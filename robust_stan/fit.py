@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .arviz_output import draws_dataset, native_inference_data, scalar_diagnostics
-from .data import Scaling
+from .data import Scaling, to_original_scale
 from .divergences import Divergence
 from .engines import NutsSettings, RawDraws
 from .errors import RobustStanInputError
@@ -42,8 +42,6 @@ class Fit:
 
     def __init__(self, model, raw: RawDraws, *, data: Mapping, stan_data: dict, scaling: Scaling,
                  divergence: Divergence, learning_rate: float, settings: NutsSettings):
-        from .model import to_original_scale
-
         self.model = model
         self.raw = raw
         self.stan_data = stan_data

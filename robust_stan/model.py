@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .codegen import render_program
-from .data import Scaling, prepare_data
+from .data import Scaling, prepare_data, to_fitted_scale, to_original_scale  # noqa: F401 (old import path)
 from .divergences import Divergence, as_divergence
 from .engines import CompiledProgram, NutsSettings, compile_program, resolve_engine
 from .errors import RobustStanInputError, require_count
@@ -243,37 +243,16 @@ class Model:
             unknown = sorted(set(init) - set(self.spec.parameter_names))
             if unknown:
                 raise RobustStanInputError(f"inits: unknown parameter(s) {unknown}; the model has {self.spec.parameter_names}")
+            for name, value in init.items():
+                try:
+                    finite = np.all(np.isfinite(np.asarray(value, dtype=float)))
+                except (TypeError, ValueError):
+                    finite = False
+                if not finite:
+                    raise RobustStanInputError(f"inits: {name} must be finite numbers, got {value!r}")
             out.append({f"{k}_copies": np.asarray([to_fitted_scale(self.spec.rescale.get(k), v, scaling)])
                         for k, v in init.items()})
         return out
-
-
-def to_fitted_scale(rule: str | None, value, scaling: Scaling):
-    """Inverse of :func:`to_original_scale`."""
-    value = np.asarray(value, dtype=float)
-    if rule == "location":
-        return (value - scaling.center) / scaling.scale
-    if rule == "scale":
-        return value / scaling.scale
-    if rule == "inverse_scale":
-        return value * scaling.scale
-    if rule == "log_scale":
-        return value - np.log(scaling.scale)
-    return value
-
-
-def to_original_scale(rule: str | None, value, scaling: Scaling):
-    """Map draws of a parameter fitted on the standardised outcome back to the original units."""
-    value = np.asarray(value, dtype=float)
-    if rule == "location":
-        return scaling.center + scaling.scale * value
-    if rule == "scale":
-        return scaling.scale * value
-    if rule == "inverse_scale":
-        return value / scaling.scale
-    if rule == "log_scale":
-        return value + np.log(scaling.scale)
-    return value
 
 
 def _nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth, show_progress):

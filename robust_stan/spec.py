@@ -186,6 +186,10 @@ class ModelSpec:
     transformed_data: str = ""
     #: set by the built-in glms whose other arguments can vary by row: enables mode 3
     linear_predictor: LinearPredictor | None = None
+    #: values the user fixed (``known=``), on the outcome's original scale, by data name
+    known: dict[str, float] = field(default_factory=dict)
+    #: how each known value moves with the outcome's standardisation (as ``rescale``)
+    known_rescale: dict[str, str] = field(default_factory=dict)
 
     @property
     def parameter_names(self) -> list[str]:

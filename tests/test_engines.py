@@ -337,3 +337,22 @@ def test_installed_httpstans_object_is_read_and_models_load_on_this_python(glm_n
     program = glm_normal.compile()
     assert f".cpython-{sys.version_info.major}{sys.version_info.minor}-" in Path(program.module.__file__).name
     assert program.native_model(glm_normal.stan_data(glm_data(n=10), rs.KL())).dimension == 4
+
+
+@needs_httpstan
+def test_engine_recovers_after_a_chains_process_died(glm_normal):
+    """A chain process that dies breaks httpstan's process pool; the call that meets it says so,
+    and the next call samples normally (it used to fail with "process pool is not usable")."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    import httpstan.services_stub
+
+    glm_normal.compile()
+    dying = httpstan.services_stub.executor.submit(os._exit, 1)
+    with pytest.raises(BrokenProcessPool):
+        dying.result(timeout=120)
+    data = glm_data(n=30)
+    with pytest.raises(RuntimeError, match="has been restarted"):
+        glm_normal.sample(data, chains=1, iter_warmup=50, iter_sampling=50, show_progress=False)
+    fit = glm_normal.sample(data, chains=2, iter_warmup=100, iter_sampling=100, seed=3, show_progress=False)
+    assert fit.draws("b").shape == (2, 100, 2) and np.all(np.isfinite(fit.draws("b")))

@@ -628,6 +628,75 @@ def test_poisson_integral_huge_mean_is_finite_and_gaussian(harness):
     assert np.all(np.isfinite(out["log_integral"]))
 
 
+def _in_a_forked_child(function, *args, timeout=120):
+    """``function(*args)`` in a forked process (it inherits the compiled harness; nothing is
+    pickled but the result), so that a loop that never ends fails the test after
+    ``timeout`` s instead of hanging the suite."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+
+    def child():
+        try:
+            send.send(("ok", function(*args)))
+        except Exception as exc:  # noqa: BLE001 - handed to the parent as text
+            send.send(("error", repr(exc)))
+
+    process = context.Process(target=child)
+    process.start()
+    try:
+        if not receive.poll(timeout):
+            raise AssertionError(f"no answer within {timeout} s: the call did not end")
+        status, value = receive.recv()
+    finally:
+        process.kill()
+        process.join()
+    assert status == "ok", value
+    return value
+
+
+def _poisson_integrals_at(harness, a, lam):
+    return run(harness, base_data(len(lam), a, family=FAMILY_TABLE["poisson_log"].code,
+                                  eta=np.log(lam)))["log_integral"]
+
+
+@pytest.mark.parametrize("a", [1e6, 1e308])
+def test_poisson_integral_with_a_huge_divergence_parameter_ends(harness, a):
+    """(1 + a) times a log-pmf overflows to -inf away from the mode; the series loops end
+    anyway (they used to spin forever at a = 1e308) and give the direct sum of the
+    float64 terms, which at such a is the mode's term alone or its nearest neighbours."""
+    lam = np.array([0.5, 3.7, 50.0, 2e4])
+    out = _in_a_forked_child(_poisson_integrals_at, harness, a, lam)
+    for value, rate in zip(out, lam):
+        k = np.arange(0, int(rate + 60 * np.sqrt(rate) + 100))
+        with np.errstate(over="ignore"):
+            terms = (1 + a) * stats.poisson.logpmf(k, rate)
+        reference = special.logsumexp(terms)
+        assert np.isfinite(value) and value == pytest.approx(reference, rel=1e-9), (a, rate, value, reference)
+
+
+def test_normal_shared_sigma_loss_takes_the_limit_where_a_row_underflows(harness):
+    """With a tiny shared sigma, a * (y - mu)^2 / sigma^2 overflows for every row but one:
+    those rows' p^a is 0, not an error (log_mix used to throw "lambda[2] is -inf")."""
+    a, sigma = 0.5, 1e-150
+    case = random_case("normal", a, seed=3)
+    n = case.data["N"]
+    loc = case.data["loc"]
+    y = loc + 1e5
+    y[0] = loc[0]  # the one row at the mean: p^a = (2 pi sigma^2)^(-a/2), finite
+    w = np.linspace(0.5, 1.5, n)
+    out = run(harness, dict(case.data, variant=3, y_real=y, scale_s=sigma, w=w))
+    with np.errstate(over="ignore"):
+        log_p = stats.norm.logpdf(y, loc, sigma)
+    log_i = np.full(n, a * (-np.log(sigma) - 0.5 * np.log(2 * np.pi)) - 0.5 * np.log1p(a))
+    ref = reference_losses(log_p, log_i, a, w)
+    for row, name in enumerate(("betad", "gammad", "gammaorig")):
+        expected = ref[name][1]
+        assert np.isfinite(out["weighted"][row]), (name, out["weighted"][row])
+        assert -out["weighted"][row] == pytest.approx(expected, rel=1e-10), (name, out["weighted"][row], expected)
+
+
 @pytest.mark.parametrize("K", [2, 5])
 @pytest.mark.parametrize("a", A_GRID)
 def test_categorical_integral(harness, a, K):

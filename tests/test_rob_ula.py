@@ -33,7 +33,7 @@ def test_plain_ula_matches_the_exact_ula_law(normal_known_sigma):
     y = np.random.default_rng(0).normal(0.7, 1.0, 40)
     m, v, lam = conjugate(y)
     eta = 0.2 / lam
-    fit = rs.rob_ula(normal_known_sigma, {"y": y, "sigma": 1.0}, epsilon=0.0, estimator="mean", step_size=eta,
+    fit = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.0, estimator="mean", step_size=eta,
                      iters=5000, warmup=200, chains=4, seed=1, show_progress=False)
     mu = fit.draws("mu")
     assert mu.shape == (4, 5000)
@@ -58,7 +58,7 @@ def test_lrv_ignores_planted_outliers_where_ula_does_not(normal_known_sigma):
     clean = rng.normal(0.0, 1.0, 80)
     y = np.concatenate([clean, rng.normal(10.0, 1.0, 20)])  # 20% at +10 sd
     m_clean, v_clean, _ = conjugate(clean)
-    data = {"y": y, "sigma": 1.0}
+    data = {"y": y}
     kwargs = dict(iters=1500, warmup=200, chains=2, seed=4, show_progress=False)
     robust = rs.rob_ula(normal_known_sigma, data, epsilon=0.2, estimator="lrv", **kwargs)
     plain = rs.rob_ula(normal_known_sigma, data, epsilon=0.2, estimator="mean", **kwargs)
@@ -73,7 +73,7 @@ def test_lrv_ignores_planted_outliers_where_ula_does_not(normal_known_sigma):
 
 def test_default_step_size_comes_from_the_curvature(normal_known_sigma):
     y = np.random.default_rng(5).normal(size=30)
-    fit = rs.rob_ula(normal_known_sigma, {"y": y, "sigma": 1.0}, epsilon=0.1, iters=20, warmup=0, chains=1,
+    fit = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.1, iters=20, warmup=0, chains=1,
                      seed=2, show_progress=False)
     lam = 30 + 1 / 100
     assert fit.settings.step_size == pytest.approx(0.1 / lam, rel=1e-3)
@@ -95,7 +95,7 @@ def test_default_step_size_ignores_the_curvature_of_dropped_outliers(glm_normal)
 
 def test_generated_quantities_and_log_density_can_be_left_out(normal_known_sigma):
     y = np.random.default_rng(5).normal(size=30)
-    data = {"y": y, "sigma": 1.0}
+    data = {"y": y}
     kwargs = dict(epsilon=0.1, step_size=1e-3, iters=5, warmup=0, chains=2, seed=2, show_progress=False)
     full = rs.rob_ula(normal_known_sigma, data, **kwargs)
     # log_lik is deterministic: -log p(y_i | mu) at each draw, on the httpstan oracle too.
@@ -123,9 +123,9 @@ def test_clean_gradient_total_is_the_mean_times_one_minus_epsilon_n(normal_known
     y = np.random.default_rng(8).normal(size=30)
     kwargs = dict(estimator="mean", step_size=1e-3, iters=50, warmup=0, chains=2, seed=3, show_progress=False,
                   generated_quantities=False, log_density=False)
-    clean = rs.rob_ula(normal_known_sigma, {"y": y, "sigma": 1.0}, epsilon=0.2, gradient_total="clean", **kwargs)
-    tempered = rs.rob_ula(normal_known_sigma, {"y": y, "sigma": 1.0}, epsilon=0.2, learning_rate=0.8, **kwargs)
-    plain = rs.rob_ula(normal_known_sigma, {"y": y, "sigma": 1.0}, epsilon=0.2, **kwargs)
+    clean = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.2, gradient_total="clean", **kwargs)
+    tempered = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.2, learning_rate=0.8, **kwargs)
+    plain = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.2, **kwargs)
     np.testing.assert_allclose(clean.draws("mu"), tempered.draws("mu"), rtol=1e-12)
     assert not np.allclose(clean.draws("mu"), plain.draws("mu"))
 
@@ -134,7 +134,7 @@ def test_a_too_large_step_diverges_with_a_warning(normal_known_sigma):
     """eta lam = 30: the chain multiplies its distance to the mean by 29 each step."""
     y = np.random.default_rng(6).normal(size=30)
     with pytest.warns(RuntimeWarning, match="diverged"):
-        fit = rs.rob_ula(normal_known_sigma, {"y": y, "sigma": 1.0}, epsilon=0.1, step_size=1.0, iters=2000,
+        fit = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.1, step_size=1.0, iters=2000,
                          warmup=0, chains=1, seed=2, show_progress=False)
     assert np.isnan(fit.draws("mu")[0, -1])
     assert fit.diagnostics()["diverged_chains"] == 1
@@ -154,7 +154,7 @@ def test_a_too_large_step_diverges_with_a_warning(normal_known_sigma):
 ])
 def test_bad_input(normal_known_sigma, kwargs, match):
     with pytest.raises(rs.RobustStanInputError, match=match):
-        rs.rob_ula(normal_known_sigma, {"y": np.zeros(5), "sigma": 1.0}, show_progress=False, **kwargs)
+        rs.rob_ula(normal_known_sigma, {"y": np.zeros(5)}, show_progress=False, **kwargs)
 
 
 def test_data_failing_the_family_checks():

@@ -60,13 +60,23 @@ def _compiled_library(stan_code: str) -> str:
     return str(library)
 
 
+#: Libraries this process has loaded through BridgeStan.
+_LOADED_LIBRARIES: set[str] = set()
+
+
 class BridgeStanModel:
     """Thin wrapper adding named constrain/unconstrain to a bridgestan.StanModel."""
 
     def __init__(self, stan_code: str, data: dict):
         import bridgestan
 
-        self.model = bridgestan.StanModel(_compiled_library(stan_code), data=json.dumps(_jsonable(data)))
+        library = _compiled_library(stan_code)
+        # A model with new data loads its library again (dlopen hands back the loaded copy).
+        # BridgeStan warns on every reload in case the file changed; ours are named by the
+        # digest of their program, so a path never changes content: warn only on the first load.
+        self.model = bridgestan.StanModel(library, data=json.dumps(_jsonable(data)),
+                                          warn=library not in _LOADED_LIBRARIES)
+        _LOADED_LIBRARIES.add(library)
 
     def log_density_gradient(self, theta, jacobian=True):
         value, grad = self.model.log_density_gradient(np.asarray(theta, dtype=float), propto=True, jacobian=jacobian)

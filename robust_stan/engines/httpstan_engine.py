@@ -21,6 +21,7 @@ import re
 import sys
 import time
 import uuid
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -59,14 +60,16 @@ def _give_forked_children_their_own_pool(services_stub) -> None:
     if _FORK_HOOK_REGISTERED:
         return
     _FORK_HOOK_REGISTERED = True
+    os.register_at_fork(after_in_child=lambda: _replace_chain_pool(services_stub))
+
+
+def _replace_chain_pool(services_stub) -> None:
+    """Give httpstan a new chain-process pool (after a fork, or after a chain's process died)."""
     import concurrent.futures
     import multiprocessing
 
-    def fresh_pool() -> None:
-        services_stub.executor = concurrent.futures.ProcessPoolExecutor(
-            mp_context=multiprocessing.get_context("fork"), initializer=services_stub.init_worker)
-
-    os.register_at_fork(after_in_child=fresh_pool)
+    services_stub.executor = concurrent.futures.ProcessPoolExecutor(
+        mp_context=multiprocessing.get_context("fork"), initializer=services_stub.init_worker)
 
 
 _POOL_SHUTDOWN_REGISTERED_IN: set[int] = set()
@@ -226,6 +229,12 @@ class HttpstanProgram(CompiledProgram):
         start = time.perf_counter()
         try:
             asyncio.run(run_all())
+        except BrokenProcessPool as exc:
+            # a chain's process died (e.g. killed, or out of memory): the pool is unusable from
+            # now on, so the next call gets a new one instead of failing the same way
+            _replace_chain_pool(hs.services_stub)
+            raise RuntimeError(f"Stan (httpstan): a chain's process died while sampling ({exc}); the engine "
+                               "has been restarted and the next call will run afresh") from exc
         except RuntimeError as exc:
             raise RuntimeError(f"Stan (httpstan) stopped while sampling: {exc}") from exc
         finally:
