@@ -673,7 +673,8 @@ def test_poisson_integral_with_a_huge_divergence_parameter_ends(harness, a):
         with np.errstate(over="ignore"):
             terms = (1 + a) * stats.poisson.logpmf(k, rate)
         reference = special.logsumexp(terms)
-        assert np.isfinite(value) and value == pytest.approx(reference, rel=1e-9), (a, rate, value, reference)
+        # at a = 1e308 every term past |log-pmf| > 1.8 is -inf in float64, so -inf can be the exact answer
+        assert value == reference or value == pytest.approx(reference, rel=1e-9), (a, rate, value, reference)
 
 
 def test_normal_shared_sigma_loss_takes_the_limit_where_a_row_underflows(harness):
