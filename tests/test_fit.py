@@ -123,3 +123,13 @@ def test_inits_are_given_on_the_original_scale(glm_normal_standardized):
     assert fit.diagnostics()["max_r_hat"] < 1.05
     with pytest.raises(rs.RobustStanInputError, match="inits"):
         glm_normal_standardized.sample(data, inits={"gamma": 1.0}, **SHORT)
+
+
+def test_mcse_of_the_sd_by_the_delta_method():
+    """For independent N(0, 1) draws the sd of s is 1 / sqrt(2 n); mcse_sd estimates it (the
+    ESS of the centred squares is about n here), within 5%: the ESS estimate of 40000 draws
+    is itself noisy by a few percent."""
+    from robust_stan.arviz_output import mcse_sd
+
+    draws = np.random.default_rng(2).normal(size=(4, 10000))
+    assert mcse_sd(draws) == pytest.approx(1 / np.sqrt(2 * draws.size), rel=0.05)
