@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -11,7 +12,11 @@ from .arviz_output import draws_dataset, native_inference_data, scalar_diagnosti
 from .data import Scaling, to_original_scale
 from .divergences import Divergence
 from .engines import NutsSettings, RawDraws
-from .errors import RobustStanInputError
+from .errors import RobustStanInputError, RobustStanWarning
+
+#: Convergence limits of :meth:`Fit.warn_if_not_converged` (Vehtari, Gelman, Simpson, Carpenter
+#: and Buerkner 2021): R-hat at most 1.01, bulk and tail ESS at least 100.
+R_HAT_LIMIT, ESS_LIMIT = 1.01, 100
 
 # ArviZ's names for Stan's sampler statistics.
 _SAMPLE_STATS = {
@@ -103,6 +108,21 @@ class Fit:
             "max_treedepth_hits": int((self.raw.sampler["treedepth__"] >= self.settings.max_treedepth).sum()),
             "max_r_hat": float(summary["r_hat"].max()),
         }
+
+    def warn_if_not_converged(self) -> None:
+        """A RobustStanWarning when any parameter has R-hat above 1.01 or a bulk or tail ESS
+        below 100 (Vehtari et al. 2021's limits), or its draws are not all finite."""
+        summary = self.summary()
+        r_hat, ess_bulk, ess_tail = (summary[c].astype(float) for c in ("r_hat", "ess_bulk", "ess_tail"))
+        bad = ~((r_hat <= R_HAT_LIMIT) & (ess_bulk >= ESS_LIMIT) & (ess_tail >= ESS_LIMIT))  # NaN counts as bad
+        if bad.any():
+            names = list(summary.index[bad])
+            warnings.warn(
+                f"{self.method}: the chains have not converged for {len(names)} of {len(summary)} parameters "
+                f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): largest R-hat {r_hat.max():.3f}, "
+                f"smallest bulk ESS {ess_bulk.min():.0f}, tail ESS {ess_tail.min():.0f} (limits: R-hat "
+                f"{R_HAT_LIMIT}, ESS {ESS_LIMIT}). Run longer, start the chains elsewhere, or look for several "
+                "modes; fit.summary() has the figures.", RobustStanWarning, stacklevel=3)
 
     def outlier_scores(self, beta: float | None = None) -> pd.Series:
         """Per observation: posterior mean of p(y_i | theta)^beta relative to its median over observations.

@@ -194,8 +194,10 @@ class Model:
         chain_inits = self._chain_inits(inits, settings.chains, scaling)
         program = self.compile(show_progress=show_progress)
         raw = program.sample(stan_data, settings, chain_inits)
-        return Fit(self, raw, data=data, stan_data=stan_data, scaling=scaling, divergence=divergence,
-                   learning_rate=stan_data["learning_rate"], settings=settings)
+        fit = Fit(self, raw, data=data, stan_data=stan_data, scaling=scaling, divergence=divergence,
+                  learning_rate=stan_data["learning_rate"], settings=settings)
+        fit.warn_if_not_converged()
+        return fit
 
     # -- variational inference ----------------------------------------------------
     def variational(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,

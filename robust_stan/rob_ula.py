@@ -208,5 +208,7 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     settings = RobULASettings(chains, warmup, iters, thin, int(seed or 0), float(epsilon),
                               getattr(estimate, "__name__", "custom"), float(step_size), show_progress)
     _, scaling = prepare_data(model.spec, data, divergence, learning_rate)
-    return RobULAFit(model, RawDraws(variables, sampler), data=data, stan_data=stan_data, scaling=scaling,
-                     divergence=divergence, learning_rate=learning_rate, settings=settings)
+    fit = RobULAFit(model, RawDraws(variables, sampler), data=data, stan_data=stan_data, scaling=scaling,
+                    divergence=divergence, learning_rate=learning_rate, settings=settings)
+    fit.warn_if_not_converged()
+    return fit

@@ -133,3 +133,22 @@ def test_mcse_of_the_sd_by_the_delta_method():
 
     draws = np.random.default_rng(2).normal(size=(4, 10000))
     assert mcse_sd(draws) == pytest.approx(1 / np.sqrt(2 * draws.size), rel=0.05)
+
+
+def test_defaults_on_a_plain_regression_converge_without_a_warning(glm_normal_standardized):
+    """NUTS with every default (4 chains x 1000 + 1000) on an ordinary regression: R-hat at most
+    1.01 and bulk/tail ESS at least 100 for every parameter, so no convergence warning."""
+    import warnings
+
+    data, _, _, _ = regression_data(n=100, p=3, outlier_fraction=0.0, seed=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rs.RobustStanWarning)
+        fit = glm_normal_standardized.sample(data, seed=2, show_progress=False)
+    summary = fit.summary()
+    assert summary["r_hat"].max() <= 1.01 and summary[["ess_bulk", "ess_tail"]].min().min() >= 100
+
+
+def test_a_run_too_short_to_converge_says_so(glm_normal_standardized):
+    data, _, _, _ = regression_data(n=50, p=2, seed=4)
+    with pytest.warns(rs.RobustStanWarning, match=r"^nuts: the chains have not converged for .*smallest bulk ESS"):
+        glm_normal_standardized.sample(data, chains=2, iter_warmup=20, iter_sampling=15, seed=1, show_progress=False)
