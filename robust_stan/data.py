@@ -197,10 +197,7 @@ def prepare_data(
             raise RobustStanInputError(f"data: missing {name!r}, which the model declares")
         out[name] = raw[name]
     if "X" in spec.data_names():
-        X = raw.get("X")
-        if X is None:
-            raise RobustStanInputError("data: missing the predictor matrix 'X'")
-        X = np.asarray(X, dtype=float)
+        X = np.asarray(raw["X"], dtype=float)  # present: checked before the loop above
         if X.ndim == 1:
             X = X[:, None]
         if X.ndim != 2 or X.shape[0] != n:
