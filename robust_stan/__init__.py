@@ -19,6 +19,7 @@ from .model import Model
 from .neural_network import mlp, network_output
 from .resources import stan_include_path
 from .rob_ula import RobULAFit, rob_ula
+from .rob_ula_tuning import RobULATuning, tune_rob_ula
 
 __all__ = [
     "COMPILE_COUNTS",
@@ -40,6 +41,8 @@ __all__ = [
     "network_output",
     "location",
     "rob_ula",
+    "tune_rob_ula",
+    "RobULATuning",
     "RobULAFit",
     "resolve_engine",
     "stan_include_path",

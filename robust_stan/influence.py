@@ -52,15 +52,21 @@ def _fingerprint(*parts) -> str:
     return digest.hexdigest()
 
 
-def held_out_log_likelihood(fit, test_data: Mapping, thetas: np.ndarray) -> float:
-    """Average over the test rows of log mean_s p(y_i | theta_s), thetas unconstrained (S, d)."""
+def held_out_pointwise_log_likelihood(fit, test_data: Mapping, thetas: np.ndarray) -> np.ndarray:
+    """Per test row, log mean_s p(y_i | theta_s), thetas unconstrained (S, d); densities on the
+    outcome's own scale."""
     model = fit.model
     stan_data, _ = prepare_data(model.spec, test_data, fit.divergence, scaling=fit.scaling)
     oracle = model.oracle_for(stan_data)
     log_lik = np.array([oracle.constrain(theta, include_gqs=True)["log_lik"] for theta in thetas])
     if model.spec.standardize and model.spec.family.continuous:
         log_lik = log_lik - np.log(fit.scaling.scale)  # densities on the outcome's own scale
-    return float(np.mean(logsumexp(log_lik, axis=0) - np.log(len(thetas))))
+    return logsumexp(log_lik, axis=0) - np.log(len(thetas))
+
+
+def held_out_log_likelihood(fit, test_data: Mapping, thetas: np.ndarray) -> float:
+    """Average over the test rows of log mean_s p(y_i | theta_s), thetas unconstrained (S, d)."""
+    return float(np.mean(held_out_pointwise_log_likelihood(fit, test_data, thetas)))
 
 
 def influence(fit_or_model, data: Mapping, index: int, values: Sequence, test_data: Mapping, *,

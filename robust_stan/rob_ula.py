@@ -5,11 +5,13 @@ observation i (minus its log-likelihood, or the robust loss of a divergence),
 each step on the unconstrained scale is
 
     G = [grad g_i(theta) for every i]                       (one per-example call)
-    m = RobustGradientEstimate(G, epsilon)                    (robust_stan.estimators)
-    theta <- theta - eta * (w * n * m - grad log prior(theta)) + sqrt(2 eta) * xi,
+    m = RobustGradientEstimate(G L, epsilon)                  (robust_stan.estimators)
+    z   <- z - eta * (w * n * m - L' grad log prior(theta)) + sqrt(2 eta) * xi,   theta = L z,
 
 where the prior's gradient includes the log-Jacobian of the constraining
 transforms, so the chain targets the posterior of the unconstrained parameters.
+L is a fixed preconditioner (the paper's update is L = I); the warmup that
+chooses it, the starting points and the step size are described in rob_ula().
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import optimize
 from tqdm.auto import tqdm
 
 from .data import prepare_data
 from .divergences import Divergence, as_divergence
 from .engines import RawDraws
-from .errors import RobustStanInputError, require_count, require_positive
+from .errors import RobustStanInputError, RobustStanWarning, require_count, require_positive
 from . import estimators
 from .estimators import get_estimator, outlier_truncation
 from .fit import Fit
@@ -45,6 +48,8 @@ class RobULASettings:
     estimator: str
     step_size: float
     show_progress: bool
+    init: str = "mode"
+    metric: str = "dense"
 
 
 class RobULAFit(Fit):
@@ -70,54 +75,182 @@ class RobULAFit(Fit):
                 f"{s.chains} chains x {s.iter_sampling // s.thin} draws, parameters {self.parameter_names}>")
 
 
-def curvature_step_size(gradient, theta: np.ndarray, rng: np.random.Generator, iterations: int = 20,
-                        fraction: float = 0.1) -> float:
-    """``fraction`` / (largest eigenvalue of the Hessian of -log posterior at theta).
+METRICS = ("dense", "diag", "unit")
+INITS = ("mode", "random")
+DEFAULT_STEP = 0.2  # in the preconditioned coordinates; see rob_ula's docstring
 
-    The eigenvalue comes from power iteration on finite-difference
-    Hessian-vector products of ``gradient`` (the gradient of -log posterior).
-    """
-    v = rng.normal(size=theta.size)
-    v /= np.linalg.norm(v)
-    g0 = gradient(theta)
-    h = 1e-5 * max(1.0, float(np.linalg.norm(theta)))
-    largest = 0.0
-    for _ in range(iterations):
-        hv = (gradient(theta + h * v) - g0) / h
-        norm = float(np.linalg.norm(hv))
-        if not np.isfinite(norm) or norm == 0:
+
+@dataclass(frozen=True)
+class Preconditioner:
+    """theta = L z: the chain moves in z, where the drift's Hessian at the adaptation point is
+    (close to) the identity. ``factor`` is L; the inverse metric is M = L L^T, as in Stan."""
+
+    kind: str
+    factor: np.ndarray
+    largest_curvature: float  # largest |eigenvalue| of L^T H L, which sets the default step
+
+    @property
+    def inverse_metric(self) -> np.ndarray:
+        return self.factor @ self.factor.T
+
+    def then(self, slope: np.ndarray) -> "Preconditioner":
+        """Rescaled so that ``slope`` (the drift's Jacobian in this preconditioner's coordinates)
+        becomes the identity, each direction's scale changed by a factor 1/2 to 2 at most."""
+        if not np.all(np.isfinite(slope)):
+            return self
+        if self.kind == "diag":
+            clipped = np.diag(np.clip(np.abs(np.diag(slope)), 0.25, 4.0))
+        else:
+            values, vectors = np.linalg.eigh(slope)
+            clipped = (vectors * np.clip(np.abs(values), 0.25, 4.0)) @ vectors.T
+        inner = preconditioner(clipped, self.kind)
+        curvature = np.abs(np.linalg.eigvalsh(inner.factor.T @ slope @ inner.factor)).max()
+        return Preconditioner(self.kind, self.factor @ inner.factor, float(curvature))
+
+
+def drift_hessian(drift, point: np.ndarray) -> np.ndarray:
+    """Symmetrised forward-difference Jacobian of ``drift`` (the gradient of -log target) at point:
+    d + 1 calls."""
+    base = drift(point)
+    d = point.size
+    hessian = np.empty((d, d))
+    for j in range(d):
+        h = 1e-5 * max(1.0, abs(float(point[j])))
+        shifted = point.copy()
+        shifted[j] += h
+        hessian[:, j] = (drift(shifted) - base) / h
+    return (hessian + hessian.T) / 2
+
+
+def preconditioner(hessian: np.ndarray, kind: str) -> Preconditioner:
+    """L from a Hessian: ``dense`` L = V |Lambda|^(-1/2) (eigenvalues below 1e-8 of the largest
+    raised to it, so a saddle or a flat direction gets a finite scale), ``diag`` L = diag(|H_jj|)^(-1/2),
+    ``unit`` L = I. A Hessian that is not finite gives the unit metric."""
+    d = hessian.shape[0]
+    if kind == "unit" or not np.all(np.isfinite(hessian)) or not np.any(hessian):
+        factor = np.eye(d)
+    elif kind == "diag":
+        scale = np.abs(np.diag(hessian))
+        floor = max(scale.max(), 1e-300) * 1e-8
+        factor = np.diag(1 / np.sqrt(np.maximum(scale, floor)))
+    else:
+        values, vectors = np.linalg.eigh(hessian)
+        values = np.abs(values)
+        values = np.maximum(values, values.max() * 1e-8)
+        factor = vectors / np.sqrt(values)
+    curvature = np.abs(np.linalg.eigvalsh(factor.T @ hessian @ factor)).max() if np.all(np.isfinite(hessian)) else 0.0
+    return Preconditioner(kind, factor, float(curvature))
+
+
+def estimator_drift_slope(z_drift, d: int, h: float = 0.5) -> np.ndarray:
+    """Symmetrised central-difference Jacobian at z = 0 of the drift the chain follows, over
+    +-h in the Laplace coordinates (h = 0.5 of a posterior sd): a truncating or trimming
+    estimator's drift is piecewise smooth and its slope is not the kept rows' Hessian; steps
+    this wide average over the jumps where its kept set changes. 2 d gradient calls."""
+    slope = np.empty((d, d))
+    for j in range(d):
+        step = np.zeros(d)
+        step[j] = h
+        slope[:, j] = (z_drift(step) - z_drift(-step)) / (2 * h)
+    return (slope + slope.T) / 2
+
+
+def find_mode(posterior, start: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The maximum of the log density (Jacobian included: the density the chain targets) by
+    L-BFGS from ``start``; the point reached and whether the optimiser reported success."""
+
+    def objective(theta):
+        lp, grad = posterior.log_density_gradient(theta, jacobian=True)
+        if not np.isfinite(lp):
+            return np.inf, np.zeros_like(theta)
+        return -lp, -np.asarray(grad)
+
+    result = optimize.minimize(objective, start, jac=True, method="L-BFGS-B", options={"maxiter": 2000})
+    return result.x, bool(result.success and np.all(np.isfinite(result.x)))
+
+
+def kept_rows(per_example, point: np.ndarray, whiten: np.ndarray, epsilon: float) -> np.ndarray:
+    """Indices of the rows Algorithm 3 keeps at ``point``, looking at the gradients through
+    ``whiten`` (every row when epsilon is 0 or a gradient is not finite)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        G = per_example.gradients(point)
+        if epsilon == 0 or not np.all(np.isfinite(G)):
+            return np.arange(per_example.n)
+        return np.flatnonzero(outlier_truncation(G @ whiten, epsilon))
+
+
+def kept_rows_hessian(per_example, prior, rows: np.ndarray, point: np.ndarray, loss_scale: float) -> np.ndarray:
+    """Hessian at ``point`` of -log prior + loss_scale * (mean loss over ``rows``)."""
+
+    def drift(theta: np.ndarray) -> np.ndarray:
+        mean_gradient = per_example.gradients(theta, batch=rows).mean(axis=0)
+        return loss_scale * mean_gradient - prior.gradient(theta, jacobian=True)
+
+    return drift_hessian(drift, point)
+
+
+def trimmed_mode(weighted_oracle, per_example, start: np.ndarray, epsilon: float, whiten: np.ndarray,
+                 max_steps: int = 10) -> tuple[np.ndarray, bool]:
+    """The robust drift's rest point, by concentration steps (as for least trimmed squares): keep
+    the rows Algorithm 3 keeps at the current point, maximise the prior plus those rows' scaled
+    log-likelihood, and repeat until the kept rows stop changing. ``weighted_oracle(rows)`` is the
+    posterior with weight total / len(rows) on those rows and 0 elsewhere."""
+    point, rows, converged = start, None, True
+    for _ in range(max_steps):
+        new_rows = kept_rows(per_example, point, whiten, epsilon)
+        if rows is not None and np.array_equal(new_rows, rows):
             break
-        largest = max(abs(float(v @ hv)), largest if largest else 0.0)
-        v = hv / norm
-    if not largest > 0:
-        raise RuntimeError("step_size: could not estimate the curvature at the starting point; give step_size")
-    return fraction / largest
+        rows = new_rows
+        point, converged = find_mode(weighted_oracle(rows), point)
+    return point, converged
 
 
-def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None, iters: int = 1000,
-            warmup: int = 300, thin: int = 1, chains: int = 4, estimator="lrv",
-            divergence: Divergence | None = None, learning_rate: float = 1.0, init_scale: float = 1.0,
-            seed: int | None = None, show_progress: bool = True, oracle: str = "auto",
-            generated_quantities: bool = True, log_density: bool = True,
+def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None, iters: int = 3000,
+            warmup: int = 500, thin: int = 1, chains: int = 4, estimator="trimmed_mean",
+            divergence: Divergence | None = None, learning_rate: float = 1.0, init: str = "mode",
+            init_scale: float = 1.0, metric: str = "dense", seed: int | None = None, show_progress: bool = True,
+            oracle: str = "auto", generated_quantities: bool = True, log_density: bool = True,
             gradient_total: str = "n") -> RobULAFit:
     """Sample with Rob-ULA; returns a fit like :meth:`Model.sample`'s.
 
     ``epsilon`` in [0, 0.5) is the assumed fraction of corrupted observations;
     ``estimator`` is a name from :data:`robust_stan.estimators.ESTIMATORS`
-    ("lrv", "mean" = plain ULA, "coordinate_median", "trimmed_mean",
+    ("lrv", "lrv_once", "mean" = plain ULA, "coordinate_median", "trimmed_mean",
     "median_of_means", "geometric_median") or a callable ``(G, epsilon)``.
     ``iters`` kept iterations (before thinning) follow ``warmup`` discarded ones.
     The robust mean of the per-example gradients is multiplied by n
     (``gradient_total="n"``, the paper's choice) or by (1 - epsilon) n
     (``"clean"``, the expected number of clean rows).
-    Chains start at theta_0 ~ N(0, init_scale^2 I) on the unconstrained scale.
 
-    Default step size: 0.1 / lambda_max, with lambda_max the largest eigenvalue
-    of the Hessian of -log prior + w * total * (mean loss over the rows that
-    Algorithm 3 keeps at the first chain's start; all rows when epsilon = 0), by
-    power iteration on finite differences of its gradient. So outliers the
-    estimator drops do not shrink the step. The paper's bound is eta <= 1/(n L). A chain whose state or gradient stops
-    being finite is stopped with a warning; its later draws are NaN.
+    Warmup (robust-stan's, not the paper's; the paper starts anywhere with a fixed step):
+
+    - ``init="mode"``: L-BFGS finds the maximum of the model's log density (its
+      divergence and learning rate, Jacobian included) from a N(0, init_scale^2)
+      point; every chain starts there plus init_scale times a draw of the
+      preconditioner's normal (a Laplace draw), so chains start spread over the
+      posterior's scale and R-hat can see whether they meet. ``"random"``: each
+      chain at N(0, init_scale^2 I) on the unconstrained scale.
+    - ``metric``: the chain runs in coordinates z with theta = L z, where the
+      drift's Hessian H at the start is the identity (``"dense"``, L = H^(-1/2)),
+      has unit diagonal (``"diag"``) or is left alone (``"unit"``, the paper's
+      update). H is the forward-difference Hessian (d + 1 gradient calls) of
+      -log prior + w * total * (mean loss over the rows that Algorithm 3 keeps,
+      all rows for the plain mean), so rows the estimator drops do not shrink
+      the step. The estimator sees the whitened gradients G L, on which every
+      row's noise has about the same scale. Halfway through a warmup of 50 or
+      more iterations, H and L are computed again at the chains' mean.
+    - the step size is 0.2 / (largest |eigenvalue| of L^T H L), 0.2 for the dense
+      metric. For a normal target this is an AR(1) chain with correlation 0.8 per
+      step in the stiffest direction and a variance 1 / (1 - 0.2/2) = 1.11 times
+      too large (ULA's bias, which the paper's analysis has too); ``step_size``
+      sets it in z's units (the paper's units when ``metric="unit"``).
+
+    Stan's warmup adapts to an acceptance rate, which ULA does not have; and a
+    covariance from a few hundred autocorrelated warmup draws is noisier than
+    the Hessian, which the engine gives exactly. ``fit.inverse_metric`` is the
+    final M = L L^T. A chain whose state or gradient stops being finite is
+    stopped with a warning; its later draws are NaN. Like NUTS, a run whose
+    R-hat or ESS is poor warns (:meth:`Fit.warn_if_not_converged`).
 
     Each kept draw costs, besides the step, one full log density (``lp`` in
     sample_stats; ``log_density=False`` skips it) and one constrain call with
@@ -125,7 +258,7 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     (``generated_quantities=False`` keeps parameters only); ``y_rep`` draws its
     noise from a stream started by ``seed``.
     """
-    if not (isinstance(epsilon, (int, float)) and 0 <= epsilon < 0.5):
+    if not (isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool) and 0 <= epsilon < 0.5):
         raise RobustStanInputError(f"epsilon: must lie in [0, 0.5), got {epsilon!r}")
     iters = require_count("iters", iters)
     warmup = require_count("warmup", warmup, low=0)
@@ -134,6 +267,10 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     if step_size is not None:
         step_size = require_positive("step_size", step_size)
     init_scale = require_positive("init_scale", init_scale)
+    if init not in INITS:
+        raise RobustStanInputError(f"init: must be one of {', '.join(INITS)}, got {init!r}")
+    if metric not in METRICS:
+        raise RobustStanInputError(f"metric: must be one of {', '.join(METRICS)}, got {metric!r}")
     estimate = get_estimator(estimator)
     if gradient_total not in ("n", "clean"):
         raise RobustStanInputError(f"gradient_total: must be 'n' or 'clean', got {gradient_total!r}")
@@ -145,32 +282,68 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     posterior = model.oracle(data, divergence, learning_rate=learning_rate, oracle=oracle)
     n, d = per_example.n, per_example.dimension
     total = n if gradient_total == "n" else (1 - epsilon) * n
+    plain = estimate is estimators.mean  # ULA follows every row
     rng = np.random.default_rng(seed)
-    theta = rng.normal(scale=init_scale, size=(chains, d))
 
-    if step_size is None:
-        # Curvature of the mean loss over the rows Algorithm 3 keeps at the start: the
-        # estimator's own drift is only piecewise smooth (its kept sets change under the
-        # finite-difference probe), and the rows it drops must not shrink the step.
-        plain = estimate is estimators.mean  # ULA follows every row's curvature
+    loss_scale = learning_rate * total
+    truncation_epsilon = 0.0 if plain else epsilon
+
+    def weighted_oracle(rows: np.ndarray):
+        weights = np.zeros(n)
+        weights[rows] = total / rows.size
+        return model.oracle(data, divergence, learning_rate=learning_rate, weights=weights, oracle=oracle)
+
+    def z_drift(theta: np.ndarray, L: np.ndarray) -> np.ndarray:
+        """The drift the chain follows, in the coordinates z of theta = L z."""
         with np.errstate(over="ignore", invalid="ignore"):
-            rows = np.flatnonzero(outlier_truncation(per_example.gradients(theta[0]), 0.0 if plain else epsilon))
+            robust_mean = estimate(per_example.gradients(theta) @ L, epsilon).mean
+        return loss_scale * robust_mean - prior.gradient(theta, jacobian=True) @ L
 
-        def kept_rows_drift(point: np.ndarray) -> np.ndarray:
-            mean_gradient = per_example.gradients(point, batch=rows).mean(axis=0)
-            return learning_rate * total * mean_gradient - prior.gradient(point, jacobian=True)
+    def adapted(point: np.ndarray, whiten: np.ndarray) -> Preconditioner:
+        rows = kept_rows(per_example, point, whiten, truncation_epsilon)
+        laplace = preconditioner(kept_rows_hessian(per_example, prior, rows, point, loss_scale), metric)
+        if metric == "unit":
+            return laplace
+        slope = estimator_drift_slope(lambda z: z_drift(point + laplace.factor @ z, laplace.factor), d)
+        return laplace.then(slope)
 
-        step_size = curvature_step_size(kept_rows_drift, theta[0], rng)
+    start = rng.normal(scale=init_scale, size=d)
+    if init == "mode":
+        start, converged = find_mode(weighted_oracle(np.arange(n)), start)
+        if converged and not plain:
+            whiten = preconditioner(kept_rows_hessian(per_example, prior, np.arange(n), start, loss_scale),
+                                    metric).factor
+            start, converged = trimmed_mode(weighted_oracle, per_example, start, epsilon, whiten)
+        if not converged:
+            warnings.warn("rob_ula: the optimiser did not converge to a mode; the chains start from where it "
+                          "stopped. Pass init='random' or check the model.", RobustStanWarning, stacklevel=2)
+    scaling = adapted(start, np.eye(d))
+    if init == "mode":
+        theta = start + init_scale * rng.normal(size=(chains, d)) @ scaling.factor.T
+    else:
+        theta = np.vstack([start, rng.normal(scale=init_scale, size=(chains - 1, d))])
 
+    def step_for(p: Preconditioner) -> float:
+        if step_size is not None:
+            return step_size
+        if not p.largest_curvature > 0:
+            raise RuntimeError("step_size: could not estimate the curvature at the starting point; give step_size")
+        return DEFAULT_STEP / p.largest_curvature
+
+    eta = step_for(scaling)
     kept_draws = iters // thin
     thetas = np.full((chains, kept_draws, d), np.nan)
     lp = np.full((chains, kept_draws), np.nan)
     kept = np.full((chains, kept_draws), np.nan)
     alive = np.ones(chains, dtype=bool)
-    noise_scale = np.sqrt(2 * step_size)
+    readapt_at = warmup // 2 if warmup >= 50 else -1
     with tqdm(total=warmup + iters, desc=f"Rob-ULA ({estimate.__name__})", unit="it",
               disable=not show_progress, file=sys.stderr) as bar:
         for k in range(warmup + iters):
+            if k == readapt_at:
+                scaling = adapted(theta[alive].mean(axis=0), scaling.factor)
+                eta = step_for(scaling)
+            L = scaling.factor
             G = per_example.gradients_many(theta[alive])
             step = np.zeros((chains, d))
             fractions = np.full(chains, np.nan)
@@ -179,12 +352,12 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
                     fractions[c], step[c] = np.nan, np.nan  # stopped below as diverged
                     continue
                 with np.errstate(over="ignore", invalid="ignore"):
-                    result = estimate(G[slot], epsilon)
-                prior_grad = prior.gradient(theta[c], jacobian=True)
-                step[c] = -step_size * (learning_rate * total * result.mean - prior_grad)
+                    result = estimate(G[slot] @ L, epsilon)  # the robust mean of the z-gradients
+                prior_grad = prior.gradient(theta[c], jacobian=True) @ L
+                step[c] = -eta * (learning_rate * total * result.mean - prior_grad)
                 fractions[c] = result.kept_fraction
             with np.errstate(over="ignore", invalid="ignore"):  # a diverging chain is reported below
-                proposal = theta + step + noise_scale * rng.normal(size=(chains, d))
+                proposal = theta + (step + np.sqrt(2 * eta) * rng.normal(size=(chains, d))) @ L.T
             broken = alive & ~np.all(np.isfinite(proposal), axis=1)
             if broken.any():
                 warnings.warn(f"Rob-ULA: chain(s) {list(np.flatnonzero(broken) + 1)} diverged at iteration {k + 1} "
@@ -204,11 +377,13 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
 
     variables = constrained_draws(posterior, thetas, bool(generated_quantities), int(rng.integers(2**31)))
     sampler = {"lp__": lp} if log_density else {}
-    sampler.update(step_size=np.full((chains, kept_draws), step_size), kept_fraction=kept)
+    sampler.update(step_size=np.full((chains, kept_draws), eta), kept_fraction=kept)
     settings = RobULASettings(chains, warmup, iters, thin, int(seed or 0), float(epsilon),
-                              getattr(estimate, "__name__", "custom"), float(step_size), show_progress)
-    _, scaling = prepare_data(model.spec, data, divergence, learning_rate)
-    fit = RobULAFit(model, RawDraws(variables, sampler), data=data, stan_data=stan_data, scaling=scaling,
+                              getattr(estimate, "__name__", "custom"), float(eta), show_progress, init, metric)
+    _, data_scaling = prepare_data(model.spec, data, divergence, learning_rate)
+    fit = RobULAFit(model, RawDraws(variables, sampler), data=data, stan_data=stan_data, scaling=data_scaling,
                     divergence=divergence, learning_rate=learning_rate, settings=settings)
+    fit.inverse_metric = scaling.inverse_metric
+    fit.unconstrained_draws = thetas  # (chains, draws, d), for held-out predictions
     fit.warn_if_not_converged()
     return fit

@@ -29,12 +29,19 @@ def conjugate(y):
     return y.sum() / lam, 1 / lam, lam
 
 
-def test_plain_ula_matches_the_exact_ula_law(normal_known_sigma):
+@pytest.mark.parametrize("metric", ["unit", "dense"])
+def test_plain_ula_matches_the_exact_ula_law(normal_known_sigma, metric):
+    """With the dense metric the chain runs in z = sqrt(lam) mu, so its default step 0.2 in z
+    is eta = 0.2 / lam in mu: the same AR(1) chain as the unit metric with that step."""
     y = np.random.default_rng(0).normal(0.7, 1.0, 40)
     m, v, lam = conjugate(y)
     eta = 0.2 / lam
-    fit = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.0, estimator="mean", step_size=eta,
-                     iters=5000, warmup=200, chains=4, seed=1, show_progress=False)
+    step = {"unit": {"step_size": eta}, "dense": {}}[metric]
+    fit = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.0, estimator="mean", metric=metric, iters=5000,
+                     warmup=200, chains=4, seed=1, show_progress=False, **step)
+    if metric == "dense":
+        assert fit.settings.step_size == pytest.approx(0.2)
+        assert fit.inverse_metric[0, 0] == pytest.approx(1 / lam, rel=1e-4)  # forward differences, h 1e-5
     mu = fit.draws("mu")
     assert mu.shape == (4, 5000)
     v_ula = v / (1 - eta * lam / 2)  # 11% above the posterior variance
@@ -48,7 +55,7 @@ def test_plain_ula_matches_the_exact_ula_law(normal_known_sigma):
     assert abs(mu.var() - v) > 4 * se_var  # the bias is real and the test can see it
     stats = fit.to_arviz().sample_stats
     assert {"step_size", "kept_fraction", "lp"} <= set(stats.data_vars)
-    assert np.allclose(stats["step_size"], eta) and np.allclose(stats["kept_fraction"], 1.0)
+    assert np.allclose(stats["step_size"], fit.settings.step_size) and np.allclose(stats["kept_fraction"], 1.0)
     summary = fit.summary()
     assert summary.loc["mu", "r_hat"] < 1.01
 
@@ -72,24 +79,28 @@ def test_lrv_ignores_planted_outliers_where_ula_does_not(normal_known_sigma):
 
 
 def test_default_step_size_comes_from_the_curvature(normal_known_sigma):
+    """Unit metric: 0.2 / lam (the Hessian of -log posterior, lam = n + 1/100 here)."""
     y = np.random.default_rng(5).normal(size=30)
-    fit = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.1, iters=20, warmup=0, chains=1,
+    fit = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.1, metric="unit", iters=20, warmup=0, chains=1,
                      seed=2, show_progress=False)
     lam = 30 + 1 / 100
-    assert fit.settings.step_size == pytest.approx(0.1 / lam, rel=1e-3)
+    assert fit.settings.step_size == pytest.approx(0.2 / lam, rel=1e-3)
+    assert fit.inverse_metric == pytest.approx(np.eye(1))
 
 
 def test_default_step_size_ignores_the_curvature_of_dropped_outliers(glm_normal):
     """20% of rows with x = 50 (high leverage): they add about 0.2 n 2500 / sigma^2 to the
-    Hessian of the plain mean's drift, against about n for the clean rows. The robust drift
-    drops them, so its step is hundreds of times larger than plain ULA's."""
+    Hessian of the plain mean's drift, against about n for the clean rows. At a random start
+    (unit metric, the paper's update) their gradients are the largest, the robust drift drops
+    them, so its step is hundreds of times larger than plain ULA's."""
     rng = np.random.default_rng(9)
     X = np.vstack([rng.normal(size=(80, 2)), np.full((20, 2), 50.0)])
     y = 1 + X @ [1.0, -1.0] + rng.normal(size=100)
     kwargs = dict(epsilon=0.2, iters=1, warmup=0, chains=1, seed=3, show_progress=False,
                   generated_quantities=False, log_density=False)
-    robust = rs.rob_ula(glm_normal, {"X": X, "y": y}, estimator="lrv", **kwargs).settings.step_size
-    plain = rs.rob_ula(glm_normal, {"X": X, "y": y}, estimator="mean", **kwargs).settings.step_size
+    unit = dict(metric="unit", init="random", **kwargs)
+    robust = rs.rob_ula(glm_normal, {"X": X, "y": y}, estimator="lrv", **unit).settings.step_size
+    plain = rs.rob_ula(glm_normal, {"X": X, "y": y}, estimator="mean", **unit).settings.step_size
     assert robust > 100 * plain
 
 
@@ -122,7 +133,7 @@ def test_clean_gradient_total_is_the_mean_times_one_minus_epsilon_n(normal_known
     """(1 - epsilon) n times the plain mean is learning rate 1 - epsilon with total n: same chain."""
     y = np.random.default_rng(8).normal(size=30)
     kwargs = dict(estimator="mean", step_size=1e-3, iters=50, warmup=0, chains=2, seed=3, show_progress=False,
-                  generated_quantities=False, log_density=False)
+                  generated_quantities=False, log_density=False, init="random", metric="unit")
     clean = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.2, gradient_total="clean", **kwargs)
     tempered = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.2, learning_rate=0.8, **kwargs)
     plain = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.2, **kwargs)
@@ -131,10 +142,11 @@ def test_clean_gradient_total_is_the_mean_times_one_minus_epsilon_n(normal_known
 
 
 def test_a_too_large_step_diverges_with_a_warning(normal_known_sigma):
-    """eta lam = 30: the chain multiplies its distance to the mean by 29 each step."""
+    """eta lam = 30 (the dense metric makes lam 1): the chain multiplies its distance to the
+    mean by 29 each step."""
     y = np.random.default_rng(6).normal(size=30)
     with pytest.warns(RuntimeWarning, match="diverged"):
-        fit = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.1, step_size=1.0, iters=2000,
+        fit = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.1, step_size=30.0, iters=2000,
                          warmup=0, chains=1, seed=2, show_progress=False)
     assert np.isnan(fit.draws("mu")[0, -1])
     assert fit.diagnostics()["diverged_chains"] == 1
@@ -151,6 +163,9 @@ def test_a_too_large_step_diverges_with_a_warning(normal_known_sigma):
     ({"epsilon": 0.1, "chains": True}, r"^chains: must be an integer >= 1, got True"),
     ({"epsilon": 0.1, "warmup": -1}, r"^warmup: must be an integer >= 0"),
     ({"epsilon": 0.1, "gradient_total": "N"}, r"^gradient_total: must be 'n' or 'clean'"),
+    ({"epsilon": True}, r"^epsilon: "),
+    ({"epsilon": 0.1, "init": "zero"}, r"^init: must be one of mode, random, got 'zero'"),
+    ({"epsilon": 0.1, "metric": "full"}, r"^metric: must be one of dense, diag, unit, got 'full'"),
 ])
 def test_bad_input(normal_known_sigma, kwargs, match):
     with pytest.raises(rs.RobustStanInputError, match=match):
@@ -161,3 +176,98 @@ def test_data_failing_the_family_checks():
     model = rs.glm("poisson", engine=ENGINE)
     with pytest.raises(rs.RobustStanInputError, match=r"^y: counts must be >= 0"):
         rs.rob_ula(model, {"X": np.ones((3, 1)), "y": np.array([1, -2, 0])}, epsilon=0.1, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def shifted_regression():
+    """The issue's plain regression: N = 300, coefficients (1, -1, 0.5), intercept 0.5, sigma 1
+    unknown, the first 10% of y shifted by +12."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(300, 3))
+    y = 0.5 + X @ [1.0, -1.0, 0.5] + rng.normal(size=300)
+    y[:30] += 12
+    return {"X": X, "y": y}
+
+
+def test_defaults_converge_on_a_plain_regression(glm_normal_standardized, shifted_regression):
+    """Default warmup (mode, dense metric, step 0.2), default estimator, 4 chains x 2000 draws:
+    every parameter has R-hat <= 1.01 and bulk and tail ESS >= 100, so no warning; and the
+    outliers the estimator drops do not drag the intercept (ULA's moves by 12 x 0.1 = 1.2)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rs.RobustStanWarning)
+        fit = rs.rob_ula(glm_normal_standardized, shifted_regression, epsilon=0.1, seed=11, show_progress=False)
+    summary = fit.summary()
+    assert (summary["r_hat"] <= 1.01).all() and (summary[["ess_bulk", "ess_tail"]] >= 100).all().all()
+    assert abs(summary.loc["alpha", "mean"] - 0.5) < 0.3
+
+
+def test_ula_defaults_reach_the_nuts_posterior(glm_normal_standardized, shifted_regression):
+    """epsilon = 0 and the plain mean: ULA targets the KL posterior that NUTS samples exactly.
+
+    Means: within 4 combined MCSE plus 0.05 posterior sd, ULA's discretisation bias at the
+    default step (measured 0.003-0.03 sd in 20000-iteration runs on these data; it is O(step)).
+    Sds: ULA's stationary variance on a normal target is 1 / (1 - step / 2) times the target's
+    in the whitened coordinates, so its sds are 1 / sqrt(0.9) = 1.054 times NUTS's, within
+    4 MCSEs of the ratio."""
+    from robust_stan.arviz_output import mcse_sd
+
+    ula = rs.rob_ula(glm_normal_standardized, shifted_regression, epsilon=0.0, estimator="mean", seed=12,
+                     show_progress=False)
+    nuts = glm_normal_standardized.sample(shifted_regression, seed=12, show_progress=False)
+    a, b = ula.summary(), nuts.summary()
+    assert (a["r_hat"] <= 1.01).all()
+    tolerance = 4 * np.hypot(a["mcse_mean"], b["mcse_mean"]) + 0.05 * b["sd"]
+    assert ((a["mean"] - b["mean"]).abs() < tolerance).all(), (a["mean"] - b["mean"]) / b["sd"]
+    inflation = 1 / np.sqrt(1 - ula.settings.step_size / 2)
+    for name in a.index:
+        variable, _, index = name.partition("[")
+        draws_a, draws_b = ula.draws(variable), nuts.draws(variable)
+        if index:
+            draws_a, draws_b = draws_a[..., int(index[:-1]) - 1], draws_b[..., int(index[:-1]) - 1]
+        ratio = draws_a.std() / draws_b.std()
+        se = ratio * np.hypot(mcse_sd(draws_a) / draws_a.std(), mcse_sd(draws_b) / draws_b.std())
+        assert abs(ratio - inflation) < 4 * se, (name, ratio, se)
+
+
+def test_tuning_scores_each_setting_on_the_held_out_rows(normal_known_sigma):
+    """The curve's scores are log mean_s N(y_i | mu_s, 1) over the held-out rows, recomputed
+    here from the same split and seed; the choice is the best score, refitted on every row."""
+    from robust_stan.rob_ula_tuning import split_rows
+
+    rng = np.random.default_rng(4)
+    y = np.concatenate([rng.normal(0.0, 1.0, 90), rng.normal(6.0, 1.0, 10)])
+    options = dict(iters=300, warmup=100, chains=2)
+    tuning = rs.tune_rob_ula(normal_known_sigma, {"y": y}, epsilons=[0.0, 0.1], estimators=["mean", "lrv_once"],
+                             seed=5, **options)
+    assert list(tuning.curve["estimator"]) == ["mean", "mean", "lrv_once", "lrv_once"]
+    assert list(tuning.curve["epsilon"]) == [0.0, 0.1, 0.0, 0.1]
+    best = tuning.curve.loc[tuning.curve["validation_loglik"].idxmax()]
+    assert (tuning.epsilon, tuning.estimator) == (best["epsilon"], best["estimator"])
+    assert tuning.fit.settings.epsilon == tuning.epsilon and tuning.fit.draws("mu").shape == (2, 300)
+
+    split_rng = np.random.default_rng(5)
+    training, validation = split_rows(normal_known_sigma, {"y": y}, 0.2, split_rng)
+    assert len(training["y"]) == 80 and len(validation["y"]) == 20
+    run_seed = int(split_rng.integers(2**31))
+    fit = rs.rob_ula(normal_known_sigma, training, epsilon=0.1, estimator="lrv_once", seed=run_seed,
+                     show_progress=False, **options)
+    mu = fit.draws("mu").reshape(-1)
+    log_density = -0.5 * np.log(2 * np.pi) - 0.5 * (validation["y"][None, :] - mu[:, None]) ** 2
+    pointwise = np.log(np.exp(log_density).mean(axis=0))
+    row = tuning.curve[(tuning.curve["estimator"] == "lrv_once") & (tuning.curve["epsilon"] == 0.1)].iloc[0]
+    assert row["validation_loglik"] == pytest.approx(pointwise.mean(), rel=1e-10)
+    assert row["validation_loglik_se"] == pytest.approx(pointwise.std(ddof=1) / np.sqrt(20), rel=1e-10)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"epsilons": [0.6]}, r"^epsilons: need values in \[0, 0.5\)"),
+    ({"estimators": []}, r"^estimators: need at least one"),
+    ({"validation_fraction": 1.5}, r"^validation_fraction: must be a number in \(0, 1\)"),
+    ({"validation_fraction": 0.001}, r"^validation_fraction: 0.001 of 10 rows leaves no rows"),
+    ({"epsilon": 0.1}, r"^epsilon, estimator: give them as epsilons= and estimators="),
+])
+def test_tuning_bad_input(normal_known_sigma, kwargs, match):
+    with pytest.raises(rs.RobustStanInputError, match=match):
+        rs.tune_rob_ula(normal_known_sigma, {"y": np.zeros(10)}, **kwargs)
