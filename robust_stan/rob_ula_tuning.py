@@ -20,7 +20,7 @@ import pandas as pd
 
 from .errors import RobustStanInputError
 from .influence import held_out_pointwise_log_likelihood
-from .rob_ula import RobULAFit, rob_ula
+from .rob_ula import RobULAFit, default_estimator, rob_ula
 
 DEFAULT_EPSILONS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2)
 
@@ -72,7 +72,7 @@ def split_rows(model, data: Mapping, fraction: float, rng: np.random.Generator) 
 
 
 def tune_rob_ula(model, data: Mapping, epsilons: Sequence[float] = DEFAULT_EPSILONS,
-                 estimators: Sequence[str] = ("lrv_once",), validation_fraction: float = 0.2,
+                 estimators: Sequence[str] = ("auto",), validation_fraction: float = 0.2,
                  refit: bool = True, seed: int | None = None, **rob_ula_options) -> RobULATuning:
     """Choose ``epsilon`` (and the estimator) by held-out log predictive density, then refit.
 
@@ -101,6 +101,7 @@ def tune_rob_ula(model, data: Mapping, epsilons: Sequence[float] = DEFAULT_EPSIL
     training, validation = split_rows(model, data, validation_fraction, rng)
     run_seed = int(rng.integers(2**31))
     options = {"show_progress": False, "generated_quantities": False, "log_density": False, **rob_ula_options}
+    estimators = [default_estimator(model.spec.family) if e == "auto" else e for e in estimators]
     named = {(e if isinstance(e, str) else getattr(e, "__name__", "custom")): e for e in estimators}
     rows = []
     for name, estimator in named.items():

@@ -271,3 +271,14 @@ def test_tuning_scores_each_setting_on_the_held_out_rows(normal_known_sigma):
 def test_tuning_bad_input(normal_known_sigma, kwargs, match):
     with pytest.raises(rs.RobustStanInputError, match=match):
         rs.tune_rob_ula(normal_known_sigma, {"y": np.zeros(10)}, **kwargs)
+
+
+def test_auto_estimator_follows_the_family(normal_known_sigma):
+    from robust_stan.rob_ula import default_estimator
+
+    assert {name: default_estimator(rs.FAMILIES[name]) for name in rs.FAMILIES} == {
+        name: "trimmed_mean" if name in ("bernoulli", "binomial", "categorical") else "lrv_once"
+        for name in rs.FAMILIES}
+    fit = rs.rob_ula(normal_known_sigma, {"y": np.zeros(5)}, epsilon=0.1, iters=5, warmup=0, chains=1,
+                     show_progress=False, generated_quantities=False)
+    assert fit.settings.estimator == "lrv_once"
