@@ -7,7 +7,9 @@ module runs Rob-ULA with the paper's estimator (``lrv``) and with the library's 
 (``trimmed_mean``), and ULA (``mean``), on each simulated data set, with the library's
 default warmup (start at the mode, dense metric) and the given burn-in and draws;
 optionally the NUTS beta posterior too; in parallel processes; and writes runs.csv,
-summary.csv and a figure. Metric: ||mean of the samples - theta||_2
+summary.csv and a figure. Under the flat prior, ``clean_posterior_mean(data, n_clean)`` of
+the problem module gives the exact posterior mean given the clean rows only (row "clean
+rows, exact"), the error a perfectly robust sampler would have. Metric: ||mean of the samples - theta||_2
 and the average held-out log-likelihood at the posterior mean.
 """
 
@@ -29,8 +31,14 @@ SAMPLERS = (("Rob-ULA lrv", "lrv"), ("Rob-ULA lrv_once", "lrv_once"), ("Rob-ULA 
             ("ULA", "mean"))
 
 
+WARMUPS = {
+    "library": {},                                      # start at the (trimmed) mode, dense metric
+    "paper": {"init": "random", "metric": "unit"},      # the paper's: a random start, no preconditioner
+}
+
+
 def run_once(problem_name: str, prior: str, d: int, n_clean: int, eps: float, warmup: int, iters: int,
-             nuts_beta: float | None, seed: int) -> list[dict]:
+             nuts_beta: float | None, seed: int, warmup_protocol: str = "library") -> list[dict]:
     """One simulated data set; a row per sampler."""
     problem = importlib.import_module(problem_name)
     model = problem.model(prior)  # compiled by main(); loads from the cache here
@@ -47,9 +55,12 @@ def run_once(problem_name: str, prior: str, d: int, n_clean: int, eps: float, wa
     for sampler, estimator in SAMPLERS:
         start = time.perf_counter()
         fit = rs.rob_ula(model, data, epsilon=eps, estimator=estimator, iters=iters, warmup=warmup, chains=1,
+                         **WARMUPS[warmup_protocol],
                          seed=seed, show_progress=False, generated_quantities=False, log_density=False)
         estimate = fit.draws("theta").reshape(-1, d).mean(axis=0)
         rows.append(row(sampler, estimate, time.perf_counter() - start, fit.settings.step_size))
+    if prior == "flat":  # the exact clean posterior: what a perfectly robust sampler would centre on
+        rows.append(row("clean rows, exact", problem.clean_posterior_mean(data, n_clean), 0.0))
     if nuts_beta:
         start = time.perf_counter()
         fit = model.sample(data, rs.BetaD(nuts_beta), chains=1, iter_warmup=max(warmup, 200), iter_sampling=iters,
@@ -85,6 +96,9 @@ def main(problem_name: str, description: str, warmup: int, iters: int, argv=None
     parser.add_argument("--nuts-beta", type=float, default=None,
                         help="also sample the beta posterior with NUTS (1 chain; costly at large d); "
                              "needs --prior box")
+    parser.add_argument("--warmup-protocol", choices=tuple(WARMUPS), default="library",
+                        help="library: start at the mode with a dense metric (rob_ula's default); paper: a random "
+                             "start and the unit metric, as the paper runs it")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel processes")
     parser.add_argument("--out", default=problem_name)
     args = parser.parse_args(argv)
@@ -97,7 +111,7 @@ def main(problem_name: str, description: str, warmup: int, iters: int, argv=None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     importlib.import_module(problem_name).model(args.prior).compile()
-    tasks = [(problem_name, args.prior, d, n, e, args.warmup, args.iters, args.nuts_beta, run)
+    tasks = [(problem_name, args.prior, d, n, e, args.warmup, args.iters, args.nuts_beta, run, args.warmup_protocol)
              for d, n, e in settings_to_run(args) for run in range(args.runs)]
     rows = []
     with process_pool(args.jobs) as pool:
@@ -111,7 +125,8 @@ def main(problem_name: str, description: str, warmup: int, iters: int, argv=None
     summary = table.groupby(keys)[["error", "held_out_loglik", "seconds"]].agg(["mean", "std"])
     summary.to_csv(out / "summary.csv")
     with pd.option_context("display.width", 160, "display.max_columns", 20):
-        print(f"\n{args.runs} runs per setting, prior {args.prior}, {args.warmup} burn-in + {args.iters} draws\n"
+        print(f"\n{args.runs} runs per setting, prior {args.prior}, {args.warmup} burn-in + {args.iters} draws, "
+              f"{args.warmup_protocol} warmup\n"
               f"{summary}")
     errors = table.pivot_table(index=keys[:3], columns="sampler", values="error", aggfunc="mean")
     for setting, row in errors.iterrows():

@@ -57,6 +57,12 @@ def simulate(d: int, n_clean: int, eps: float, rng: np.random.Generator):
     return theta, data, held_out
 
 
+def clean_posterior_mean(data: dict, n_clean: int) -> np.ndarray:
+    """The exact posterior mean under the flat prior given the clean rows only: least squares."""
+    X, y = data["X"][:n_clean], data["y"][:n_clean]
+    return np.linalg.solve(X.T @ X, X.T @ y)
+
+
 def held_out_loglik(held_out, theta_hat: np.ndarray) -> float:
     """Average log N(y | x' theta_hat, 1) over the held-out rows."""
     X, y = held_out

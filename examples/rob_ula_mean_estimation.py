@@ -65,6 +65,11 @@ def simulate(d: int, n_clean: int, eps: float, rng: np.random.Generator):
     return theta, {"y": np.vstack([clean, bad]), "Sigma": np.eye(d)}, held_out
 
 
+def clean_posterior_mean(data: dict, n_clean: int) -> np.ndarray:
+    """The exact posterior mean under the flat prior given the clean rows only: their mean."""
+    return data["y"][:n_clean].mean(axis=0)
+
+
 def held_out_loglik(held_out: np.ndarray, theta_hat: np.ndarray) -> float:
     """Average log N(z | theta_hat, I) over the held-out rows."""
     return float(stats.norm.logpdf(held_out, theta_hat, 1.0).sum(axis=1).mean())
