@@ -42,15 +42,23 @@ def _cmd_demo(args) -> int:
 def _cmd_fit(args) -> int:
     from .builtin import glm, location
 
-    frame = pd.read_csv(args.csv)
+    try:
+        frame = pd.read_csv(args.csv)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise RobustStanInputError(f"csv: cannot read {args.csv!r} as a CSV file with a header row ({exc})") from None
     if args.y not in frame.columns:
         raise RobustStanInputError(f"--y: column {args.y!r} is not in {args.csv} (columns: {list(frame.columns)})")
+    if not pd.api.types.is_numeric_dtype(frame[args.y]):
+        raise RobustStanInputError(f"--y: column {args.y!r} is not numeric")
     data = {"y": frame[args.y].to_numpy()}
     if args.model == "glm":
         columns = args.x.split(",") if args.x else [c for c in frame.columns if c != args.y]
         missing = [c for c in columns if c not in frame.columns]
         if missing:
             raise RobustStanInputError(f"--x: columns {missing} are not in {args.csv}")
+        text = [c for c in columns if not pd.api.types.is_numeric_dtype(frame[c])]
+        if text:
+            raise RobustStanInputError(f"--x: columns {text} are not numeric; encode them or leave them out with --x")
         data["X"] = frame[columns].to_numpy(dtype=float)
         model = glm(args.family, engine=args.engine)
     else:

@@ -12,13 +12,14 @@ oracle.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from .errors import RobustStanInputError
+from .errors import RobustStanInputError, RobustStanWarning
 from .influence import held_out_pointwise_log_likelihood
 from .rob_ula import RobULAFit, default_estimator, rob_ula
 
@@ -84,7 +85,8 @@ def tune_rob_ula(model, data: Mapping, epsilons: Sequence[float] = DEFAULT_EPSIL
 
     The curve has, per setting: ``validation_loglik``, its standard error over the held-out
     rows (``validation_loglik_se``: the sd of the pointwise values over sqrt(rows); settings
-    closer than about two of these are not told apart), the largest R-hat and the seconds taken.
+    closer than about two of these are not told apart), the largest R-hat (the grid's runs do not
+    warn about convergence; the refit does) and the seconds taken.
     """
     epsilons = [float(e) for e in np.atleast_1d(epsilons)]
     if not epsilons or any(not 0 <= e < 0.5 for e in epsilons):
@@ -107,7 +109,9 @@ def tune_rob_ula(model, data: Mapping, epsilons: Sequence[float] = DEFAULT_EPSIL
     for name, estimator in named.items():
         for epsilon in epsilons:
             started = time.perf_counter()
-            fit = rob_ula(model, training, epsilon=epsilon, estimator=estimator, seed=run_seed, **options)
+            with warnings.catch_warnings():  # the curve reports each run's R-hat instead
+                warnings.simplefilter("ignore", RobustStanWarning)
+                fit = rob_ula(model, training, epsilon=epsilon, estimator=estimator, seed=run_seed, **options)
             thetas = fit.unconstrained_draws.reshape(-1, fit.unconstrained_draws.shape[-1])
             pointwise = held_out_pointwise_log_likelihood(fit, validation, thetas[np.all(np.isfinite(thetas), axis=1)])
             rows.append({"estimator": name, "epsilon": epsilon,

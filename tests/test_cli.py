@@ -3,6 +3,7 @@
 import arviz as az
 import numpy as np
 import pandas as pd
+import pytest
 
 from robust_stan.arviz_output import group_names
 from robust_stan.cli import main
@@ -44,3 +45,16 @@ def test_fit_names_a_missing_column(tmp_path, capsys):
     pd.DataFrame({"a": [1.0, 2.0]}).to_csv(path, index=False)
     assert main(["fit", str(path), "--y", "nope", "--engine", ENGINE]) == 2
     assert "--y" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content,args,flag", [
+    (None, ["--y", "a"], "csv: cannot read"),
+    ({"a": [1.0, 2.0], "b": ["x", "y"]}, ["--y", "a"], "--x: columns ['b'] are not numeric"),
+    ({"a": ["p", "q"], "b": [1.0, 2.0]}, ["--y", "a"], "--y: column 'a' is not numeric"),
+])
+def test_fit_names_bad_csv_input(tmp_path, capsys, content, args, flag):
+    path = tmp_path / "data.csv"
+    if content is not None:
+        pd.DataFrame(content).to_csv(path, index=False)
+    assert main(["fit", str(path), *args, "--engine", ENGINE]) == 2
+    assert flag in capsys.readouterr().err

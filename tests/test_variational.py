@@ -150,24 +150,48 @@ def test_stan_methods_need_cmdstan(conjugate_regression, method):
         model.variational(data, method=method, show_progress=False)
 
 
-@pytest.mark.skipif(not cmdstan_available(), reason="CmdStan is not installed (cmdstanpy.cmdstan_path() finds "
-                                                    "none); install it with python -m cmdstanpy.install_cmdstan")
-@pytest.mark.parametrize("method", ["advi", "pathfinder", "laplace"])
-def test_stan_methods_on_cmdstan_target_the_same_posterior(method):
-    """Stan's own methods on the conjugate model: means within 0.2 posterior sd (ADVI's own
-    stopping rule is loose) and a fit object like ours."""
+NEEDS_CMDSTAN = pytest.mark.skipif(not cmdstan_available(), reason="CmdStan is not installed (cmdstanpy."
+                                   "cmdstan_path() finds none); install it with python -m cmdstanpy.install_cmdstan")
+
+
+def cmdstan_conjugate_regression():
+    """A normal regression with known sigma on CmdStan, its data, exact posterior mean and sds."""
     model = rs.custom("normal", data="int<lower=1> P; matrix[N, P] X;", parameters="vector[P] b;",
                       priors="b ~ normal(0, 10);", mu="X[n] * b", sigma="1", engine="cmdstan")
     rng = np.random.default_rng(0)
     X = np.column_stack([np.ones(100), rng.normal(size=(100, 2))])
     y = X @ np.array([1.0, -0.5, 2.0]) + rng.normal(size=100)
     precision = X.T @ X + np.eye(3) / 100
-    mean = np.linalg.solve(precision, X.T @ y)
-    fit = model.variational({"X": X, "y": y}, method=method, family="fullrank", draws=2000, seed=1,
-                            show_progress=False)
+    return model, {"X": X, "y": y}, np.linalg.solve(precision, X.T @ y), np.sqrt(np.diag(np.linalg.inv(precision)))
+
+
+@NEEDS_CMDSTAN
+@pytest.mark.parametrize("method", ["pathfinder", "laplace"])
+def test_stan_methods_on_cmdstan_target_the_same_posterior(method):
+    """The posterior is normal, so Laplace (the mode and the exact Hessian) is exact, and so is
+    Pathfinder's normal at the end of its L-BFGS path (3 parameters, history 5); both return
+    independent draws (Pathfinder resamples with replacement: its distinct draws count). Means
+    within 4 Monte Carlo standard errors, sd / sqrt(distinct draws); and a fit object like ours."""
+    model, data, mean, sd = cmdstan_conjugate_regression()
+    fit = model.variational(data, method=method, family="fullrank", draws=2000, seed=1, show_progress=False)
     b = fit.draws("b").reshape(-1, 3)
-    assert np.all(np.abs(b.mean(axis=0) - mean) < 0.2 * np.sqrt(np.diag(np.linalg.inv(precision))))
+    distinct = len(np.unique(b, axis=0))
+    assert np.all(np.abs(b.mean(axis=0) - mean) < 4 * sd / np.sqrt(distinct))
     assert "posterior" in group_names(fit.to_arviz())
+
+
+@NEEDS_CMDSTAN
+def test_stan_advi_on_cmdstan_is_centred_on_the_posterior():
+    """Full-rank ADVI on a normal posterior has the posterior itself as its optimum, but it stops
+    on a loose relative-ELBO rule with its last stochastic iterate, so one run's mean is off by
+    optimisation noise (0.3-1.2 sd seen at seeds 1-3). The test averages 6 seeds and allows 4
+    standard errors of that noise, measured across the seeds (plus 4 MCSE of the draws)."""
+    model, data, mean, sd = cmdstan_conjugate_regression()
+    means = np.array([model.variational(data, method="advi", family="fullrank", draws=2000, seed=seed,
+                                        show_progress=False).draws("b").reshape(-1, 3).mean(axis=0)
+                      for seed in range(1, 7)])
+    noise = means.std(axis=0, ddof=1) / np.sqrt(len(means))
+    assert np.all(np.abs(means.mean(axis=0) - mean) < 4 * noise + 4 * sd / np.sqrt(2000 * len(means)))
 
 
 def test_influence_of_one_moved_outcome(glm_normal_standardized):
