@@ -1,4 +1,4 @@
-"""Exceptions raised by robust-stan, and the checks of a positive number and of a count."""
+"""Exceptions raised by robust-stan, and the checks of a positive number, a count and a seed."""
 
 import math
 
@@ -35,3 +35,12 @@ def require_count(name: str, value, low: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise RobustStanInputError(f"{name}: must be an integer >= {low}, got {value!r}")
     return int(value)
+
+
+def require_seed(seed) -> int | None:
+    """``seed`` as an int if it is None or an integer (not a bool) >= 0; otherwise an error naming it."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise RobustStanInputError(f"seed: must be a non-negative integer or None, got {seed!r}")
+    return int(seed)

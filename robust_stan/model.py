@@ -10,7 +10,7 @@ from .codegen import render_program
 from .data import Scaling, prepare_data, to_fitted_scale, to_original_scale  # noqa: F401 (old import path)
 from .divergences import Divergence, as_divergence
 from .engines import CompiledProgram, NutsSettings, compile_program, resolve_engine
-from .errors import RobustStanInputError, require_count
+from .errors import RobustStanInputError, require_count, require_seed
 from .spec import ModelSpec, ParameterDeclaration
 
 # Number of trailing dimensions that belong to one element of each base type.
@@ -263,9 +263,8 @@ def _nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, 
         require_count(name, value, low)
     if not 0 < float(adapt_delta) < 1:
         raise RobustStanInputError(f"adapt_delta: must lie in (0, 1), got {adapt_delta}")
+    seed = require_seed(seed)
     if seed is None:
         seed = int(np.random.default_rng().integers(0, 2**31 - 1))
-    elif not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise RobustStanInputError(f"seed: must be a non-negative integer, got {seed!r}")
     return NutsSettings(int(chains), int(iter_warmup), int(iter_sampling), int(thin), int(seed),
                         float(adapt_delta), int(max_treedepth), bool(show_progress))

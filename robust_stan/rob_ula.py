@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from .data import prepare_data
 from .divergences import Divergence, as_divergence
 from .engines import RawDraws
-from .errors import RobustStanInputError, RobustStanWarning, require_count, require_positive
+from .errors import RobustStanInputError, RobustStanWarning, require_count, require_positive, require_seed
 from . import estimators
 from .estimators import get_estimator, outlier_truncation
 from .fit import Fit
@@ -320,7 +320,7 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     n, d = per_example.n, per_example.dimension
     total = n if gradient_total == "n" else (1 - epsilon) * n
     plain = estimate is estimators.mean  # ULA follows every row
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(require_seed(seed))
 
     loss_scale = learning_rate * total
     truncation_epsilon = 0.0 if plain else epsilon

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .errors import RobustStanInputError, RobustStanWarning
+from .errors import RobustStanInputError, RobustStanWarning, require_seed
 from .influence import held_out_pointwise_log_likelihood
 from .rob_ula import RobULAFit, default_estimator, rob_ula
 
@@ -99,7 +99,7 @@ def tune_rob_ula(model, data: Mapping, epsilons: Sequence[float] = DEFAULT_EPSIL
         raise RobustStanInputError(f"validation_fraction: must be a number in (0, 1), got {validation_fraction!r}")
     if "epsilon" in rob_ula_options or "estimator" in rob_ula_options:
         raise RobustStanInputError("epsilon, estimator: give them as epsilons= and estimators= (lists to choose from)")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(require_seed(seed))
     training, validation = split_rows(model, data, validation_fraction, rng)
     run_seed = int(rng.integers(2**31))
     options = {"show_progress": False, "generated_quantities": False, "log_density": False, **rob_ula_options}

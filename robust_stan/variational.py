@@ -36,7 +36,7 @@ from .arviz_output import pareto_khat
 from .data import prepare_data, slice_rows
 from .divergences import Divergence, as_divergence
 from .engines import RawDraws
-from .errors import RobustStanInputError, require_count, require_positive
+from .errors import RobustStanInputError, require_count, require_positive, require_seed
 from .fit import Fit
 from .oracles import constrained_draws, make_oracle
 
@@ -267,6 +267,7 @@ def variational(model, data: Mapping, divergence: Divergence | None = None, lear
         batch_size = require_count("batch_size", batch_size)
         if batch_size > stan_data["N"]:
             raise RobustStanInputError(f"batch_size: at most the {stan_data['N']} rows, got {batch_size}")
+    seed = require_seed(seed)
     rng = np.random.default_rng(seed)
     target = _Target(model, stan_data, divergence, batch_size, oracle, rng)
     parameters = _Parameters(family, target.dimension)

@@ -164,6 +164,7 @@ def test_a_too_large_step_diverges_with_a_warning(normal_known_sigma):
     ({"epsilon": 0.1, "warmup": -1}, r"^warmup: must be an integer >= 0"),
     ({"epsilon": 0.1, "gradient_total": "N"}, r"^gradient_total: must be 'n' or 'clean'"),
     ({"epsilon": True}, r"^epsilon: "),
+    ({"epsilon": 0.1, "seed": -1}, r"^seed: must be a non-negative integer or None, got -1"),
     ({"epsilon": 0.1, "init": "zero"}, r"^init: must be one of mode, random, got 'zero'"),
     ({"epsilon": 0.1, "metric": "full"}, r"^metric: must be one of dense, diag, unit, got 'full'"),
 ])

@@ -134,6 +134,7 @@ def test_beta_and_gamma_vi_downweight_planted_outliers(glm_normal_standardized):
     ({"batch_size": 10, "divergence": rs.GammaD(0.3, form="original")}, r"^batch_size: the original gamma form"),
     ({"method": "nuts"}, r"^method: choose 'robust-stan' or one of Stan's"),
     ({"init": {"c": 1.0}}, r"^init: give a value for every parameter; missing \['b'\]"),
+    ({"seed": "a"}, r"^seed: must be a non-negative integer or None, got 'a'"),
 ])
 def test_bad_input(conjugate_regression, kwargs, match):
     model, data, *_ = conjugate_regression
