@@ -117,7 +117,7 @@ def main(problem_name: str, description: str, warmup: int, iters: int, argv=None
     with process_pool(args.jobs) as pool:
         for task, result in zip(tasks, pool.map(run_once, *zip(*tasks))):
             rows += result
-            print(f"d {task[2]}, n_clean {task[3]}, eps {task[4]}, run {task[-1] + 1}: "
+            print(f"d {task[2]}, n_clean {task[3]}, eps {task[4]}, run {task[-2] + 1}: "
                   + ", ".join(f"{r['sampler']} error {r['error']:.3f}" for r in result), flush=True)
     table = pd.DataFrame(rows)
     table.to_csv(out / "runs.csv", index=False)

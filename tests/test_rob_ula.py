@@ -278,8 +278,7 @@ def test_auto_estimator_follows_the_family(normal_known_sigma):
     from robust_stan.rob_ula import default_estimator
 
     assert {name: default_estimator(rs.FAMILIES[name]) for name in rs.FAMILIES} == {
-        name: "trimmed_mean" if name in ("bernoulli", "binomial", "categorical") else "lrv_once"
-        for name in rs.FAMILIES}
+        name: "lrv_once" if name == "multi_normal" else "trimmed_mean" for name in rs.FAMILIES}
     fit = rs.rob_ula(normal_known_sigma, {"y": np.zeros(5)}, epsilon=0.1, iters=5, warmup=0, chains=1,
                      show_progress=False, generated_quantities=False)
-    assert fit.settings.estimator == "lrv_once"
+    assert fit.settings.estimator == "trimmed_mean"
