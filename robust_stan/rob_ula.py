@@ -241,6 +241,11 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     (``gradient_total="n"``, the paper's choice) or by (1 - epsilon) n
     (``"clean"``, the expected number of clean rows).
 
+    A robust mean of per-example gradients is biased where their clean distribution is skewed,
+    as it is for a scale parameter's (d/d log sigma of a normal row is 1 - r^2 / sigma^2): on the
+    regression of tests/test_rob_ula.py (true sigma 1, 10% of y shifted) the trimmed mean gives
+    sigma 1.14 and ``lrv_once`` 0.85.
+
     Why "auto" is not the paper's ``lrv`` (measured across the examples; see
     :func:`default_estimator`): on logistic regression with flipped labels,
     ``lrv`` truncates the rows with large gradients at every level of its
