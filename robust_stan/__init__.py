@@ -6,7 +6,7 @@
     fit.summary(); fit.to_arviz(); fit.outlier_scores()
 """
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: F401
 
 from .builtin import custom, glm, location
 from .divergences import KL, BetaD, Divergence, GammaD

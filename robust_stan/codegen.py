@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import jinja2
 
-from . import __version__
+from ._version import __version__
 from .resources import LIBRARY_FILE, library_code, templates_path
 from .spec import ModelSpec, split_statements
 

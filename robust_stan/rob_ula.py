@@ -29,8 +29,8 @@ from .data import prepare_data
 from .divergences import Divergence, as_divergence
 from .engines import RawDraws
 from .errors import RobustStanInputError, RobustStanWarning, require_count, require_positive, require_seed
-from . import estimators
 from .estimators import get_estimator, outlier_truncation
+from .estimators import mean as plain_mean
 from .fit import Fit
 from .oracles import constrained_draws
 
@@ -328,7 +328,7 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     posterior = model.oracle(data, divergence, learning_rate=learning_rate, oracle=oracle)
     n, d = per_example.n, per_example.dimension
     total = n if gradient_total == "n" else (1 - epsilon) * n
-    plain = estimate is estimators.mean  # ULA follows every row
+    plain = estimate is plain_mean  # ULA follows every row
     rng = np.random.default_rng(require_seed(seed))
 
     loss_scale = learning_rate * total

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import abc
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -69,3 +71,9 @@ class CompiledProgram(abc.ABC):
     @abc.abstractmethod
     def sample(self, data: dict, settings: NutsSettings, inits: list[dict] | None) -> RawDraws:
         """Run NUTS (diagonal metric, adapted) and return the draws."""
+
+
+def cache_folder() -> Path:
+    """Where compiled CmdStan and BridgeStan programs are kept, one folder per engine below it
+    (``ROBUST_STAN_CACHE`` overrides ~/.cache/robust-stan)."""
+    return Path(os.environ.get("ROBUST_STAN_CACHE") or Path.home() / ".cache" / "robust-stan")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..codegen import expand_includes
-from .cmdstan_engine import cache_folder
+from .base import cache_folder
 
 
 def bridgestan_available() -> bool:
@@ -50,7 +50,7 @@ def _compiled_library(stan_code: str) -> str:
 
     code = expand_includes(stan_code)
     digest = hashlib.sha256(code.encode()).hexdigest()[:16]
-    folder = cache_folder().parent / "bridgestan" / digest
+    folder = cache_folder() / "bridgestan" / digest
     folder.mkdir(parents=True, exist_ok=True)
     stan_file = folder / "program.stan"
     stan_file.write_text(code)

@@ -19,13 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..resources import stan_include_path
-from .base import CompiledProgram, NutsSettings, RawDraws
-
-
-def cache_folder() -> Path:
-    """Where compiled CmdStan programs are kept (``ROBUST_STAN_CACHE`` overrides)."""
-    root = os.environ.get("ROBUST_STAN_CACHE") or Path.home() / ".cache" / "robust-stan"
-    return Path(root) / "cmdstan"
+from .base import CompiledProgram, NutsSettings, RawDraws, cache_folder
 
 
 def cmdstan_available() -> bool:
@@ -137,7 +131,7 @@ def compile_cmdstan(stan_code: str, show_progress: bool = True) -> tuple[CmdStan
     import cmdstanpy
 
     digest = hashlib.sha256(stan_code.encode()).hexdigest()[:16]
-    folder = cache_folder() / digest
+    folder = cache_folder() / "cmdstan" / digest
     folder.mkdir(parents=True, exist_ok=True)
     stan_file = folder / "program.stan"
     if not stan_file.exists() or stan_file.read_text() != stan_code:
