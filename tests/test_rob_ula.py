@@ -29,17 +29,18 @@ def conjugate(y):
     return y.sum() / lam, 1 / lam, lam
 
 
-@pytest.mark.parametrize("metric", ["unit", "dense"])
+@pytest.mark.parametrize("metric", ["unit", "dense", "diag"])
 def test_plain_ula_matches_the_exact_ula_law(normal_known_sigma, metric):
-    """With the dense metric the chain runs in z = sqrt(lam) mu, so its default step 0.2 in z
-    is eta = 0.2 / lam in mu: the same AR(1) chain as the unit metric with that step."""
+    """With the dense (or, in 1-D, the same diagonal) metric the chain runs in z = sqrt(lam) mu,
+    so its default step 0.2 in z is eta = 0.2 / lam in mu: the same AR(1) chain as the unit
+    metric with that step."""
     y = np.random.default_rng(0).normal(0.7, 1.0, 40)
     m, v, lam = conjugate(y)
     eta = 0.2 / lam
-    step = {"unit": {"step_size": eta}, "dense": {}}[metric]
+    step = {"unit": {"step_size": eta}}.get(metric, {})
     fit = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.0, estimator="mean", metric=metric, iters=5000,
                      warmup=200, chains=4, seed=1, show_progress=False, **step)
-    if metric == "dense":
+    if metric != "unit":
         assert fit.settings.step_size == pytest.approx(0.2)
         assert fit.inverse_metric[0, 0] == pytest.approx(1 / lam, rel=1e-4)  # forward differences, h 1e-5
     mu = fit.draws("mu")
@@ -282,3 +283,19 @@ def test_auto_estimator_follows_the_family(normal_known_sigma):
     fit = rs.rob_ula(normal_known_sigma, {"y": np.zeros(5)}, epsilon=0.1, iters=5, warmup=0, chains=1,
                      show_progress=False, generated_quantities=False)
     assert fit.settings.estimator == "trimmed_mean"
+
+
+def test_diag_metric_is_diagonal_and_dense_is_not(glm_normal, shifted_regression):
+    """The diagonal metric is 1 / |H_jj| per coordinate (after the drift-slope rescaling, also
+    diagonal); the dense one carries the Hessian's correlations (intercept and log sigma against
+    the coefficients)."""
+    kwargs = dict(epsilon=0.1, iters=2, warmup=0, chains=1, seed=1, show_progress=False,
+                  generated_quantities=False, log_density=False)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rs.RobustStanWarning)  # two draws cannot converge
+        diag = rs.rob_ula(glm_normal, shifted_regression, metric="diag", **kwargs).inverse_metric
+        dense = rs.rob_ula(glm_normal, shifted_regression, metric="dense", **kwargs).inverse_metric
+    assert np.all(np.diag(diag) > 0) and np.count_nonzero(diag - np.diag(np.diag(diag))) == 0
+    assert np.count_nonzero(np.abs(dense - np.diag(np.diag(dense))) > 1e-12) > 0
