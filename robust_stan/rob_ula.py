@@ -339,19 +339,27 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
         weights[rows] = total / rows.size
         return model.oracle(data, divergence, learning_rate=learning_rate, weights=weights, oracle=oracle)
 
-    def z_drift(theta: np.ndarray, L: np.ndarray) -> np.ndarray:
-        """The drift the chain follows, in the coordinates z of theta = L z."""
+    def z_drift(G: np.ndarray, theta: np.ndarray, L: np.ndarray) -> tuple[np.ndarray, float]:
+        """The drift the chain follows in the coordinates z of theta = L z, from the per-example
+        gradients G at theta, and the share of rows the estimator kept."""
         with np.errstate(over="ignore", invalid="ignore"):
-            robust_mean = estimate(per_example.gradients(theta) @ L, epsilon).mean
-        return loss_scale * robust_mean - prior.gradient(theta, jacobian=True) @ L
+            result = estimate(G @ L, epsilon)  # the robust mean of the z-gradients
+        return loss_scale * result.mean - prior.gradient(theta, jacobian=True) @ L, result.kept_fraction
 
-    def adapted(point: np.ndarray, whiten: np.ndarray) -> Preconditioner:
-        rows = kept_rows(per_example, point, whiten, truncation_epsilon)
+    def adapted(point: np.ndarray) -> Preconditioner:
+        """The preconditioner at ``point``: the kept rows' Hessian, then the estimator's own slope."""
+        rows = kept_rows(per_example, point, np.eye(d), truncation_epsilon)
         laplace = preconditioner(kept_rows_hessian(per_example, prior, rows, point, loss_scale), metric)
         if metric == "unit":
             return laplace
-        slope = estimator_drift_slope(lambda z: z_drift(point + laplace.factor @ z, laplace.factor), d)
-        return laplace.then(slope)
+
+        def drift_at(z: np.ndarray) -> np.ndarray:
+            theta = point + laplace.factor @ z
+            with np.errstate(over="ignore", invalid="ignore"):
+                G = per_example.gradients(theta)
+            return z_drift(G, theta, laplace.factor)[0]
+
+        return laplace.then(estimator_drift_slope(drift_at, d))
 
     start = rng.normal(scale=init_scale, size=d)
     if init == "mode":
@@ -363,20 +371,16 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
         if not converged:
             warnings.warn("rob_ula: the optimiser did not converge to a mode; the chains start from where it "
                           "stopped. Pass init='random' or check the model.", RobustStanWarning, stacklevel=2)
-    scaling = adapted(start, np.eye(d))
+    scaling = adapted(start)
     if init == "mode":
         theta = start + init_scale * rng.normal(size=(chains, d)) @ scaling.factor.T
     else:
         theta = np.vstack([start, rng.normal(scale=init_scale, size=(chains - 1, d))])
 
-    def step_for(p: Preconditioner) -> float:
-        if step_size is not None:
-            return step_size
-        if not p.largest_curvature > 0:
-            raise RuntimeError("step_size: could not estimate the curvature at the starting point; give step_size")
-        return DEFAULT_STEP / p.largest_curvature
-
-    eta = step_for(scaling)
+    if step_size is None and not scaling.largest_curvature > 0:
+        raise RuntimeError("step_size: could not estimate the curvature at the starting point; give step_size")
+    eta = step_size if step_size is not None else DEFAULT_STEP / scaling.largest_curvature
+    L = scaling.factor
     kept_draws = iters // thin
     thetas = np.full((chains, kept_draws, d), np.nan)
     lp = np.full((chains, kept_draws), np.nan)
@@ -385,7 +389,6 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     with tqdm(total=warmup + iters, desc=f"Rob-ULA ({estimate.__name__})", unit="it",
               disable=not show_progress, file=sys.stderr) as bar:
         for k in range(warmup + iters):
-            L = scaling.factor
             G = per_example.gradients_many(theta[alive])
             step = np.zeros((chains, d))
             fractions = np.full(chains, np.nan)
@@ -393,11 +396,8 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
                 if not np.all(np.isfinite(G[slot])):
                     fractions[c], step[c] = np.nan, np.nan  # stopped below as diverged
                     continue
-                with np.errstate(over="ignore", invalid="ignore"):
-                    result = estimate(G[slot] @ L, epsilon)  # the robust mean of the z-gradients
-                prior_grad = prior.gradient(theta[c], jacobian=True) @ L
-                step[c] = -eta * (learning_rate * total * result.mean - prior_grad)
-                fractions[c] = result.kept_fraction
+                drift, fractions[c] = z_drift(G[slot], theta[c], L)
+                step[c] = -eta * drift
             with np.errstate(over="ignore", invalid="ignore"):  # a diverging chain is reported below
                 proposal = theta + (step + np.sqrt(2 * eta) * rng.normal(size=(chains, d))) @ L.T
             broken = alive & ~np.all(np.isfinite(proposal), axis=1)
