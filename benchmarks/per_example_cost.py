@@ -28,7 +28,7 @@ import numpy as np
 
 import robust_stan as rs
 from robust_stan.engines.httpstan_engine import _as_httpstan_data
-from robust_stan.estimators import lrv
+from robust_stan.methods.estimators import lrv
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))  # the paper's problems
 

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 import robust_stan as rs
-from robust_stan.parallel import process_pool
+from robust_stan.common.parallel import process_pool
 
 
 SAMPLERS = (("Rob-ULA lrv", "lrv"), ("Rob-ULA lrv_once", "lrv_once"), ("Rob-ULA trimmed_mean", "trimmed_mean"),

@@ -43,7 +43,7 @@ import pandas as pd
 from scipy.special import log_expit, logsumexp
 
 import robust_stan as rs
-from robust_stan.parallel import process_pool
+from robust_stan.common.parallel import process_pool
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 TUNING_RUNS = {"chains": 2, "warmup": 300, "iters": 1000}  # shorter runs to score the grid; the refit is full

@@ -38,7 +38,7 @@ import pandas as pd
 from scipy.special import expit
 
 import robust_stan as rs
-from robust_stan.parallel import process_pool
+from robust_stan.common.parallel import process_pool
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _uci  # noqa: E402

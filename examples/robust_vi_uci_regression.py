@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 import robust_stan as rs
-from robust_stan.parallel import process_pool
+from robust_stan.common.parallel import process_pool
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _uci  # noqa: E402

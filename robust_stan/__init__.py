@@ -6,20 +6,22 @@
     fit.summary(); fit.to_arviz(); fit.outlier_scores()
 """
 
+from . import _old_paths  # noqa: F401  (the 0.x module paths, kept for one release with a warning)
 from ._version import __version__  # noqa: F401
-
-from .builtin import custom, glm, location
-from .divergences import KL, BetaD, Divergence, GammaD
+from .api.builtin import custom, glm, location
+from .api.influence import influence
+from .api.model import Model
+from .api.neural_network import mlp, network_output
+from .api.rob_ula import rob_ula
+from .api.rob_ula_tuning import RobULATuning, tune_rob_ula
+from .building.divergences import KL, BetaD, Divergence, GammaD
+from .building.families import FAMILIES
+from .common.errors import RobustStanInputError, RobustStanWarning, StanCompileError
+from .common.resources import stan_include_path
 from .engines import COMPILE_COUNTS, resolve_engine
-from .errors import RobustStanInputError, RobustStanWarning, StanCompileError
-from .families import FAMILIES
-from .fit import Fit
-from .influence import influence, plot_influence
-from .model import Model
-from .neural_network import mlp, network_output
-from .resources import stan_include_path
-from .rob_ula import RobULAFit, rob_ula
-from .rob_ula_tuning import RobULATuning, tune_rob_ula
+from .results.fit import Fit
+from .results.influence import plot_influence
+from .results.method_fits import RobULAFit
 
 __all__ = [
     "COMPILE_COUNTS",

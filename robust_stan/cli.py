@@ -8,11 +8,11 @@ import warnings
 
 import pandas as pd
 
-from .errors import RobustStanInputError, StanCompileError
+from .common.errors import RobustStanInputError, StanCompileError
 
 
 def _divergence(args):
-    from .divergences import KL, BetaD, GammaD
+    from .building.divergences import KL, BetaD, GammaD
 
     if args.divergence == "kl":
         return KL()
@@ -40,7 +40,7 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_fit(args) -> int:
-    from .builtin import glm, location
+    from .api.builtin import glm, location
 
     try:
         frame = pd.read_csv(args.csv)

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .builtin import glm
-from .divergences import KL, BetaD
+from .api.builtin import glm
+from .building.divergences import KL, BetaD
 
 
 def simulate_regression(n: int = 200, seed: int = 1, outlier_fraction: float = 0.1):

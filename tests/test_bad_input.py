@@ -238,8 +238,8 @@ def test_beta_loss_effective_sample_size_of_a_normal_sample():
     """For N(0, 1) data and the pilot normal(m, s) (median, 1.4826 x MAD), sum_i p_i^beta / N
     tends to E[p(Z)^beta] = (2 pi s^2)^(-beta/2) (1 + beta/s^2)^(-1/2) exp(-beta m^2 / (2 (s^2 + beta)));
     at N = 20000 it must lie within 3 standard errors of the mean of the terms."""
-    from robust_stan.data import beta_loss_effective_sample_size, robust_scale
-    from robust_stan.families import get_family
+    from robust_stan.building.data import beta_loss_effective_sample_size, robust_scale
+    from robust_stan.building.families import get_family
 
     z = np.random.default_rng(1).normal(size=20000)
     m, s = np.median(z), robust_scale(z)

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from robust_stan.arviz_output import group_names
+from robust_stan.results.arviz_output import group_names
 from robust_stan.cli import main
 
 from .conftest import ENGINE

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import robust_stan as rs
-from robust_stan.arviz_output import group_names
+from robust_stan.results.arviz_output import group_names
 from robust_stan.engines import resolve_engine
 from robust_stan.engines.bridgestan_oracle import bridgestan_available
 from robust_stan.engines.cmdstan_engine import cmdstan_available

@@ -8,7 +8,7 @@ import pytest
 from scipy import optimize
 
 import robust_stan as rs
-from robust_stan.estimators import (
+from robust_stan.methods.estimators import (
     ESTIMATORS,
     EstimateResult,
     geometric_median,
@@ -68,7 +68,7 @@ def test_lrv_on_the_papers_mean_estimation_setting():
 def test_lrv_once_is_the_literal_recursion_without_deeper_truncation():
     """With truncation at the top level only, the recursion V + W recombines to the mean of
     the kept rows; check that against the literal recursion run with epsilon 0 below the top."""
-    from robust_stan.estimators import _lrv_mean, lrv_once
+    from robust_stan.methods.estimators import _lrv_mean, lrv_once
 
     rng = np.random.default_rng(7)
     G = np.vstack([rng.normal(size=(300, 9)), rng.normal(8, 1, size=(60, 9))])

@@ -21,7 +21,7 @@ import pytest
 from scipy import special, stats
 
 import robust_stan as rs
-from robust_stan.arviz_output import scalar_diagnostics
+from robust_stan.results.arviz_output import scalar_diagnostics
 
 from .conftest import ENGINE
 

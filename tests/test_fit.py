@@ -5,7 +5,7 @@ import pytest
 from scipy import stats
 
 import robust_stan as rs
-from robust_stan.arviz_output import group_names
+from robust_stan.results.arviz_output import group_names
 
 from .conftest import ENGINE, regression_data
 
@@ -49,7 +49,7 @@ def test_to_arviz_is_the_installed_arviz_own_object_and_arviz_works_on_it(beta_f
     import xarray as xr
     from scipy.special import logsumexp
 
-    from robust_stan.arviz_output import arviz_major
+    from robust_stan.results.arviz_output import arviz_major
 
     matplotlib.use("Agg")
     fit, _ = beta_fit
@@ -110,11 +110,11 @@ def test_standardised_exponential_reports_original_scale():
 
 
 def test_inits_are_given_on_the_original_scale(glm_normal_standardized):
-    from robust_stan.data import prepare_data
+    from robust_stan.building.data import prepare_data
 
     data, _, _, _ = regression_data(n=50, p=2, seed=4)
     _, scaling = prepare_data(glm_normal_standardized.spec, data)
-    inits = glm_normal_standardized._chain_inits({"alpha": 1.0, "b": [0.5, 0.0], "sigma": 2.0}, 2, scaling)
+    inits = glm_normal_standardized.chain_inits({"alpha": 1.0, "b": [0.5, 0.0], "sigma": 2.0}, 2, scaling)
     assert len(inits) == 2
     np.testing.assert_allclose(inits[0]["alpha_copies"], [(1.0 - scaling.center) / scaling.scale])
     np.testing.assert_allclose(inits[0]["b_copies"], [[0.5 / scaling.scale, 0.0]])
@@ -129,7 +129,7 @@ def test_mcse_of_the_sd_by_the_delta_method():
     """For independent N(0, 1) draws the sd of s is 1 / sqrt(2 n); mcse_sd estimates it (the
     ESS of the centred squares is about n here), within 5%: the ESS estimate of 40000 draws
     is itself noisy by a few percent."""
-    from robust_stan.arviz_output import mcse_sd
+    from robust_stan.results.arviz_output import mcse_sd
 
     draws = np.random.default_rng(2).normal(size=(4, 10000))
     assert mcse_sd(draws) == pytest.approx(1 / np.sqrt(2 * draws.size), rel=0.05)

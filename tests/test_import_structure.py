@@ -1,5 +1,6 @@
-"""The package has no import cycles: every module imports on its own in a fresh interpreter, and
-the graph of its relative imports (those inside functions included) has no cycle."""
+"""The package is layered and has no import cycles: every module imports on its own in a fresh
+interpreter; the graph of its relative imports (those inside functions included) has no cycle; and
+no module imports from a layer above its own (README, "How the code is arranged")."""
 
 import ast
 import subprocess
@@ -77,7 +78,37 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
     assert "robust_stan.engines.bridgestan_oracle" in graph["robust_stan.engines.cmdstan_engine"]  # a lazy import
-    assert "robust_stan.estimators" in graph["robust_stan.rob_ula"]
+    assert "robust_stan.methods.estimators" in graph["robust_stan.methods.rob_ula"]
+
+
+#: The layers from the bottom up; a module may import from its own layer and the ones below.
+LAYERS = ["common", "building", "engines", "gradients", "methods", "results", "api"]
+
+
+def layer(module: str) -> int:
+    """A module's layer; the package root and its modules (the public namespace, cli, demo) are on top."""
+    parts = module.split(".")
+    if module == "robust_stan._version":
+        return 0
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else len(LAYERS)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((a, b) for a, targets in graph.items() for b in targets if layer(b) > layer(a))
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"robust_stan.results.fit": {"robust_stan.api.model"}, "robust_stan.api.model": set()}
+    assert upward_imports(graph) == [("robust_stan.results.fit", "robust_stan.api.model")]
+
+
+def test_every_module_belongs_to_a_layer_or_the_top():
+    stray = [m for m in module_names() if layer(m) == len(LAYERS) and m.count(".") > 1]
+    assert stray == []  # a new folder needs a place in LAYERS (and a line in the README)
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    assert upward_imports(import_graph()) == []
 
 
 def test_no_import_cycles():

@@ -39,8 +39,8 @@ from scipy import integrate, special, stats
 from scipy.special import logsumexp
 
 from robust_stan.engines import compile_program
-from robust_stan.library import render_library
-from robust_stan.resources import LIBRARY_FILE, library_code
+from robust_stan.building.library import render_library
+from robust_stan.common.resources import LIBRARY_FILE, library_code
 
 from .conftest import ENGINE
 
@@ -529,11 +529,11 @@ FAMILY_NAMES = list(FAMILY_TABLE)
 def test_committed_library_is_current():
     """stan/robust_stan.stanfunctions is what the template and family table render to."""
     assert library_code() == render_library(), (
-        f"stan/{LIBRARY_FILE} is stale: run `python -m robust_stan.library --write`")
+        f"stan/{LIBRARY_FILE} is stale: run `python -m robust_stan.building.library --write`")
 
 
 def test_harness_covers_every_family_and_overload():
-    from robust_stan.families import FAMILIES
+    from robust_stan.building.families import FAMILIES
 
     assert {f.stan_name for f in FAMILIES.values()} == set(FAMILY_TABLE)
     for fam in FAMILIES.values():

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 
-from robust_stan.errors import RobustStanInputError
-from robust_stan.parallel import process_pool
+from robust_stan.common.errors import RobustStanInputError
+from robust_stan.common.parallel import process_pool
 
 
 def blas_threads(_task=None) -> list[int]:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import robust_stan as rs
-from robust_stan.arviz_output import group_names
+from robust_stan.results.arviz_output import group_names
 
 from .conftest import ENGINE
 
@@ -213,7 +213,7 @@ def test_ula_defaults_reach_the_nuts_posterior(glm_normal_standardized, shifted_
     Sds: ULA's stationary variance on a normal target is 1 / (1 - step / 2) times the target's
     in the whitened coordinates, so its sds are 1 / sqrt(0.9) = 1.054 times NUTS's, within
     4 MCSEs of the ratio."""
-    from robust_stan.arviz_output import mcse_sd
+    from robust_stan.results.arviz_output import mcse_sd
 
     ula = rs.rob_ula(glm_normal_standardized, shifted_regression, epsilon=0.0, estimator="mean", seed=12,
                      show_progress=False)
@@ -236,7 +236,7 @@ def test_ula_defaults_reach_the_nuts_posterior(glm_normal_standardized, shifted_
 def test_tuning_scores_each_setting_on_the_held_out_rows(normal_known_sigma):
     """The curve's scores are log mean_s N(y_i | mu_s, 1) over the held-out rows, recomputed
     here from the same split and seed; the choice is the best score, refitted on every row."""
-    from robust_stan.rob_ula_tuning import split_rows
+    from robust_stan.api.rob_ula_tuning import split_rows
 
     rng = np.random.default_rng(4)
     y = np.concatenate([rng.normal(0.0, 1.0, 90), rng.normal(6.0, 1.0, 10)])
@@ -276,7 +276,7 @@ def test_tuning_bad_input(normal_known_sigma, kwargs, match):
 
 
 def test_auto_estimator_follows_the_family(normal_known_sigma):
-    from robust_stan.rob_ula import default_estimator
+    from robust_stan.methods.rob_ula import default_estimator
 
     assert {name: default_estimator(rs.FAMILIES[name]) for name in rs.FAMILIES} == {
         name: "lrv_once" if name == "multi_normal" else "trimmed_mean" for name in rs.FAMILIES}

@@ -17,7 +17,7 @@ import pytest
 from scipy import stats
 
 import robust_stan as rs
-from robust_stan.arviz_output import scalar_diagnostics
+from robust_stan.results.arviz_output import scalar_diagnostics
 
 from .conftest import ENGINE
 
@@ -124,7 +124,7 @@ def test_known_scale_location_matches_quadrature(family, standardize, unit, dive
     (standardised: y and sigma both divided by 1.4826 x MAD, prior normal(0, 10) there).
     Mean within 4 MCSE; sd within 10% (the sd's own Monte Carlo error at ESS ~ 1000 is ~2%).
     This is the bug the outside check found: sigma used to be passed unscaled."""
-    from robust_stan.data import robust_scale
+    from robust_stan.building.data import robust_scale
 
     known, log_density = KNOWN_SCALE_FAMILIES[family]
     known = {k: (v * unit if k == "sigma" else v) for k, v in known.items()}

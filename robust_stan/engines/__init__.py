@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from ..errors import RobustStanInputError
+from ..common.errors import RobustStanInputError
 from .base import CompiledProgram, NutsSettings, RawDraws
 from .cmdstan_engine import cmdstan_available, compile_cmdstan
 from .httpstan_engine import compile_httpstan, httpstan_available

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..codegen import expand_includes
+from ..building.codegen import expand_includes
 from .base import cache_folder
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..resources import stan_include_path
+from ..common.resources import stan_include_path
 from .base import CompiledProgram, NutsSettings, RawDraws, cache_folder
 
 

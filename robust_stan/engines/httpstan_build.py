@@ -35,10 +35,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-
 from pathlib import Path
 
-from ..errors import StanCompileError
+from ..common.errors import StanCompileError
 from .native_model import INTERFACE_HEADER
 
 #: Headers compiled into every module: robust-stan's C interface.

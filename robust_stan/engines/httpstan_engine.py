@@ -26,9 +26,9 @@ from concurrent.futures.process import BrokenProcessPool
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..codegen import expand_includes
-from ..errors import StanCompileError
-from ..progress import elapsed_bar
+from ..building.codegen import expand_includes
+from ..common.errors import StanCompileError
+from ..common.progress import elapsed_bar
 from .base import CompiledProgram, NutsSettings, RawDraws
 from .httpstan_build import FORCED_HEADERS, build_in_child
 from .native_model import NativeModel

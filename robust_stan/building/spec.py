@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .errors import RobustStanInputError
+from ..common.errors import RobustStanInputError
 from .families import Family
 
 # Unconstrained local type of each Stan parameter base type; "{dims}" is the
@@ -149,7 +149,7 @@ class LinearPredictor:
     It enables the linear-predictor per-example mode (mode 3): one copy per batch row of
     the intercept, holding that row's whole eta, and of every other parameter, and no
     copy of the coefficients. The coefficients' per-example gradients follow by the chain
-    rule, dl_i/deta_i * x_i (:mod:`robust_stan.per_example`). ``of_eta`` writes the
+    rule, dl_i/deta_i * x_i (:mod:`robust_stan.gradients.per_example`). ``of_eta`` writes the
     family argument in terms of ``{eta}``, e.g. ``"exp(-({eta}))"`` for a rate.
     """
 

@@ -1,6 +1,6 @@
 """Renders the Stan function library from its template and the family table.
 
-``python -m robust_stan.library --write`` regenerates
+``python -m robust_stan.building.library --write`` regenerates
 ``stan/robust_stan.stanfunctions``; the test suite checks the file is current.
 """
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import jinja2
 
+from ..common.resources import LIBRARY_FILE, stan_include_path, templates_path
 from .families import FAMILIES
-from .resources import LIBRARY_FILE, stan_include_path, templates_path
 
 
 def render_library() -> str:

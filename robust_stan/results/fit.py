@@ -8,11 +8,11 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from ..building.data import Scaling, to_original_scale
+from ..building.divergences import Divergence
+from ..common.errors import RobustStanInputError, RobustStanWarning
+from ..engines import NutsSettings, RawDraws
 from .arviz_output import draws_dataset, native_inference_data, scalar_diagnostics
-from .data import Scaling, to_original_scale
-from .divergences import Divergence
-from .engines import NutsSettings, RawDraws
-from .errors import RobustStanInputError, RobustStanWarning
 
 #: Convergence limits of :meth:`Fit.warn_if_not_converged` (Vehtari, Gelman, Simpson, Carpenter
 #: and Buerkner 2021): R-hat at most 1.01, bulk and tail ESS at least 100.

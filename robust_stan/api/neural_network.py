@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..common.errors import RobustStanInputError
 from .builtin import custom
-from .errors import RobustStanInputError
 from .model import Model
 
 _PARAMETERS = "matrix[P, H] W1; vector[H] b1; matrix[H, H] W2; vector[H] b2; vector[H] w3; real b3;"

@@ -22,9 +22,9 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from .engines import compile_program
-from .engines.bridgestan_oracle import bridgestan_available
-from .errors import RobustStanInputError
+from ..common.errors import RobustStanInputError
+from ..engines import compile_program
+from ..engines.bridgestan_oracle import bridgestan_available
 
 ORACLES = ("auto", "bridgestan", "httpstan")
 
@@ -103,7 +103,7 @@ class HttpstanOracle(GradientOracle):
         return self._model.log_density_gradient(self._check(theta), jacobian)[1]
 
     def constrain(self, theta, include_gqs=True, seed=None):
-        from .engines.httpstan_engine import named_values
+        from ..engines.httpstan_engine import named_values
 
         if self._shapes is None:
             self._shapes = self._program.variable_shapes(self._stan_data)
@@ -122,7 +122,7 @@ class BridgeStanOracle(GradientOracle):
     name = "bridgestan"
 
     def __init__(self, stan_code: str, stan_data: dict):
-        from .engines.bridgestan_oracle import bridgestan_model
+        from ..engines.bridgestan_oracle import bridgestan_model
 
         self._model = bridgestan_model(stan_code, stan_data)
         self._rng = None

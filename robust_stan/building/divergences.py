@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import RobustStanInputError, require_positive
+from ..common.errors import RobustStanInputError, require_positive
 
 
 @dataclass(frozen=True)

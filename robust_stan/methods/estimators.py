@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from .errors import RobustStanInputError
+from ..common.errors import RobustStanInputError
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Built-in models (location and glm) and custom specifications.
 
-Each returns a :class:`~robust_stan.model.Model`. Priors are Stan statements;
+Each returns a :class:`~robust_stan.Model`. Priors are Stan statements;
 the defaults (stated per family below) are weakly informative on the scale the
 model is fitted on: continuous outcomes are standardised by default (normal,
 student_t: minus the median, divided by 1.4826 x MAD; exponential: divided by
@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from .errors import RobustStanInputError
-from .families import get_family
+from ..building.families import get_family
+from ..building.spec import Argument, LinearPredictor, ModelSpec, ParameterDeclaration, split_statements
+from ..common.errors import RobustStanInputError
 from .model import Model
-from .spec import Argument, LinearPredictor, ModelSpec, ParameterDeclaration, split_statements
 
 # Default priors, on the fitted (standardised) scale.
 _SCALE_PRIOR = "exponential(1)"

@@ -18,21 +18,19 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import optimize
 from tqdm.auto import tqdm
 
-from .data import prepare_data
-from .divergences import Divergence, as_divergence
-from .engines import RawDraws
-from .errors import RobustStanInputError, RobustStanWarning, require_count, require_positive, require_seed
-from .estimators import get_estimator, outlier_truncation
-from .estimators import mean as plain_mean
-from .fit import Fit
-from .oracles import constrained_draws
+from ..building.data import with_switches
+from ..common.errors import RobustStanInputError, RobustStanWarning, require_count, require_positive, require_seed
+from ..engines import RawDraws
+from ..gradients.oracles import constrained_draws
+from ..gradients.per_example import PerExampleGradients
+from ..gradients.program import RobustProgram
+from .estimators import get_estimator, mean as plain_mean, outlier_truncation
 
 
 @dataclass(frozen=True)
@@ -50,29 +48,6 @@ class RobULASettings:
     show_progress: bool
     init: str = "mode"
     metric: str = "dense"
-
-
-class RobULAFit(Fit):
-    """Draws from Rob-ULA, with the same draws(), summary() and to_arviz() as a NUTS fit.
-
-    ``sample_stats`` holds per draw: ``lp`` (log density, unless left out), ``step_size`` and
-    ``kept_fraction`` (rows the robust estimator kept at that step).
-    """
-
-    method = "rob_ula"
-
-    def diagnostics(self) -> dict:
-        """Chains that diverged, the mean kept fraction and the largest R-hat."""
-        return {
-            "diverged_chains": int(sum(not np.all(np.isfinite(chain)) for chain in next(iter(self.posterior.values())))),
-            "mean_kept_fraction": float(np.nanmean(self.raw.sampler["kept_fraction"])),
-            "max_r_hat": float(self.summary()["r_hat"].max()),
-        }
-
-    def __repr__(self) -> str:
-        s = self.settings
-        return (f"<robust_stan.RobULAFit {self.divergence!r}, estimator {s.estimator!r}, epsilon {s.epsilon:g}, "
-                f"{s.chains} chains x {s.iter_sampling // s.thin} draws, parameters {self.parameter_names}>")
 
 
 METRICS = ("dense", "diag", "unit")
@@ -107,6 +82,17 @@ class Preconditioner:
         inner = preconditioner(clipped, self.kind)
         curvature = np.abs(np.linalg.eigvalsh(inner.factor.T @ slope @ inner.factor)).max()
         return Preconditioner(self.kind, self.factor @ inner.factor, float(curvature))
+
+
+@dataclass(frozen=True)
+class RobULAOutput:
+    """What the sampler returns: the draws (``raw``), its settings, the final inverse metric
+    M = L L^T and the draws of theta on the unconstrained scale (chains, draws, d)."""
+
+    raw: RawDraws
+    settings: RobULASettings
+    inverse_metric: np.ndarray
+    unconstrained_draws: np.ndarray
 
 
 def default_estimator(family) -> str:
@@ -221,88 +207,13 @@ def trimmed_mode(weighted_oracle, per_example, start: np.ndarray, epsilon: float
     return point, converged
 
 
-def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None, iters: int = 5000,
-            warmup: int = 500, thin: int = 1, chains: int = 4, estimator="auto",
-            divergence: Divergence | None = None, learning_rate: float = 1.0, init: str = "mode",
-            init_scale: float = 1.0, metric: str = "dense", seed: int | None = None, show_progress: bool = True,
-            oracle: str = "auto", generated_quantities: bool = True, log_density: bool = True,
-            gradient_total: str = "n") -> RobULAFit:
-    """Sample with Rob-ULA; returns a fit like :meth:`Model.sample`'s.
-
-    ``epsilon`` in [0, 0.5) is the assumed fraction of corrupted observations
-    (:func:`robust_stan.tune_rob_ula` chooses it on held-out rows, as the paper does);
-    ``estimator`` is "auto" (:func:`default_estimator`: the coordinate-wise trimmed mean,
-    or ``lrv_once`` for multi_normal outcomes), a name from
-    :data:`robust_stan.estimators.ESTIMATORS` ("lrv" = the paper's Algorithm 2 read
-    literally, "lrv_once", "trimmed_mean", "mean" = plain ULA, "coordinate_median",
-    "median_of_means", "geometric_median") or a callable ``(G, epsilon)``.
-    ``iters`` kept iterations (before thinning) follow ``warmup`` discarded ones.
-    The robust mean of the per-example gradients is multiplied by n
-    (``gradient_total="n"``, the paper's choice) or by (1 - epsilon) n
-    (``"clean"``, the expected number of clean rows).
-
-    A robust mean of per-example gradients is biased where their clean distribution is skewed,
-    as it is for a scale parameter's (d/d log sigma of a normal row is 1 - r^2 / sigma^2): on the
-    regression of tests/test_rob_ula.py (true sigma 1, 10% of y shifted) the trimmed mean gives
-    sigma 1.14 and ``lrv_once`` 0.85.
-
-    Why "auto" is not the paper's ``lrv`` (measured across the examples; see
-    :func:`default_estimator`): on logistic regression with flipped labels,
-    ``lrv`` truncates the rows with large gradients at every level of its
-    recursion, which are the misclassified rows of the minority class, and
-    drifts towards always predicting the majority class, while the trimmed mean
-    beats plain ULA; on the linear regression example ``lrv``'s error is 1.34
-    times ULA's once both have converged, the trimmed mean's 0.95.
-
-    Warmup (robust-stan's; the paper starts anywhere with a fixed step):
-
-    - ``init="mode"``: L-BFGS finds the maximum of the model's log density (its
-      divergence and learning rate, Jacobian included) from a N(0, init_scale^2)
-      point; for a robust estimator, concentration steps then move it to the
-      trimmed mode (maximise with only the rows Algorithm 3 keeps there, repeat
-      until they stop changing), near the robust drift's rest point. Every
-      chain starts there plus init_scale times a draw of the preconditioner's
-      normal (a Laplace draw), so chains start spread over the posterior's scale
-      and R-hat can see whether they meet. ``"random"``: each chain at
-      N(0, init_scale^2 I) on the unconstrained scale.
-    - ``metric``: the chain runs in coordinates z with theta = L z, chosen so that
-      the drift's slope at the start is the identity (``"dense"``), has a unit
-      diagonal (``"diag"``), or left alone (``"unit"``: the paper's update). L
-      comes in two stages: the forward-difference Hessian (d + 1 gradient calls)
-      of -log prior + w * total * (mean loss over the rows Algorithm 3 keeps, all
-      rows for the plain mean), so rows the estimator drops do not shrink the
-      step; then the central-difference slope of the drift the estimator
-      actually produces, over +-0.5 posterior sd (2 d calls), which rescales each
-      direction by 1/2 to 2. The estimator sees the whitened gradients G L, on
-      which every row's noise has about the same scale. L is computed once, at
-      the (deterministic) trimmed mode and not from the chains' random states:
-      a robust drift is not the gradient of a log density, so the law the chain
-      settles to depends on L, and an L drawn from the warmup would make it
-      depend on the seed (measured: intercept means 0.515 / 0.507 / 0.650 for
-      seeds 11 / 12 / 13 on the regression of tests/test_rob_ula.py, against
-      0.425 / 0.425 / 0.428 with L fixed).
-    - the step size is 0.2 / (largest |eigenvalue| of the slope in z), which is
-      0.2 for the dense metric. On a normal target this is an AR(1) chain with
-      correlation 0.8 per step in the stiffest direction, and ULA's stationary
-      variance is 1 / (1 - 0.2/2) = 1.11 times the target's (sds 5.4% too wide; the
-      paper's analysis has this bias too); ``step_size`` sets it in z's units
-      (the paper's units when ``metric="unit"``). Robust estimators mix about
-      half as fast as the plain mean at this step (bulk ESS 630-750 against
-      1100-1340 per 4 x 3000 draws on that regression), hence 5000 draws per chain.
-
-    Stan's warmup adapts to an acceptance rate, which ULA does not have, and a
-    covariance from a few hundred autocorrelated warmup draws is noisier than
-    the Hessian, which the engine gives exactly. ``fit.inverse_metric`` is the
-    final M = L L^T and ``fit.unconstrained_draws`` the draws of theta. A chain
-    whose state or gradient stops being finite is stopped with a warning; its
-    later draws are NaN. Like NUTS, a run whose R-hat or ESS is poor warns
-    (:meth:`Fit.warn_if_not_converged`).
-
-    Each kept draw costs, besides the step, one full log density (``lp`` in
-    sample_stats; ``log_density=False`` skips it) and one constrain call with
-    the generated quantities ``log_lik``, ``robust_loss`` and ``y_rep``
-    (``generated_quantities=False`` keeps parameters only); ``y_rep`` draws its
-    noise from a stream started by ``seed``.
+def run_rob_ula(program: RobustProgram, stan_data: dict, epsilon: float, step_size: float | None = None,
+                iters: int = 5000, warmup: int = 500, thin: int = 1, chains: int = 4, estimator="auto",
+                init: str = "mode", init_scale: float = 1.0, metric: str = "dense", seed: int | None = None,
+                show_progress: bool = True, oracle: str = "auto", generated_quantities: bool = True,
+                log_density: bool = True, gradient_total: str = "n") -> RobULAOutput:
+    """Rob-ULA on prepared ``stan_data`` (its learning rate included): the warmup and the chains
+    that :func:`robust_stan.rob_ula` describes, whose options these are.
     """
     if not (isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool) and 0 <= epsilon < 0.5):
         raise RobustStanInputError(f"epsilon: must lie in [0, 0.5), got {epsilon!r}")
@@ -317,15 +228,13 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
         raise RobustStanInputError(f"init: must be one of {', '.join(INITS)}, got {init!r}")
     if metric not in METRICS:
         raise RobustStanInputError(f"metric: must be one of {', '.join(METRICS)}, got {metric!r}")
-    estimate = get_estimator(default_estimator(model.spec.family) if estimator == "auto" else estimator)
+    estimate = get_estimator(default_estimator(program.spec.family) if estimator == "auto" else estimator)
     if gradient_total not in ("n", "clean"):
         raise RobustStanInputError(f"gradient_total: must be 'n' or 'clean', got {gradient_total!r}")
-    divergence = as_divergence(divergence)
-    learning_rate = require_positive("learning_rate", learning_rate)
-    per_example = model.per_example(data, divergence, oracle)   # checks data and divergence
-    stan_data = per_example.shared_data
-    prior = model.oracle(data, divergence, mode="prior", oracle=oracle)
-    posterior = model.oracle(data, divergence, learning_rate=learning_rate, oracle=oracle)
+    learning_rate = float(stan_data["learning_rate"])
+    per_example = PerExampleGradients(program, stan_data, oracle)
+    prior = program.oracle_for(with_switches(stan_data, mode="prior"), oracle)
+    posterior = program.oracle_for(stan_data, oracle)
     n, d = per_example.n, per_example.dimension
     total = n if gradient_total == "n" else (1 - epsilon) * n
     plain = estimate is plain_mean  # ULA follows every row
@@ -337,7 +246,7 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     def weighted_oracle(rows: np.ndarray):
         weights = np.zeros(n)
         weights[rows] = total / rows.size
-        return model.oracle(data, divergence, learning_rate=learning_rate, weights=weights, oracle=oracle)
+        return program.oracle_for(with_switches(stan_data, weights=weights), oracle)
 
     def z_drift(G: np.ndarray, theta: np.ndarray, L: np.ndarray) -> tuple[np.ndarray, float]:
         """The drift the chain follows in the coordinates z of theta = L z, from the per-example
@@ -370,7 +279,7 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
             start, converged = trimmed_mode(weighted_oracle, per_example, start, epsilon, whiten)
         if not converged:
             warnings.warn("rob_ula: the optimiser did not converge to a mode; the chains start from where it "
-                          "stopped. Pass init='random' or check the model.", RobustStanWarning, stacklevel=2)
+                          "stopped. Pass init='random' or check the model.", RobustStanWarning, stacklevel=3)
     scaling = adapted(start)
     if init == "mode":
         theta = start + init_scale * rng.normal(size=(chains, d)) @ scaling.factor.T
@@ -404,7 +313,7 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
             if broken.any():
                 warnings.warn(f"Rob-ULA: chain(s) {list(np.flatnonzero(broken) + 1)} diverged at iteration {k + 1} "
                               "(non-finite state); their remaining draws are NaN. Try a smaller step_size.",
-                              RuntimeWarning, stacklevel=2)
+                              RuntimeWarning, stacklevel=3)
                 alive &= ~broken
                 if not alive.any():
                     break
@@ -422,10 +331,4 @@ def rob_ula(model, data: Mapping, epsilon: float, step_size: float | None = None
     sampler.update(step_size=np.full((chains, kept_draws), eta), kept_fraction=kept)
     settings = RobULASettings(chains, warmup, iters, thin, int(seed or 0), float(epsilon),
                               getattr(estimate, "__name__", "custom"), float(eta), show_progress, init, metric)
-    _, data_scaling = prepare_data(model.spec, data, divergence, learning_rate)
-    fit = RobULAFit(model, RawDraws(variables, sampler), data=data, stan_data=stan_data, scaling=data_scaling,
-                    divergence=divergence, learning_rate=learning_rate, settings=settings)
-    fit.inverse_metric = scaling.inverse_metric
-    fit.unconstrained_draws = thetas  # (chains, draws, d), for held-out predictions
-    fit.warn_if_not_converged()
-    return fit
+    return RobULAOutput(RawDraws(variables, sampler), settings, scaling.inverse_metric, thetas)

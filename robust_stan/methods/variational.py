@@ -26,19 +26,16 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from .arviz_output import pareto_khat
-from .data import prepare_data, slice_rows
-from .divergences import Divergence, as_divergence
-from .engines import RawDraws
-from .errors import RobustStanInputError, require_count, require_positive, require_seed
-from .fit import Fit
-from .oracles import constrained_draws, make_oracle
+from ..building.data import slice_rows
+from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
+from ..engines import RawDraws
+from ..gradients.oracles import constrained_draws, make_oracle
+from ..gradients.program import RobustProgram
 
 FAMILIES = ("meanfield", "fullrank")
 
@@ -138,14 +135,14 @@ class _Parameters:
 class _Target:
     """log pi and its gradient on the unconstrained scale, full-batch or on minibatches."""
 
-    def __init__(self, model, stan_data: dict, divergence: Divergence, batch_size: int | None, oracle: str,
+    def __init__(self, program: RobustProgram, stan_data: dict, batch_size: int | None, oracle: str,
                  rng: np.random.Generator):
-        self.model, self.stan_data, self.oracle_kind, self.rng = model, stan_data, oracle, rng
-        self.full = model.oracle_for(stan_data, oracle)
+        self.program, self.stan_data, self.oracle_kind, self.rng = program, stan_data, oracle, rng
+        self.full = program.oracle_for(stan_data, oracle)
         self.dimension = self.full.dimension
         self.n = int(stan_data["N"])
         self.batch_size = batch_size
-        if batch_size is not None and divergence.code == 3:
+        if batch_size is not None and stan_data["divergence"] == 3:
             raise RobustStanInputError(
                 "batch_size: the original gamma form is not a sum over observations, so a minibatch gives no "
                 "unbiased estimate of it; run it full-batch (batch_size=None) or use rs.GammaD(gamma)")
@@ -156,7 +153,7 @@ class _Target:
             m = min(self.n, max(1000, 10 * batch_size))
             if m < self.n:
                 rows = np.sort(rng.choice(self.n, size=m, replace=False))
-                self.tracking = make_oracle(model.stan_code, slice_rows(model.spec, stan_data, rows, self.n / m),
+                self.tracking = make_oracle(program.stan_code, slice_rows(program.spec, stan_data, rows, self.n / m),
                                             self.dimension, oracle)
 
     def gradients(self, thetas: np.ndarray) -> np.ndarray:
@@ -164,8 +161,8 @@ class _Target:
         oracle = self.full
         if self.batch_size is not None and self.batch_size < self.n:
             rows = np.sort(self.rng.choice(self.n, size=self.batch_size, replace=False))
-            batch = slice_rows(self.model.spec, self.stan_data, rows, self.n / self.batch_size)
-            oracle = make_oracle(self.model.stan_code, batch, self.dimension, self.oracle_kind)
+            batch = slice_rows(self.program.spec, self.stan_data, rows, self.n / self.batch_size)
+            oracle = make_oracle(self.program.stan_code, batch, self.dimension, self.oracle_kind)
         return np.array([oracle.gradient(theta, jacobian=True) for theta in thetas])
 
     def log_density(self, thetas: np.ndarray, tracking: bool = False) -> np.ndarray:
@@ -195,43 +192,17 @@ class VariationalSettings:
     method: str = "robust-stan"
 
 
-class VariationalFit(Fit):
-    """Draws from the fitted q, with the same draws(), summary() and to_arviz() as a NUTS fit.
+@dataclass(frozen=True)
+class VariationalOutput:
+    """What the driver returns: draws from q (``raw``), its settings, ``q`` itself, the final ELBO
+    estimate ``elbo`` with its Monte Carlo error ``elbo_se``, and ``elbo_trace`` (iteration, ELBO)."""
 
-    ``q`` is the Gaussian on the unconstrained scale; ``elbo`` and ``elbo_se``
-    the final ELBO estimate from the output draws and its Monte Carlo error;
-    ``elbo_trace`` a table of (iteration, ELBO estimate) during the fit, also in
-    the InferenceData group ``variational_elbo``. sample_stats hold ``lp``
-    (log pi) and ``log_q`` of each draw, whose difference gives importance
-    weights (see :meth:`diagnostics`).
-    """
-
-    method = "variational"
-
-    def __init__(self, *args, q: GaussianQ, elbo: float, elbo_se: float, elbo_trace, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.q, self.elbo, self.elbo_se, self.elbo_trace = q, elbo, elbo_se, elbo_trace
-
-    def diagnostics(self) -> dict:
-        """The final ELBO and its Monte Carlo error, convergence, and the Pareto k-hat of the
-        importance weights pi/q (Yao et al. 2018: above 0.7 the q is a poor stand-in for pi)."""
-        log_ratio = (self.raw.sampler["lp__"] - self.raw.sampler["log_q"]).ravel()
-        khat = pareto_khat(log_ratio[np.isfinite(log_ratio)])
-        return {"elbo": self.elbo, "elbo_se": self.elbo_se, "converged": self.settings.converged,
-                "iterations": self.settings.iterations_run, "pareto_k": float(khat)}
-
-    def _arviz_groups(self) -> dict:
-        import xarray as xr
-
-        groups = super()._arviz_groups()
-        groups["variational_elbo"] = xr.Dataset({"elbo": ("iteration", np.asarray(self.elbo_trace["elbo"]))},
-                                                coords={"iteration": np.asarray(self.elbo_trace["iteration"])})
-        return groups
-
-    def __repr__(self) -> str:
-        s = self.settings
-        return (f"<robust_stan.VariationalFit {self.divergence!r}, {s.family}, ELBO {self.elbo:.4g} "
-                f"+/- {self.elbo_se:.2g}, {s.draws} draws, parameters {self.parameter_names}>")
+    raw: RawDraws
+    settings: VariationalSettings
+    q: GaussianQ
+    elbo: float
+    elbo_se: float
+    elbo_trace: dict
 
 
 def _tail_average(window_sums: list[np.ndarray], window: int) -> np.ndarray:
@@ -241,14 +212,15 @@ def _tail_average(window_sums: list[np.ndarray], window: int) -> np.ndarray:
     return np.sum(later, axis=0) / (window * len(later))
 
 
-def variational(model, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
-                weights=None, family: str = "meanfield", draws: int = 1000, grad_samples: int = 5,
-                elbo_samples: int = 100, eta: float = 0.05, iter: int = 10_000, tol_rel_obj: float = 1e-5,
-                eval_elbo: int = 100, batch_size: int | None = None, seed: int | None = None,
-                init: Mapping | None = None, init_radius: float = 2.0, init_sd: float = 1.0,
-                warm_start: GaussianQ | None = None, show_progress: bool = True,
-                oracle: str = "auto") -> VariationalFit:
-    """Fit a Gaussian q to the generalized posterior; see :meth:`robust_stan.Model.variational`."""
+def fit_variational(program: RobustProgram, stan_data: dict, family: str = "meanfield", draws: int = 1000,
+                    grad_samples: int = 5, elbo_samples: int = 100, eta: float = 0.05, iter: int = 10_000,
+                    tol_rel_obj: float = 1e-5, eval_elbo: int = 100, batch_size: int | None = None,
+                    seed: int | None = None, start: np.ndarray | None = None, init_radius: float = 2.0,
+                    init_sd: float = 1.0, warm_start: GaussianQ | None = None, show_progress: bool = True,
+                    oracle: str = "auto") -> VariationalOutput:
+    """Fit a Gaussian q to the generalized posterior of prepared ``stan_data``; see
+    :meth:`robust_stan.Model.variational` for the options. ``start`` is q's starting mean on the
+    unconstrained scale (by default uniform on (-init_radius, init_radius))."""
     if family not in FAMILIES:
         raise RobustStanInputError(f"family: the variational driver knows {list(FAMILIES)}, not {family!r}")
     draws = require_count("draws", draws)
@@ -261,24 +233,20 @@ def variational(model, data: Mapping, divergence: Divergence | None = None, lear
     init_sd = require_positive("init_sd", init_sd)
     if not (isinstance(init_radius, (int, float)) and init_radius >= 0):
         raise RobustStanInputError(f"init_radius: must be a number >= 0, got {init_radius!r}")
-    divergence = as_divergence(divergence)
-    stan_data, scaling = prepare_data(model.spec, data, divergence, learning_rate, weights)
     if batch_size is not None:
         batch_size = require_count("batch_size", batch_size)
         if batch_size > stan_data["N"]:
             raise RobustStanInputError(f"batch_size: at most the {stan_data['N']} rows, got {batch_size}")
     seed = require_seed(seed)
     rng = np.random.default_rng(seed)
-    target = _Target(model, stan_data, divergence, batch_size, oracle, rng)
+    target = _Target(program, stan_data, batch_size, oracle, rng)
     parameters = _Parameters(family, target.dimension)
     if warm_start is not None:
         vector = parameters.from_q(warm_start)
     else:
-        if init is None:
+        if start is None:
             start = rng.uniform(-init_radius, init_radius, target.dimension)
-        else:
-            start = model.unconstrain_init(init, stan_data, scaling)
-        vector = parameters.initial(start, init_sd)
+        vector = parameters.initial(np.asarray(start, dtype=float), init_sd)
 
     # Adam, ascending the ELBO; step size eta / sqrt(1 + t / eval_elbo). q is reported as the
     # average of the later half of the iterates (see _tail_average).
@@ -332,7 +300,6 @@ def variational(model, data: Mapping, divergence: Divergence | None = None, lear
     sampler = {"lp__": lp[None], "log_q": log_q[None]}
     settings = VariationalSettings(family, draws, grad_samples, elbo_samples, eta, iter, tol_rel_obj, eval_elbo,
                                    batch_size, int(seed or 0), show_progress, t, converged)
-    return VariationalFit(model, RawDraws(variables, sampler), data=data, stan_data=stan_data, scaling=scaling,
-                          divergence=divergence, learning_rate=stan_data["learning_rate"], settings=settings, q=q,
-                          elbo=float(np.mean(elbo_terms)), elbo_se=float(np.std(elbo_terms, ddof=1) / np.sqrt(draws)),
-                          elbo_trace={"iteration": np.array(trace_iterations), "elbo": np.array(trace_elbo)})
+    return VariationalOutput(RawDraws(variables, sampler), settings, q, elbo=float(np.mean(elbo_terms)),
+                             elbo_se=float(np.std(elbo_terms, ddof=1) / np.sqrt(draws)),
+                             elbo_trace={"iteration": np.array(trace_iterations), "elbo": np.array(trace_elbo)})

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import jinja2
 
-from ._version import __version__
-from .resources import LIBRARY_FILE, library_code, templates_path
+from .._version import __version__
+from ..common.resources import LIBRARY_FILE, library_code, templates_path
 from .spec import ModelSpec, split_statements
 
 INCLUDE_LINE = f"#include {LIBRARY_FILE}"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .divergences import Divergence, as_divergence
-from .errors import RobustStanInputError, RobustStanWarning, require_positive
+from ..common.errors import RobustStanInputError, RobustStanWarning, require_positive
+from .divergences import KL, Divergence
 from .families import STAN_INT_MAX
 from .spec import LINEAR_PREDICTOR_MODELS, ModelSpec
 
@@ -144,7 +144,7 @@ def warn_if_the_data_barely_count(family, y_fitted: np.ndarray, stan_data: dict,
             f"divergence: with beta = {divergence.param:g} the data have almost no influence: the beta loss "
             f"weighs the {len(y_fitted)} observations like {ess:.3g} (sum of p_i^beta at a pilot fit), so the "
             "posterior will be close to the prior. Choose a smaller beta (0.1-1 is usual).",
-            RobustStanWarning, stacklevel=3)
+            RobustStanWarning, stacklevel=5)
 
 
 def prepare_data(
@@ -158,6 +158,9 @@ def prepare_data(
     scaling: Scaling | None = None,
 ) -> tuple[dict, Scaling]:
     """Validate ``data`` and return (Stan data dict, outcome scaling).
+
+    ``divergence`` is a :class:`Divergence` already checked by the public entry
+    (None means KL); ``learning_rate`` and ``weights`` are checked here.
 
     ``scaling`` imposes another data set's outcome scaling (test data seen by a
     model fitted to training data); by default it is computed from ``data``."""
@@ -230,7 +233,7 @@ def prepare_data(
     for name, value in spec.known.items():  # a known scale moves with y
         out[name] = float(to_fitted_scale(spec.known_rescale.get(name), value, scaling))
 
-    div = as_divergence(divergence)
+    div = divergence if divergence is not None else KL()  # the public entry has checked it
     out.update(div.stan_data())
     out["learning_rate"] = check_learning_rate(learning_rate)
     out["weights"] = check_weights(weights, n)
@@ -254,6 +257,23 @@ def prepare_data(
     out["n_batch"] = int(rows.size)
     out["batch"] = (rows + 1).astype(np.int64)
     return out, scaling
+
+
+def with_switches(stan_data: dict, *, mode: str | None = None, learning_rate: float | None = None,
+                  weights=None) -> dict:
+    """A copy of prepared Stan data with another ``mode``, ``learning_rate`` or ``weights`` (checked):
+    the variants a method needs (the prior alone, a reweighted posterior) without preparing the data
+    again."""
+    out = dict(stan_data)
+    if mode is not None:
+        if mode not in MODES:
+            raise RobustStanInputError(f"mode: must be one of {list(MODES)}, got {mode!r}")
+        out["mode"] = MODES[mode]
+    if learning_rate is not None:
+        out["learning_rate"] = check_learning_rate(learning_rate)
+    if weights is not None:
+        out["weights"] = check_weights(weights, int(stan_data["N"]))
+    return out
 
 
 def slice_rows(spec: ModelSpec, stan_data: dict, rows: np.ndarray, weight_factor: float = 1.0) -> dict:

@@ -8,16 +8,13 @@ provides them: httpstan's extension module has no such services.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from .data import prepare_data
-from .divergences import Divergence, as_divergence
-from .engines import RawDraws
-from .errors import RobustStanInputError, require_count
-from .fit import Fit
+from ..common.errors import RobustStanInputError, require_count
+from ..engines import RawDraws
+from ..gradients.program import RobustProgram
 
 STAN_METHODS = ("advi", "pathfinder", "laplace")
 
@@ -34,25 +31,6 @@ class StanMethodSettings:
     chains: int = 1
 
 
-class StanMethodFit(Fit):
-    """Draws from Stan's ADVI, Pathfinder or Laplace approximation, as a robust-stan fit.
-
-    sample_stats hold CmdStan's own per-draw columns (``lp__``, ``log_p__``,
-    ``log_g__``, ...); ``raw.backend`` is CmdStanPy's result object.
-    """
-
-    @property
-    def method(self) -> str:
-        return self.settings.method
-
-    def diagnostics(self) -> dict:
-        return {"method": self.settings.method, "draws": self.settings.draws}
-
-    def __repr__(self) -> str:
-        return (f"<robust_stan.StanMethodFit {self.settings.method}, {self.divergence!r}, "
-                f"{self.settings.draws} draws, parameters {self.parameter_names}>")
-
-
 def _call_cmdstanpy(model, method: str, stan_data: dict, family: str, draws: int, seed, options: dict):
     if method == "advi":
         return model.variational(data=stan_data, algorithm=family, draws=draws, seed=seed, **options)
@@ -61,25 +39,24 @@ def _call_cmdstanpy(model, method: str, stan_data: dict, family: str, draws: int
     return model.laplace_sample(data=stan_data, draws=draws, seed=seed, **options)
 
 
-def run_stan_method(model, method: str, data: Mapping, divergence: Divergence | None = None,
-                    learning_rate: float = 1.0, weights=None, family: str = "meanfield", draws: int = 1000,
-                    seed: int | None = None, show_progress: bool = True, **options) -> StanMethodFit:
-    """Run Stan's ``method`` ("advi", "pathfinder" or "laplace") on the model's program via CmdStanPy."""
+def run_stan_method(program: RobustProgram, method: str, stan_data: dict, family: str = "meanfield",
+                    draws: int = 1000, seed: int | None = None, show_progress: bool = True,
+                    **options) -> tuple[RawDraws, StanMethodSettings]:
+    """Run Stan's ``method`` ("advi", "pathfinder" or "laplace") on the program via CmdStanPy;
+    returns the draws (``backend`` is CmdStanPy's result) and the settings."""
     if method not in STAN_METHODS:
         raise RobustStanInputError(f"method: choose 'robust-stan' or one of Stan's {list(STAN_METHODS)}, "
                                    f"not {method!r}")
-    if model.engine != "cmdstan":
+    if program.engine != "cmdstan":
         raise RobustStanInputError(
             f"method: {method!r} is Stan's own algorithm, provided by the CmdStan engine (CmdStanPy with CmdStan "
-            f"installed: python -m cmdstanpy.install_cmdstan); this model runs on the {model.engine!r} engine. "
+            f"installed: python -m cmdstanpy.install_cmdstan); this model runs on the {program.engine!r} engine. "
             "Use method='robust-stan' (this library's driver, on any engine) or engine='cmdstan'.")
     if family not in ("meanfield", "fullrank"):
         raise RobustStanInputError(f"family: ADVI knows 'meanfield' and 'fullrank', not {family!r}")
     require_count("draws", draws)
-    divergence = as_divergence(divergence)
-    stan_data, scaling = prepare_data(model.spec, data, divergence, learning_rate, weights)
-    program = model.compile(show_progress=show_progress)
-    result = _call_cmdstanpy(program.model, method, stan_data, family, int(draws), seed, options)
+    compiled = program.compile(show_progress=show_progress)
+    result = _call_cmdstanpy(compiled.model, method, stan_data, family, int(draws), seed, options)
     variables = {}
     for name in result.metadata.stan_vars:
         values = np.asarray(result.stan_variable(name, mean=False) if method == "advi" else result.stan_variable(name))
@@ -89,6 +66,4 @@ def run_stan_method(model, method: str, data: Mapping, divergence: Divergence | 
     table = table.reshape(-1, len(columns))
     sampler = {c: table[:, i][None] for i, c in enumerate(columns) if c.endswith("__")}
     settings = StanMethodSettings(method, int(draws), int(seed or 0), show_progress, dict(options))
-    return StanMethodFit(model, RawDraws(variables, sampler, backend=result), data=data, stan_data=stan_data,
-                         scaling=scaling, divergence=divergence, learning_rate=stan_data["learning_rate"],
-                         settings=settings)
+    return RawDraws(variables, sampler, backend=result), settings

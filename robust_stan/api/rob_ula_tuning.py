@@ -19,9 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .errors import RobustStanInputError, RobustStanWarning, require_seed
-from .influence import held_out_pointwise_log_likelihood
-from .rob_ula import RobULAFit, default_estimator, rob_ula
+from ..common.errors import RobustStanInputError, RobustStanWarning, require_seed
+from ..methods.rob_ula import default_estimator
+from ..results.held_out import held_out_pointwise_log_likelihood
+from ..results.method_fits import RobULAFit
+from .model import Model
+from .rob_ula import rob_ula
 
 DEFAULT_EPSILONS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2)
 
@@ -53,7 +56,7 @@ class RobULATuning:
         return ax
 
 
-def split_rows(model, data: Mapping, fraction: float, rng: np.random.Generator) -> tuple[dict, dict]:
+def split_rows(model: Model, data: Mapping, fraction: float, rng: np.random.Generator) -> tuple[dict, dict]:
     """(training, validation) dicts: every variable with one entry per observation is split by
     rows, a random ``fraction`` of them to validation; the others are copied to both."""
     n = len(np.asarray(data["y"]))
@@ -72,7 +75,7 @@ def split_rows(model, data: Mapping, fraction: float, rng: np.random.Generator) 
     return training, validation
 
 
-def tune_rob_ula(model, data: Mapping, epsilons: Sequence[float] = DEFAULT_EPSILONS,
+def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAULT_EPSILONS,
                  estimators: Sequence[str] = ("auto",), validation_fraction: float = 0.2,
                  refit: bool = True, seed: int | None = None, **rob_ula_options) -> RobULATuning:
     """Choose ``epsilon`` (and the estimator) by held-out log predictive density, then refit.
@@ -113,7 +116,8 @@ def tune_rob_ula(model, data: Mapping, epsilons: Sequence[float] = DEFAULT_EPSIL
                 warnings.simplefilter("ignore", RobustStanWarning)
                 fit = rob_ula(model, training, epsilon=epsilon, estimator=estimator, seed=run_seed, **options)
             thetas = fit.unconstrained_draws.reshape(-1, fit.unconstrained_draws.shape[-1])
-            pointwise = held_out_pointwise_log_likelihood(fit, validation, thetas[np.all(np.isfinite(thetas), axis=1)])
+            finite = thetas[np.all(np.isfinite(thetas), axis=1)]
+            pointwise = held_out_pointwise_log_likelihood(fit.model, fit.divergence, fit.scaling, validation, finite)
             rows.append({"estimator": name, "epsilon": epsilon,
                          "validation_loglik": float(pointwise.mean()),
                          "validation_loglik_se": float(pointwise.std(ddof=1) / np.sqrt(pointwise.size)),

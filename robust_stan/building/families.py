@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import RobustStanInputError
+from ..common.errors import RobustStanInputError
 
 
 @dataclass(frozen=True)

@@ -26,15 +26,13 @@ copies, each at its own theta.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 
-from .data import MODES, slice_rows
-from .divergences import Divergence, as_divergence
-from .errors import RobustStanInputError
+from ..building.data import MODES, slice_rows
+from ..building.spec import LINEAR_PREDICTOR_MODELS
+from ..common.errors import RobustStanInputError
 from .oracles import GradientOracle, make_oracle
-from .spec import LINEAR_PREDICTOR_MODELS
+from .program import RobustProgram
 
 
 class PerExampleGradients:
@@ -45,24 +43,22 @@ class PerExampleGradients:
     ``strategy`` is "auto", "copies" or "linear_predictor" (module docstring).
     """
 
-    def __init__(self, model, data: Mapping, divergence: Divergence | None = None, oracle: str = "auto",
-                 strategy: str = "auto"):
-        self.model = model
-        self.strategy = _choose_strategy(model.spec, strategy)
-        self.divergence = as_divergence(divergence)
-        if self.divergence.code == 3:
+    def __init__(self, program: RobustProgram, stan_data: dict, oracle: str = "auto", strategy: str = "auto"):
+        self.program = program
+        self.strategy = _choose_strategy(program.spec, strategy)
+        if stan_data["divergence"] == 3:
             raise RobustStanInputError(
                 "divergence: the original gamma form is not a sum over observations, so it has no per-example "
                 "gradients; use rs.GammaD(gamma) (decomposable), rs.BetaD or rs.KL()")
-        self.shared_data = model.stan_data(data, self.divergence)
+        self.shared_data = stan_data
         self.n = int(self.shared_data["N"])
-        layout = model._parameter_layout(self.shared_data)
+        layout = program.parameter_layout(self.shared_data)
         self._per_copy_sizes = [size for _, _, size in layout]
         self._starts = np.cumsum([0] + self._per_copy_sizes)  # each parameter's first column
         self.dimension = int(self._starts[-1])
         self._copied = list(range(len(layout)))  # the parameters the per-example program copies per row
         if self.strategy == "linear_predictor":
-            lp = model.spec.linear_predictor
+            lp = program.spec.linear_predictor
             names = [p.name for p, _, _ in layout]
             self._intercept_parameter = names.index(lp.intercept)  # a real: one column
             at = names.index(lp.coefficients)
@@ -90,9 +86,9 @@ class PerExampleGradients:
                 self._oracles.clear()
             used, position = np.unique(rows, return_inverse=True)
             # A minibatch's program holds only its own rows: a small model to build per batch.
-            data = slice_rows(self.model.spec, self.shared_data, used) if used.size < self.n else dict(self.shared_data)
+            data = slice_rows(self.program.spec, self.shared_data, used) if used.size < self.n else dict(self.shared_data)
             data.update(mode=self._mode, n_batch=int(rows.size), batch=(position + 1).astype(np.int64))
-            self._oracles[key] = make_oracle(self.model.stan_code, data, rows.size * self._copy_size, self._oracle_kind)
+            self._oracles[key] = make_oracle(self.program.stan_code, data, rows.size * self._copy_size, self._oracle_kind)
         return self._oracles[key]
 
     def copies(self, thetas: np.ndarray, n_rows: int) -> np.ndarray:

@@ -7,8 +7,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .errors import StanCompileError
-from .resources import stan_include_path
+from ..common.errors import StanCompileError
+from ..common.resources import stan_include_path
 from .spec import ModelSpec, split_statements
 
 _LOCATION = re.compile(r"line (\d+), column (\d+)")

@@ -1,0 +1,59 @@
+"""rs.influence: the public entry of the refitting influence curves (robust_stan.results.influence)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..building.divergences import Divergence
+from ..common.errors import RobustStanInputError
+from ..results.influence import influence_curve
+from ..results.method_fits import VariationalFit
+from .model import Model
+
+
+def influence(fit_or_model: VariationalFit | Model, data: Mapping, index: int, values: Sequence, test_data: Mapping,
+              *, variable: str = "y", column: int | None = None, draws: int = 200, seed: int = 0,
+              divergence: Divergence | None = None, **options) -> pd.DataFrame:
+    """How the test log-likelihood moves when training point ``index`` takes each of ``values``.
+
+    ``fit_or_model`` is a variational fit of the model to ``data`` (see
+    :meth:`robust_stan.Model.variational`), whose divergence, learning rate and
+    family are reused; or a Model, which is first fitted to ``data`` by
+    ``model.variational(data, divergence, seed=seed, **options)`` (``divergence``
+    only goes with a Model). Every refit starts from the fit's q with the same seed,
+    and so does a baseline refit on the unchanged data: ``change`` is the refit's
+    test log-likelihood minus the baseline's, so the optimiser's own noise (large
+    with minibatches) cancels. The baseline is kept with the fit, so further calls
+    with the same data, test data and settings (other points) do not refit it.
+    ``variable`` and ``column`` say what is moved (``"y"``, or ``"X"`` with a column). Returns a table with one row per value:
+    ``value``, ``test_loglik`` and ``change``. ``options`` go to the refits (and to
+    the first fit of a Model).
+    """
+    fit = fit_or_model
+    for name in ("warm_start", "show_progress"):
+        if name in options:
+            raise RobustStanInputError(f"{name}: influence sets it for every refit (each starts from the fit's q, "
+                                       "quietly)")
+    if isinstance(fit, Model):
+        first_fit = {"learning_rate": options.pop("learning_rate", 1.0), "family": options.pop("family", "meanfield")}
+        fit = fit.variational(data, divergence, seed=seed, show_progress=False, **first_fit, **options)
+    else:
+        for name, value in (("divergence", divergence), *((k, options.get(k)) for k in ("learning_rate", "family"))):
+            if value is not None:
+                raise RobustStanInputError(f"{name}: give it with a Model; a variational fit keeps its own {name}")
+    if not isinstance(fit, VariationalFit):
+        raise RobustStanInputError("fit_or_model: give a variational fit (model.variational(...)) or a Model; "
+                                   "influence refits it from its q at each value")
+    n = len(np.asarray(data["y"]))
+    if not isinstance(index, (int, np.integer)) or not 0 <= index < n:
+        raise RobustStanInputError(f"index: must be a row number in 0..{n - 1}, got {index!r}")
+    if variable not in data:
+        raise RobustStanInputError(f"variable: {variable!r} is not in the data")
+    values = np.asarray(values, dtype=float).ravel()
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        raise RobustStanInputError("values: give at least one finite value")
+    return influence_curve(fit, data, index, values, test_data, variable=variable, column=column, draws=draws,
+                           seed=seed, **options)

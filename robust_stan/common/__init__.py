@@ -1,0 +1,1 @@
+"""Helpers every layer may use: errors and input checks, package resources, progress bars, worker pools."""

@@ -1,0 +1,1 @@
+"""Gradients: a model's compiled program, its log density and gradient oracles, per-example gradients."""

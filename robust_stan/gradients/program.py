@@ -1,0 +1,138 @@
+"""A model's generated Stan program: compiled once, its unconstrained layout, its gradient oracles.
+
+Everything here takes Stan data that :func:`robust_stan.building.data.prepare_data`
+has already checked; the public :class:`robust_stan.Model` adds the entry points
+that take the user's data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..building.codegen import render_program
+from ..building.data import Scaling, to_fitted_scale
+from ..building.spec import ModelSpec, ParameterDeclaration
+from ..common.errors import RobustStanInputError
+from ..engines import CompiledProgram, compile_program, resolve_engine
+from .oracles import GradientOracle, make_oracle
+
+# Number of trailing dimensions that belong to one element of each base type.
+_ELEMENT_NDIM = {"real": 0, "row_vector": 1, "matrix": 2, "column_stochastic_matrix": 2,
+                 "row_stochastic_matrix": 2, "cholesky_factor_corr": 2, "corr_matrix": 2,
+                 "cov_matrix": 2, "cholesky_factor_cov": 2}
+
+
+def _unconstrained_element_size(base: str, dims: tuple[int, ...]) -> int:
+    """Size of one element of a parameter type on Stan's unconstrained scale."""
+    if base in ("simplex", "sum_to_zero_vector"):
+        return dims[0] - 1
+    if base in ("cholesky_factor_corr", "corr_matrix"):
+        return dims[0] * (dims[0] - 1) // 2
+    if base == "cov_matrix":
+        return dims[0] + dims[0] * (dims[0] - 1) // 2
+    if base == "cholesky_factor_cov":
+        m, n = dims
+        return n * (n + 1) // 2 + (m - n) * n
+    if base == "column_stochastic_matrix":
+        return (dims[0] - 1) * dims[1]
+    if base == "row_stochastic_matrix":
+        return dims[0] * (dims[1] - 1)
+    return int(np.prod(dims)) if dims else 1
+
+
+class RobustProgram:
+    """The generated program of a :class:`~robust_stan.building.spec.ModelSpec` on one engine.
+
+    ``stan_code`` is the readable program; it compiles on first use and every
+    later call (and later process) reuses the build. The divergence, learning
+    rate, weights and mode are data, so one compiled program serves every method.
+    """
+
+    def __init__(self, spec: ModelSpec, engine: str = "auto", kind: str = "custom"):
+        self.spec = spec
+        self.kind = kind
+        self.stan_code = render_program(spec)
+        self._engine_request = engine
+        resolve_engine(engine)  # an unknown engine name fails here, not at the first fit
+        self._program: CompiledProgram | None = None
+        if kind == "custom":
+            from ..building.stanc import check_program
+
+            check_program(self.stan_code, spec)
+
+    @property
+    def engine(self) -> str:
+        """Name of the engine this model runs on ('cmdstan' or 'httpstan')."""
+        return self._program.engine_name if self._program else resolve_engine(self._engine_request)
+
+    def compile(self, show_progress: bool = True) -> CompiledProgram:
+        """Compile the program (once; later calls and later processes reuse the build)."""
+        if self._program is None:
+            self._program = compile_program(self.stan_code, self._engine_request, show_progress=show_progress)
+        return self._program
+
+    # -- the unconstrained parameters ---------------------------------------------
+    def parameter_layout(self, stan_data: dict) -> list[tuple[ParameterDeclaration, int, int]]:
+        """(declaration, copies, unconstrained size of one copy) per parameter."""
+        dims = self.compile().variable_shapes(stan_data)
+        layout = []
+        for p in self.spec.parameters:
+            shape = dims[f"{p.name}_copies"]
+            ndim = 0 if p.base == "real" else _ELEMENT_NDIM.get(p.base, 1)
+            element = shape[len(shape) - ndim:] if ndim else ()
+            per_copy_elements = int(np.prod(shape[1:len(shape) - ndim])) if len(shape) - ndim > 1 else 1
+            layout.append((p, shape[0], per_copy_elements * _unconstrained_element_size(p.base, tuple(element))))
+        return layout
+
+    def dimension(self, stan_data: dict) -> int:
+        """Number of unconstrained parameters of the program for these Stan data."""
+        return sum(copies * size for _, copies, size in self.parameter_layout(stan_data))
+
+    def check_theta(self, stan_data: dict, theta) -> np.ndarray:
+        """``theta_unconstrained`` as a finite vector of the program's dimension, or an error naming it."""
+        theta = np.asarray(theta, dtype=float).ravel()
+        expected = self.dimension(stan_data)
+        if theta.shape != (expected,):
+            raise RobustStanInputError(f"theta_unconstrained: expected {expected} values, got {theta.size}")
+        if not np.all(np.isfinite(theta)):
+            raise RobustStanInputError("theta_unconstrained: contains non-finite values")
+        return theta
+
+    def oracle_for(self, stan_data: dict, oracle: str = "auto") -> GradientOracle:
+        """A gradient oracle for already prepared Stan data."""
+        return make_oracle(self.stan_code, stan_data, self.dimension(stan_data), oracle)
+
+    # -- starting points ------------------------------------------------------------
+    def chain_inits(self, inits, chains: int, scaling: Scaling) -> list[dict] | None:
+        """Constrained starting values by parameter name (one dict, or one per chain) as the
+        program's ``*_copies`` variables on the fitted scale; None stays None."""
+        if inits is None:
+            return None
+        per_chain = [inits] * chains if isinstance(inits, Mapping) else list(inits)
+        if len(per_chain) != chains or not all(isinstance(i, Mapping) for i in per_chain):
+            raise RobustStanInputError(f"inits: give one dict, or a list of {chains} dicts (one per chain)")
+        out = []
+        for init in per_chain:
+            unknown = sorted(set(init) - set(self.spec.parameter_names))
+            if unknown:
+                raise RobustStanInputError(f"inits: unknown parameter(s) {unknown}; the model has {self.spec.parameter_names}")
+            for name, value in init.items():
+                try:
+                    finite = np.all(np.isfinite(np.asarray(value, dtype=float)))
+                except (TypeError, ValueError):
+                    finite = False
+                if not finite:
+                    raise RobustStanInputError(f"inits: {name} must be finite numbers, got {value!r}")
+            out.append({f"{k}_copies": np.asarray([to_fitted_scale(self.spec.rescale.get(k), v, scaling)])
+                        for k, v in init.items()})
+        return out
+
+    def unconstrain_init(self, init: Mapping, stan_data: dict, scaling: Scaling) -> np.ndarray:
+        """A dict of every parameter's value (original scale) as an unconstrained vector."""
+        missing = sorted(set(self.spec.parameter_names) - set(init))
+        if missing:
+            raise RobustStanInputError(f"init: give a value for every parameter; missing {missing}")
+        values = self.chain_inits(init, 1, scaling)[0]
+        return self.oracle_for(stan_data).unconstrain(values)

@@ -1,0 +1,30 @@
+"""NUTS: Stan's own sampler on the generated program, through the model's engine."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..common.errors import RobustStanInputError, require_count, require_seed
+from ..engines import NutsSettings, RawDraws
+from ..gradients.program import RobustProgram
+
+
+def nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
+                  show_progress) -> NutsSettings:
+    """CmdStanPy's sampler arguments, checked; a missing seed is drawn (and recorded) here."""
+    for name, value, low in (("chains", chains, 1), ("iter_warmup", iter_warmup, 0),
+                             ("iter_sampling", iter_sampling, 1), ("thin", thin, 1), ("max_treedepth", max_treedepth, 1)):
+        require_count(name, value, low)
+    if not 0 < float(adapt_delta) < 1:
+        raise RobustStanInputError(f"adapt_delta: must lie in (0, 1), got {adapt_delta}")
+    seed = require_seed(seed)
+    if seed is None:
+        seed = int(np.random.default_rng().integers(0, 2**31 - 1))
+    return NutsSettings(int(chains), int(iter_warmup), int(iter_sampling), int(thin), int(seed),
+                        float(adapt_delta), int(max_treedepth), bool(show_progress))
+
+
+def run_nuts(program: RobustProgram, stan_data: dict, settings: NutsSettings,
+             chain_inits: list[dict] | None) -> RawDraws:
+    """Draws of the generalized posterior from the engine's NUTS, with Stan's adaptation."""
+    return program.compile(show_progress=settings.show_progress).sample(stan_data, settings, chain_inits)

@@ -1,0 +1,96 @@
+"""Fit objects of the methods other than NUTS: the same draws(), summary() and to_arviz(),
+plus what each method knows about its own run."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..methods.variational import GaussianQ
+from .arviz_output import pareto_khat
+from .fit import Fit
+
+
+class VariationalFit(Fit):
+    """Draws from the fitted q, with the same draws(), summary() and to_arviz() as a NUTS fit.
+
+    ``q`` is the Gaussian on the unconstrained scale; ``elbo`` and ``elbo_se``
+    the final ELBO estimate from the output draws and its Monte Carlo error;
+    ``elbo_trace`` a table of (iteration, ELBO estimate) during the fit, also in
+    the InferenceData group ``variational_elbo``. sample_stats hold ``lp``
+    (log pi) and ``log_q`` of each draw, whose difference gives importance
+    weights (see :meth:`diagnostics`).
+    """
+
+    method = "variational"
+
+    def __init__(self, *args, q: GaussianQ, elbo: float, elbo_se: float, elbo_trace, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.q, self.elbo, self.elbo_se, self.elbo_trace = q, elbo, elbo_se, elbo_trace
+
+    def diagnostics(self) -> dict:
+        """The final ELBO and its Monte Carlo error, convergence, and the Pareto k-hat of the
+        importance weights pi/q (Yao et al. 2018: above 0.7 the q is a poor stand-in for pi)."""
+        log_ratio = (self.raw.sampler["lp__"] - self.raw.sampler["log_q"]).ravel()
+        khat = pareto_khat(log_ratio[np.isfinite(log_ratio)])
+        return {"elbo": self.elbo, "elbo_se": self.elbo_se, "converged": self.settings.converged,
+                "iterations": self.settings.iterations_run, "pareto_k": float(khat)}
+
+    def _arviz_groups(self) -> dict:
+        import xarray as xr
+
+        groups = super()._arviz_groups()
+        groups["variational_elbo"] = xr.Dataset({"elbo": ("iteration", np.asarray(self.elbo_trace["elbo"]))},
+                                                coords={"iteration": np.asarray(self.elbo_trace["iteration"])})
+        return groups
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return (f"<robust_stan.VariationalFit {self.divergence!r}, {s.family}, ELBO {self.elbo:.4g} "
+                f"+/- {self.elbo_se:.2g}, {s.draws} draws, parameters {self.parameter_names}>")
+
+
+class RobULAFit(Fit):
+    """Draws from Rob-ULA, with the same draws(), summary() and to_arviz() as a NUTS fit.
+
+    ``sample_stats`` holds per draw: ``lp`` (log density, unless left out), ``step_size`` and
+    ``kept_fraction`` (rows the robust estimator kept at that step). ``inverse_metric`` is the
+    final M = L L^T and ``unconstrained_draws`` the draws of theta (chains, draws, d).
+    """
+
+    method = "rob_ula"
+
+    def __init__(self, *args, inverse_metric: np.ndarray, unconstrained_draws: np.ndarray, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.inverse_metric, self.unconstrained_draws = inverse_metric, unconstrained_draws
+
+    def diagnostics(self) -> dict:
+        """Chains that diverged, the mean kept fraction and the largest R-hat."""
+        return {
+            "diverged_chains": int(sum(not np.all(np.isfinite(chain)) for chain in next(iter(self.posterior.values())))),
+            "mean_kept_fraction": float(np.nanmean(self.raw.sampler["kept_fraction"])),
+            "max_r_hat": float(self.summary()["r_hat"].max()),
+        }
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return (f"<robust_stan.RobULAFit {self.divergence!r}, estimator {s.estimator!r}, epsilon {s.epsilon:g}, "
+                f"{s.chains} chains x {s.iter_sampling // s.thin} draws, parameters {self.parameter_names}>")
+
+
+class StanMethodFit(Fit):
+    """Draws from Stan's ADVI, Pathfinder or Laplace approximation, as a robust-stan fit.
+
+    sample_stats hold CmdStan's own per-draw columns (``lp__``, ``log_p__``,
+    ``log_g__``, ...); ``raw.backend`` is CmdStanPy's result object.
+    """
+
+    @property
+    def method(self) -> str:
+        return self.settings.method
+
+    def diagnostics(self) -> dict:
+        return {"method": self.settings.method, "draws": self.settings.draws}
+
+    def __repr__(self) -> str:
+        return (f"<robust_stan.StanMethodFit {self.settings.method}, {self.divergence!r}, "
+                f"{self.settings.draws} draws, parameters {self.parameter_names}>")
