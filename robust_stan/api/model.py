@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..building.data import prepare_data
+from ..building.data import PreparedData, prepare_data
 from ..building.divergences import Divergence, as_divergence
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
@@ -36,12 +36,11 @@ class Model(RobustProgram):
 
     # -- data -------------------------------------------------------------------
     def prepare(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
-                weights=None, mode: str = "posterior", batch=None) -> tuple[dict, dict]:
-        """(Stan data, what a fit records about them): the user's arguments checked and converted once."""
+                weights=None, mode: str = "posterior", batch=None) -> PreparedData:
+        """The user's data and settings, checked and converted once (see :meth:`stan_data`)."""
         divergence = as_divergence(divergence)
         stan_data, scaling = prepare_data(self.spec, data, divergence, learning_rate, weights, mode, batch)
-        return stan_data, {"data": data, "stan_data": stan_data, "scaling": scaling, "divergence": divergence,
-                           "learning_rate": stan_data["learning_rate"]}
+        return PreparedData(data, stan_data, scaling, divergence)
 
     def stan_data(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                   weights=None, mode: str = "posterior", batch=None) -> dict:
@@ -51,7 +50,7 @@ class Model(RobustProgram):
         rows) or "prior". Continuous outcomes of built-in models come back
         standardised (see :func:`robust_stan.glm`).
         """
-        return self.prepare(data, divergence, learning_rate, weights, mode, batch)[0]
+        return self.prepare(data, divergence, learning_rate, weights, mode, batch).stan_data
 
     # -- densities ----------------------------------------------------------------
     def log_density(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
@@ -115,11 +114,11 @@ class Model(RobustProgram):
         outliers the robust posterior can be multimodal, so starting from the
         ordinary (KL) fit's means is a good habit.
         """
-        stan_data, prepared = self.prepare(data, divergence, learning_rate, weights)
+        prepared = self.prepare(data, divergence, learning_rate, weights)
         settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
                                  show_progress)
-        chain_inits = self.chain_inits(inits, settings.chains, prepared["scaling"])
-        fit = Fit(self, run_nuts(self, stan_data, settings, chain_inits), settings=settings, **prepared)
+        chain_inits = self.chain_inits(inits, settings.chains, prepared.scaling)
+        fit = Fit(self, run_nuts(self, prepared.stan_data, settings, chain_inits), prepared, settings)
         fit.warn_if_not_converged()
         return fit
 
@@ -149,16 +148,16 @@ class Model(RobustProgram):
         algorithms on the same program through CmdStanPy (CmdStan engine only);
         ``options`` then go to CmdStanPy's method of that name.
         """
-        stan_data, prepared = self.prepare(data, divergence, learning_rate, weights)
+        prepared = self.prepare(data, divergence, learning_rate, weights)
         if method == "robust-stan":
-            start = None if init is None else self.unconstrain_init(init, stan_data, prepared["scaling"])
-            out = fit_variational(self, stan_data, family=family, draws=draws, seed=seed, start=start,
+            start = None if init is None else self.unconstrain_init(init, prepared.stan_data, prepared.scaling)
+            out = fit_variational(self, prepared.stan_data, family=family, draws=draws, seed=seed, start=start,
                                   show_progress=show_progress, **options)
-            return VariationalFit(self, out.raw, settings=out.settings, q=out.q, elbo=out.elbo,
-                                  elbo_se=out.elbo_se, elbo_trace=out.elbo_trace, **prepared)
+            return VariationalFit(self, out.raw, prepared, out.settings, q=out.q, elbo=out.elbo,
+                                  elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
         if init is not None:
             options["init"] = init
-        raw, settings = run_stan_method(self, method, stan_data, family=family, draws=draws, seed=seed,
+        raw, settings = run_stan_method(self, method, prepared.stan_data, family=family, draws=draws, seed=seed,
                                         show_progress=show_progress, **options)
-        return StanMethodFit(self, raw, settings=settings, **prepared)
+        return StanMethodFit(self, raw, prepared, settings)
 

@@ -93,13 +93,13 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     (``generated_quantities=False`` keeps parameters only); ``y_rep`` draws its
     noise from a stream started by ``seed``.
     """
-    stan_data, prepared = model.prepare(data, divergence, learning_rate)
-    out = run_rob_ula(model, stan_data, epsilon, step_size=step_size, iters=iters, warmup=warmup, thin=thin,
+    prepared = model.prepare(data, divergence, learning_rate)
+    out = run_rob_ula(model, prepared.stan_data, epsilon, step_size=step_size, iters=iters, warmup=warmup, thin=thin,
                       chains=chains, estimator=estimator, init=init, init_scale=init_scale, metric=metric,
                       seed=seed, show_progress=show_progress, oracle=oracle,
                       generated_quantities=generated_quantities, log_density=log_density,
                       gradient_total=gradient_total)
-    fit = RobULAFit(model, out.raw, settings=out.settings, inverse_metric=out.inverse_metric,
-                    unconstrained_draws=out.unconstrained_draws, **prepared)
+    fit = RobULAFit(model, out.raw, prepared, out.settings, inverse_metric=out.inverse_metric,
+                    unconstrained_draws=out.unconstrained_draws)
     fit.warn_if_not_converged()
     return fit

@@ -32,6 +32,22 @@ class Scaling:
     scale: float = 1.0
 
 
+@dataclass(frozen=True)
+class PreparedData:
+    """A public call's data and settings, checked and converted once: ``stan_data`` for the
+    program (posterior mode), the outcome's ``scaling``, the ``divergence``, and the user's
+    ``data`` as given (a fit reports its observed values)."""
+
+    data: Mapping
+    stan_data: dict
+    scaling: Scaling
+    divergence: Divergence
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.stan_data["learning_rate"])
+
+
 def robust_scale(y: np.ndarray) -> float:
     """Scale for standardising an outcome: 1.4826 * MAD (the sd under normality),
     which outliers cannot inflate; the sd when the MAD is 0."""

@@ -5,7 +5,7 @@ observation i (minus its log-likelihood, or the robust loss of a divergence),
 each step on the unconstrained scale is
 
     G = [grad g_i(theta) for every i]                       (one per-example call)
-    m = RobustGradientEstimate(G L, epsilon)                  (robust_stan.estimators)
+    m = RobustGradientEstimate(G L, epsilon)                  (robust_stan.methods.estimators)
     z   <- z - eta * (w * n * m - L' grad log prior(theta)) + sqrt(2 eta) * xi,   theta = L z,
 
 where the prior's gradient includes the log-Jacobian of the constraining

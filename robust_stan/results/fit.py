@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 
-from ..building.data import Scaling, to_original_scale
-from ..building.divergences import Divergence
+from ..building.data import PreparedData, to_original_scale
 from ..common.errors import RobustStanInputError, RobustStanWarning
-from ..engines import NutsSettings, RawDraws
+from ..engines import RawDraws
 from .arviz_output import draws_dataset, native_inference_data, scalar_diagnostics
 
 #: Convergence limits of :meth:`Fit.warn_if_not_converged` (Vehtari, Gelman, Simpson, Carpenter
@@ -45,14 +43,13 @@ class Fit:
 
     method = "nuts"
 
-    def __init__(self, model, raw: RawDraws, *, data: Mapping, stan_data: dict, scaling: Scaling,
-                 divergence: Divergence, learning_rate: float, settings: NutsSettings):
+    def __init__(self, model, raw: RawDraws, prepared: PreparedData, settings):
         self.model = model
         self.raw = raw
-        self.stan_data = stan_data
-        self.scaling = scaling
-        self.divergence = divergence
-        self.learning_rate = learning_rate
+        self.stan_data = prepared.stan_data
+        self.scaling = scaling = prepared.scaling
+        self.divergence = prepared.divergence
+        self.learning_rate = prepared.learning_rate
         self.settings = settings
         spec = model.spec
         self.parameter_names = spec.parameter_names
@@ -68,8 +65,8 @@ class Fit:
         self.robust_loss = raw.variables.get("robust_loss")
         y_rep = raw.variables.get("y_rep")
         self.y_rep = scaling.center + scaling.scale * y_rep if rescaled and y_rep is not None else y_rep
-        y = np.asarray(data["y"].to_numpy() if hasattr(data["y"], "to_numpy") else data["y"])
-        self.y = y
+        y = prepared.data["y"]
+        self.y = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
 
     # -- access -----------------------------------------------------------------
     def draws(self, name: str) -> np.ndarray:
