@@ -12,6 +12,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import types
 import warnings
 
 OLD_PATHS = {
@@ -79,5 +80,17 @@ class _OldPathLoader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__dir__ = lambda: sorted({n for t in targets for n in dir(t)})
 
 
+class _PublicNamespace(types.ModuleType):
+    """The type of the ``robust_stan`` module: Python binds a newly imported submodule to its
+    parent's attribute of the same name, so without this ``import robust_stan.rob_ula`` would
+    replace the function ``rs.rob_ula`` (and ``rs.influence``) by the old path's module."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and value.__name__ in OLD_PATHS and name in self.__dict__:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__.rpartition(".")[0]].__class__ = _PublicNamespace
 if not any(isinstance(finder, _OldPathLoader) for finder in sys.meta_path):
     sys.meta_path.append(_OldPathLoader())

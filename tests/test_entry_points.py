@@ -33,18 +33,22 @@ def conversions(monkeypatch):
     return counts
 
 
-def test_variational_converts_the_divergence_and_prepares_the_data_once(glm_normal, conversions):
-    data, _, _, _ = regression_data(n=40, p=2, seed=3)
-    glm_normal.variational(data, rs.BetaD(0.3), iter=20, eval_elbo=10, draws=5, seed=1, show_progress=False)
-    assert conversions == {"prepare_data": 1, "as_divergence": 1}
+ENTRY_POINTS = {
+    "sample": lambda model, data: model.sample(data, rs.BetaD(0.3), chains=2, iter_warmup=20, iter_sampling=20,
+                                               seed=1, show_progress=False),
+    "variational": lambda model, data: model.variational(data, rs.BetaD(0.3), iter=20, eval_elbo=10, draws=5,
+                                                         seed=1, show_progress=False),
+    "rob_ula": lambda model, data: rs.rob_ula(model, data, epsilon=0.1, divergence=rs.BetaD(0.3), iters=20,
+                                              warmup=0, chains=2, seed=1, show_progress=False),
+}
 
 
-def test_rob_ula_converts_the_divergence_and_prepares_the_data_once(glm_normal, conversions):
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_a_public_call_converts_the_divergence_and_prepares_the_data_once(glm_normal, conversions, entry):
     data, _, _, _ = regression_data(n=40, p=2, seed=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 20 draws do not converge; only the counts matter here
-        rs.rob_ula(glm_normal, data, epsilon=0.1, divergence=rs.BetaD(0.3), iters=20, warmup=0, chains=2,
-                   seed=1, show_progress=False)
+        ENTRY_POINTS[entry](glm_normal, data)
     assert conversions == {"prepare_data": 1, "as_divergence": 1}
 
 
@@ -64,6 +68,15 @@ def test_an_old_module_path_warns_and_gives_the_same_object(old, new, name):
     assert getattr(module, name) is getattr(importlib.import_module(new), name)
     with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
         module.not_a_name  # noqa: B018
+
+
+def test_importing_an_old_path_leaves_the_public_function_of_that_name():
+    for old in ("robust_stan.rob_ula", "robust_stan.influence"):
+        sys.modules.pop(old, None)
+        with pytest.warns(DeprecationWarning):
+            importlib.import_module(old)
+    assert rs.rob_ula.__module__ == "robust_stan.api.rob_ula"
+    assert rs.influence.__module__ == "robust_stan.api.influence"
 
 
 def test_the_public_namespace_loads_no_old_path():
