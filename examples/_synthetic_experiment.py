@@ -56,7 +56,7 @@ def run_once(problem_name: str, prior: str, d: int, n_clean: int, eps: float, wa
         start = time.perf_counter()
         fit = rs.rob_ula(model, data, epsilon=eps, estimator=estimator, iters=iters, warmup=warmup, chains=1,
                          **WARMUPS[warmup_protocol],
-                         seed=seed, show_progress=False, generated_quantities=False, log_density=False)
+                         seed=seed, show_progress=False, log_density=False)
         estimate = fit.draws("theta").reshape(-1, d).mean(axis=0)
         rows.append(row(sampler, estimate, time.perf_counter() - start, fit.settings.step_size))
     if prior == "flat":  # the exact clean posterior: what a perfectly robust sampler would centre on

@@ -122,7 +122,7 @@ def run_dataset(name: str, data_dir: Path, seed: int, epsilons: list[float], bet
     flip_rate = FLIP_RATES[name]
     train, (X_test, y_test) = prepare(X, y, flip_rate, rng)
     glm = model()
-    options = dict(seed=seed, show_progress=False, generated_quantities=False, log_density=False)
+    options = dict(seed=seed, show_progress=False, log_density=False)
     fits, curves = {}, []
     for label, estimator in (("Rob-ULA lrv (paper), tuned", "lrv"), ("Rob-ULA trimmed_mean (default), tuned",
                                                                       "trimmed_mean")):

@@ -152,3 +152,34 @@ def test_a_run_too_short_to_converge_says_so(glm_normal_standardized):
     data, _, _, _ = regression_data(n=50, p=2, seed=4)
     with pytest.warns(rs.RobustStanWarning, match=r"^nuts: the chains have not converged for .*smallest bulk ESS"):
         glm_normal_standardized.sample(data, chains=2, iter_warmup=20, iter_sampling=15, seed=1, show_progress=False)
+
+
+def test_nuts_writes_parameters_only_and_the_pointwise_quantities_come_on_demand(beta_fit):
+    """The sampler's output holds no per-observation array; the first access computes log_lik,
+    robust_loss and y_rep from the kept draws, equal to the program's own write_array at each
+    draw (the path robust-stan used before, one call per draw) to 1e-12."""
+    fit, data = beta_fit
+    fresh = type(fit)(fit.model, fit.raw, fit.model.prepare(data, fit.divergence), fit.settings)
+    assert all(fresh.raw.variables.get(name, np.empty(0)).size == 0 for name in ("log_lik", "robust_loss", "y_rep"))
+    assert fresh._pointwise is None
+    oracle = fit.model.oracle_for(fit.stan_data)
+    for c, t in [(0, 0), (0, 57), (1, 199)]:
+        copies = {f"{name}_copies": np.asarray([fit.raw.variables[name][c, t]]) for name in ("alpha", "b", "sigma")}
+        reference = oracle.constrain(oracle.unconstrain(copies), include_gqs=True)
+        np.testing.assert_allclose(fresh.robust_loss[c, t], reference["robust_loss"], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(fresh.log_lik[c, t] + np.log(fit.scaling.scale), reference["log_lik"],
+                                   rtol=1e-12, atol=1e-12)
+    assert fresh._pointwise is not None and fresh.y_rep is fresh._pointwise["y_rep"]  # computed once, kept
+
+
+def test_y_rep_comes_from_a_stream_per_chain_seeded_by_the_fit(beta_fit):
+    """y_rep is reproducible from the fit's seed, fresh at every draw and in every chain, and
+    distributed as the model says: standardised residuals (y_rep - mu) / sigma have mean 0 and
+    sd 1 (400 draws x 80 rows; 4 Monte Carlo sds of each, rows treated as independent)."""
+    fit, data = beta_fit
+    again = type(fit)(fit.model, fit.raw, fit.model.prepare(data, fit.divergence), fit.settings)
+    np.testing.assert_array_equal(again.y_rep, fit.y_rep)
+    mu = fit.draws("alpha")[..., None] + np.einsum("cdp,np->cdn", fit.draws("b"), data["X"])
+    z = (fit.y_rep - mu) / fit.draws("sigma")[..., None]
+    assert abs(z.mean()) < 4 / np.sqrt(z.size) and abs(z.std() - 1) < 4 / np.sqrt(2 * z.size)
+    assert not np.allclose(z[0, 0], z[0, 1]) and not np.allclose(z[0, 0], z[1, 0])

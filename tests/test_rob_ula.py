@@ -98,18 +98,19 @@ def test_default_step_size_ignores_the_curvature_of_dropped_outliers(glm_normal)
     X = np.vstack([rng.normal(size=(80, 2)), np.full((20, 2), 50.0)])
     y = 1 + X @ [1.0, -1.0] + rng.normal(size=100)
     kwargs = dict(epsilon=0.2, iters=1, warmup=0, chains=1, seed=3, show_progress=False,
-                  generated_quantities=False, log_density=False)
+                  log_density=False)
     unit = dict(metric="unit", init="random", **kwargs)
     robust = rs.rob_ula(glm_normal, {"X": X, "y": y}, estimator="lrv", **unit).settings.step_size
     plain = rs.rob_ula(glm_normal, {"X": X, "y": y}, estimator="mean", **unit).settings.step_size
     assert robust > 100 * plain
 
 
-def test_generated_quantities_and_log_density_can_be_left_out(normal_known_sigma):
+def test_pointwise_quantities_come_on_demand_and_log_density_can_be_left_out(normal_known_sigma):
     y = np.random.default_rng(5).normal(size=30)
     data = {"y": y}
     kwargs = dict(epsilon=0.1, step_size=1e-3, iters=5, warmup=0, chains=2, seed=2, show_progress=False)
     full = rs.rob_ula(normal_known_sigma, data, **kwargs)
+    assert full._pointwise is None  # nothing per observation until asked
     # log_lik is deterministic: -log p(y_i | mu) at each draw, on the httpstan oracle too.
     mu = full.draws("mu")
     expected = -0.5 * np.log(2 * np.pi) - 0.5 * (y - mu[..., None]) ** 2
@@ -121,20 +122,20 @@ def test_generated_quantities_and_log_density_can_be_left_out(normal_known_sigma
     assert not np.allclose(residuals[0, 0], residuals[0, 1])
     np.testing.assert_array_equal(rs.rob_ula(normal_known_sigma, data, **kwargs).draws("y_rep"), full.draws("y_rep"))
     assert "posterior_predictive" in group_names(full.to_arviz())
-    lean = rs.rob_ula(normal_known_sigma, data, generated_quantities=False, log_density=False, **kwargs)
+    lean = rs.rob_ula(normal_known_sigma, data, log_density=False, **kwargs)
     np.testing.assert_array_equal(lean.draws("mu"), mu)  # same seed, same chain
-    idata = lean.to_arviz()
-    assert "log_likelihood" not in group_names(idata) and "lp" not in idata.sample_stats
-    with pytest.raises(rs.RobustStanInputError, match="no 'log_lik' draws"):
-        lean.draws("log_lik")
+    assert "lp" not in lean.to_arviz().sample_stats
+    np.testing.assert_array_equal(lean.draws("log_lik"), full.draws("log_lik"))
     assert lean.diagnostics()["diverged_chains"] == 0
+    with pytest.warns(DeprecationWarning, match="generated_quantities is ignored"):
+        rs.rob_ula(normal_known_sigma, data, generated_quantities=False, **kwargs)
 
 
 def test_clean_gradient_total_is_the_mean_times_one_minus_epsilon_n(normal_known_sigma):
     """(1 - epsilon) n times the plain mean is learning rate 1 - epsilon with total n: same chain."""
     y = np.random.default_rng(8).normal(size=30)
     kwargs = dict(estimator="mean", step_size=1e-3, iters=50, warmup=0, chains=2, seed=3, show_progress=False,
-                  generated_quantities=False, log_density=False, init="random", metric="unit")
+                  log_density=False, init="random", metric="unit")
     clean = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.2, gradient_total="clean", **kwargs)
     tempered = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.2, learning_rate=0.8, **kwargs)
     plain = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.2, **kwargs)
@@ -281,7 +282,7 @@ def test_auto_estimator_follows_the_family(normal_known_sigma):
     assert {name: default_estimator(rs.FAMILIES[name]) for name in rs.FAMILIES} == {
         name: "lrv_once" if name == "multi_normal" else "trimmed_mean" for name in rs.FAMILIES}
     fit = rs.rob_ula(normal_known_sigma, {"y": np.zeros(5)}, epsilon=0.1, iters=5, warmup=0, chains=1,
-                     show_progress=False, generated_quantities=False)
+                     show_progress=False)
     assert fit.settings.estimator == "trimmed_mean"
 
 
@@ -290,7 +291,7 @@ def test_diag_metric_is_diagonal_and_dense_is_not(glm_normal, shifted_regression
     diagonal); the dense one carries the Hessian's correlations (intercept and log sigma against
     the coefficients)."""
     kwargs = dict(epsilon=0.1, iters=2, warmup=0, chains=1, seed=1, show_progress=False,
-                  generated_quantities=False, log_density=False)
+                  log_density=False)
     import warnings
 
     with warnings.catch_warnings():

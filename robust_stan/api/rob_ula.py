@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 
 from ..building.divergences import Divergence
@@ -14,7 +15,7 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
             warmup: int = 500, thin: int = 1, chains: int = 4, estimator="auto",
             divergence: Divergence | None = None, learning_rate: float = 1.0, init: str = "mode",
             init_scale: float = 1.0, metric: str = "dense", seed: int | None = None, show_progress: bool = True,
-            oracle: str = "auto", generated_quantities: bool = True, log_density: bool = True,
+            oracle: str = "auto", generated_quantities: bool | None = None, log_density: bool = True,
             gradient_total: str = "n") -> RobULAFit:
     """Sample with Rob-ULA; returns a fit like :meth:`Model.sample`'s.
 
@@ -88,17 +89,19 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     (:meth:`Fit.warn_if_not_converged`).
 
     Each kept draw costs, besides the step, one full log density (``lp`` in
-    sample_stats; ``log_density=False`` skips it) and one constrain call with
-    the generated quantities ``log_lik``, ``robust_loss`` and ``y_rep``
-    (``generated_quantities=False`` keeps parameters only); ``y_rep`` draws its
-    noise from a stream started by ``seed``.
+    sample_stats; ``log_density=False`` skips it) and one constrain call for its
+    parameters. ``log_lik``, ``robust_loss`` and ``y_rep`` are computed on demand,
+    as for every fit (:class:`~robust_stan.Fit`); ``generated_quantities`` is no
+    longer needed and is ignored (deprecated).
     """
+    if generated_quantities is not None:
+        warnings.warn("rob_ula: generated_quantities is ignored (the per-observation quantities are computed on "
+                      "demand) and will be removed", DeprecationWarning, stacklevel=2)
     prepared = model.prepare(data, divergence, learning_rate)
     out = run_rob_ula(model, prepared.stan_data, epsilon, step_size=step_size, iters=iters, warmup=warmup, thin=thin,
                       chains=chains, estimator=estimator, init=init, init_scale=init_scale, metric=metric,
                       seed=seed, show_progress=show_progress, oracle=oracle,
-                      generated_quantities=generated_quantities, log_density=log_density,
-                      gradient_total=gradient_total)
+                      log_density=log_density, gradient_total=gradient_total)
     fit = RobULAFit(model, out.raw, prepared, out.settings, inverse_metric=out.inverse_metric,
                     unconstrained_draws=out.unconstrained_draws)
     fit.warn_if_not_converged()

@@ -105,7 +105,7 @@ def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAUL
     rng = np.random.default_rng(require_seed(seed))
     training, validation = split_rows(model, data, validation_fraction, rng)
     run_seed = int(rng.integers(2**31))
-    options = {"show_progress": False, "generated_quantities": False, "log_density": False, **rob_ula_options}
+    options = {"show_progress": False, "log_density": False, **rob_ula_options}
     estimators = [default_estimator(model.spec.family) if e == "auto" else e for e in estimators]
     named = {(e if isinstance(e, str) else getattr(e, "__name__", "custom")): e for e in estimators}
     rows = []

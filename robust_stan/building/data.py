@@ -272,15 +272,19 @@ def prepare_data(
         raise RobustStanInputError(f"batch: row indices must lie in 0..{n - 1}")
     out["n_batch"] = int(rows.size)
     out["batch"] = (rows + 1).astype(np.int64)
+    out["pointwise"] = 1  # the program's per-observation generated quantities (NUTS turns them off)
     return out, scaling
 
 
 def with_switches(stan_data: dict, *, mode: str | None = None, learning_rate: float | None = None,
-                  weights=None) -> dict:
-    """A copy of prepared Stan data with another ``mode``, ``learning_rate`` or ``weights`` (checked):
-    the variants a method needs (the prior alone, a reweighted posterior) without preparing the data
-    again."""
+                  weights=None, pointwise: bool | None = None) -> dict:
+    """A copy of prepared Stan data with another ``mode``, ``learning_rate``, ``weights`` (checked)
+    or ``pointwise`` (whether the generated quantities include log_lik, robust_loss and y_rep):
+    the variants a method needs (the prior alone, a reweighted posterior, draws without the
+    per-observation quantities) without preparing the data again."""
     out = dict(stan_data)
+    if pointwise is not None:
+        out["pointwise"] = int(bool(pointwise))
     if mode is not None:
         if mode not in MODES:
             raise RobustStanInputError(f"mode: must be one of {list(MODES)}, got {mode!r}")

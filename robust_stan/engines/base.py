@@ -72,6 +72,39 @@ class CompiledProgram(abc.ABC):
     def sample(self, data: dict, settings: NutsSettings, inits: list[dict] | None) -> RawDraws:
         """Run NUTS (diagonal metric, adapted) and return the draws."""
 
+    @abc.abstractmethod
+    def generated_quantities(self, data: dict, parameters: np.ndarray, seed: int,
+                             backend: Any = None) -> dict[str, np.ndarray]:
+        """Every Stan variable recomputed from draws of the parameters (Stan's standalone generated
+        quantities): ``parameters`` (chains, draws, k) holds each draw's constrained parameters
+        flat in Stan's order (:func:`parameter_columns`); chain c's random numbers come from
+        Stan's RNG for (``seed``, c + 1), in draw order. ``backend`` is the sampler's own result
+        (:attr:`RawDraws.backend`), which an engine may use instead. Draws with a non-finite
+        parameter give NaN."""
+
+
+def parameter_columns(variables: dict[str, np.ndarray], names: list[str]) -> np.ndarray:
+    """(chains, draws, k): the variables ``names`` of each draw, flat in Stan's order (variables in
+    turn, each column-major), as Stan's write_array writes them."""
+    blocks = []
+    for name in names:
+        values = np.asarray(variables[name], dtype=float)
+        trailing = list(range(values.ndim - 1, 1, -1))  # column-major: the first index runs fastest
+        blocks.append(values.transpose([0, 1] + trailing).reshape(values.shape[:2] + (-1,)))
+    return np.concatenate(blocks, axis=2)
+
+
+def named_columns(columns: np.ndarray, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Flat Stan values (chains, draws, all) as {name: (chains, draws, *shape)}, in ``shapes``'
+    order (the inverse of :func:`parameter_columns`)."""
+    out, pos = {}, 0
+    for name, shape in shapes.items():
+        size = int(np.prod(shape)) if shape else 1
+        block = columns[:, :, pos:pos + size]
+        out[name] = block.reshape(block.shape[:2] + tuple(shape), order="F") if shape else block[:, :, 0]
+        pos += size
+    return out
+
 
 def cache_folder() -> Path:
     """Where compiled CmdStan and BridgeStan programs are kept, one folder per engine below it

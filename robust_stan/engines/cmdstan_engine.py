@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..common.resources import stan_include_path
-from .base import CompiledProgram, NutsSettings, RawDraws, cache_folder
+from .base import CompiledProgram, NutsSettings, RawDraws, cache_folder, named_columns
 
 
 def cmdstan_available() -> bool:
@@ -124,6 +124,39 @@ class CmdStanProgram(CompiledProgram):
             variables[name] = values.reshape((chains, draws) + values.shape[1:])
         sampler = {k: np.asarray(v).T for k, v in fit.method_variables().items()}  # (draws, chains) -> (chains, draws)
         return RawDraws(variables, sampler, backend=fit)
+
+
+    def generated_quantities(self, data, parameters, seed, backend=None):
+        """CmdStan's standalone generated quantities (CmdStanPy's ``generate_quantities``) on the
+        sampler's own output when ``backend`` is a CmdStanPy fit; otherwise (draws made in Python,
+        e.g. by Rob-ULA) each draw through BridgeStan, chain c with an RNG seeded by seed + c."""
+        import cmdstanpy
+
+        chains, draws, _ = parameters.shape
+        fit_types = tuple(getattr(cmdstanpy, name) for name in ("CmdStanMCMC", "CmdStanVB", "CmdStanLaplace",
+                                                                 "CmdStanPathfinder") if hasattr(cmdstanpy, name))
+        if isinstance(backend, fit_types):
+            gq = self.model.generate_quantities(data=data, previous_fit=backend, seed=seed, show_console=False)
+            out = {}
+            for name in gq.metadata.stan_vars:
+                values = np.asarray(gq.stan_variable(name))
+                out[name] = values.reshape((chains, draws) + values.shape[1:])
+            return out
+        model = self._bridgestan(data)
+        columns = None
+        for c in range(chains):
+            rng = model.new_rng(int(seed) + c)
+            for t in range(draws):
+                if not np.all(np.isfinite(parameters[c, t])):
+                    continue
+                theta = model.model.param_unconstrain(np.ascontiguousarray(parameters[c, t]))
+                values = model.model.param_constrain(theta, include_tp=True, include_gq=True, rng=rng)
+                if columns is None:
+                    columns = np.full((chains, draws, values.size), np.nan)
+                columns[c, t] = values
+        if columns is None:
+            raise RuntimeError("generated quantities: no draw has finite parameters")
+        return named_columns(columns, self.variable_shapes(data))
 
 
 def compile_cmdstan(stan_code: str, show_progress: bool = True) -> tuple[CmdStanProgram, bool]:

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from ..building.codegen import expand_includes
 from ..common.errors import StanCompileError
 from ..common.progress import elapsed_bar
-from .base import CompiledProgram, NutsSettings, RawDraws
+from .base import CompiledProgram, NutsSettings, RawDraws, named_columns
 from .httpstan_build import FORCED_HEADERS, build_in_child
 from .native_model import NativeModel
 
@@ -259,13 +259,18 @@ class HttpstanProgram(CompiledProgram):
         columns = np.array(
             [[[row[f] for f in flat_names] for row in rows[:n_draws]] for rows in per_chain_rows]
         )  # (chains, draws, flat)
-        variables, pos = {}, 0
-        for name, shape in shapes.items():
-            size = int(np.prod(shape)) if shape else 1
-            block = columns[:, :, pos : pos + size]
-            variables[name] = block.reshape(block.shape[:2] + tuple(shape), order="F") if shape else block[:, :, 0]
-            pos += size
-        return RawDraws(variables, sampler, backend=per_chain_rows, seconds={"total": elapsed})
+        return RawDraws(named_columns(columns, shapes), sampler, backend=per_chain_rows, seconds={"total": elapsed})
+
+    def generated_quantities(self, data, parameters, seed, backend=None):
+        native = self.native_model(data)
+        shapes = self.variable_shapes(data)
+        chains, draws, _ = parameters.shape
+        columns = np.full((chains, draws, sum(int(np.prod(s)) if s else 1 for s in shapes.values())), np.nan)
+        for c in range(chains):
+            finite = np.all(np.isfinite(parameters[c]), axis=1)
+            if finite.any():
+                columns[c, finite] = native.generated_quantities(parameters[c, finite], seed, c + 1)
+        return named_columns(columns, shapes)
 
 
 def compile_httpstan(stan_code: str, show_progress: bool = True) -> tuple[HttpstanProgram, bool]:

@@ -47,6 +47,9 @@ def _library(path: str) -> ctypes.CDLL:
     lib.robust_stan_write_array.restype = ctypes.c_int
     lib.robust_stan_write_array.argtypes = [ctypes.c_void_p, _BUFFER, ctypes.c_int, ctypes.c_int, ctypes.c_uint,
                                             _BUFFER, _MESSAGE]
+    lib.robust_stan_generated_quantities.restype = ctypes.c_int
+    lib.robust_stan_generated_quantities.argtypes = [ctypes.c_void_p, ctypes.c_size_t, _BUFFER, ctypes.c_uint,
+                                                     ctypes.c_uint, _BUFFER, _MESSAGE]
     return lib
 
 
@@ -143,5 +146,22 @@ class NativeModel:
         error = ctypes.c_char_p()
         if self._lib.robust_stan_write_array(self._handle, theta.ctypes.data, int(include_tp), int(include_gqs),
                                              int(seed) % 2**32, out.ctypes.data, ctypes.byref(error)):
+            raise RuntimeError(_take_message(self._lib, error))
+        return out
+
+    def generated_quantities(self, constrained: np.ndarray, seed: int, chain: int) -> np.ndarray:
+        """Stan's standalone generated quantities for one chain: ``constrained`` (draws, k) holds the
+        constrained parameters of each draw in Stan's order; returns (draws, all constrained values),
+        the generated quantities' random numbers drawn in draw order from Stan's RNG for
+        (``seed``, ``chain``), as CmdStan's generate_quantities does. One call for the chain."""
+        constrained = np.ascontiguousarray(constrained, dtype=float)
+        expected = self._lib.robust_stan_num_constrained(self._handle, 0, 0)
+        if constrained.ndim != 2 or constrained.shape[1] != expected:
+            raise ValueError(f"constrained: expected (draws, {expected}) parameter values, got {constrained.shape}")
+        out = np.empty((constrained.shape[0], self._lib.robust_stan_num_constrained(self._handle, 1, 1)))
+        error = ctypes.c_char_p()
+        if self._lib.robust_stan_generated_quantities(self._handle, constrained.shape[0], constrained.ctypes.data,
+                                                      int(seed) % 2**32, int(chain), out.ctypes.data,
+                                                      ctypes.byref(error)):
             raise RuntimeError(_take_message(self._lib, error))
         return out

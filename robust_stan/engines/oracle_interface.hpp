@@ -148,4 +148,39 @@ int robust_stan_write_array(void *handle, const double *theta, int include_tp, i
   return 0;
 }
 
+// Stan's standalone generated quantities for one chain's draws: for each of the
+// `n_draws` rows of `constrained` (the constrained parameters, Stan's order, as
+// written by the sampler), unconstrain them and write_array with the
+// transformed parameters and generated quantities into the matching row of
+// `out` (robust_stan_num_constrained(handle, 1, 1) values per row). One RNG,
+// stan::services::util::create_rng(seed, chain), serves the chain's draws in
+// order, as in CmdStan's generate_quantities. Returns 0, or 2 with *error set.
+int robust_stan_generated_quantities(void *handle, size_t n_draws, const double *constrained, unsigned int seed,
+                                     unsigned int chain, double *out, char **error) {
+  auto &model = *static_cast<stan::model::model_base *>(handle);
+  *error = nullptr;
+  try {
+    std::vector<std::string> names;
+    model.constrained_param_names(names, false, false);
+    const size_t n_in = names.size();
+    names.clear();
+    model.constrained_param_names(names, true, true);
+    const size_t n_out = names.size();
+    stan::rng_t rng = stan::services::util::create_rng(seed, chain);
+    std::ostringstream messages;
+    Eigen::VectorXd unconstrained(model.num_params_r());
+    Eigen::VectorXd values;
+    for (size_t s = 0; s < n_draws; ++s) {
+      Eigen::VectorXd row = Eigen::Map<const Eigen::VectorXd>(constrained + s * n_in, n_in);
+      model.unconstrain_array(row, unconstrained, &messages);
+      model.write_array(rng, unconstrained, values, true, true, &messages);
+      std::copy(values.data(), values.data() + n_out, out + s * n_out);
+    }
+  } catch (const std::exception &ex) {
+    *error = robust_stan_interface::copy_message(ex.what());
+    return 2;
+  }
+  return 0;
+}
+
 }  // extern "C"

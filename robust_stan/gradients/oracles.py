@@ -170,26 +170,20 @@ def make_oracle(stan_code: str, stan_data: dict, dimension: int, oracle: str = "
     return HttpstanOracle(compile_program(stan_code, "httpstan", show_progress=show_progress), stan_data, dimension)
 
 
-def constrained_draws(oracle, thetas: np.ndarray, include_gqs: bool, seed: int) -> dict[str, np.ndarray]:
+def constrained_draws(oracle, thetas: np.ndarray) -> dict[str, np.ndarray]:
     """Every Stan variable at every unconstrained draw ``thetas`` (chains, draws, d), as
-    (chains, draws, *shape); NaN where a draw is not finite (a chain that stopped)."""
+    (chains, draws, *shape); NaN where a draw is not finite (a chain that stopped). Give an
+    oracle whose data have ``pointwise = 0``: the per-observation quantities are the fit's to
+    compute on demand."""
     chains, draws, _ = thetas.shape
     first = next((i for i in np.ndindex(chains, draws) if np.all(np.isfinite(thetas[i]))), None)
     if first is None:
         raise RuntimeError("every chain diverged before its first draw (all states non-finite); try a smaller step size")
-    def constrained(theta, **seed):
-        values = oracle.constrain(theta, include_gqs, **seed)
-        # The program's parameters are `<name>_copies` (one copy in the posterior mode); the
-        # generated quantities repeat them under their own names, but may be left out.
-        for name in [k for k in values if k.endswith("_copies")]:
-            values.setdefault(name[: -len("_copies")], values[name][0])
-        return values
-
-    template = constrained(thetas[first], seed=seed)
+    template = oracle.constrain(thetas[first], True, seed=0)
     out = {name: np.full((chains, draws) + np.shape(v), np.nan) for name, v in template.items()}
     for c, t in np.ndindex(chains, draws):
         if np.all(np.isfinite(thetas[c, t])):
-            values = constrained(thetas[c, t])
+            values = oracle.constrain(thetas[c, t], True)
             for name in out:
                 out[name][c, t] = values[name]
     return out

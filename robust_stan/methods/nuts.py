@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..building.data import with_switches
 from ..common.errors import RobustStanInputError, require_count, require_seed
 from ..engines import NutsSettings, RawDraws
 from ..gradients.program import RobustProgram
@@ -26,5 +27,8 @@ def nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, m
 
 def run_nuts(program: RobustProgram, stan_data: dict, settings: NutsSettings,
              chain_inits: list[dict] | None) -> RawDraws:
-    """Draws of the generalized posterior from the engine's NUTS, with Stan's adaptation."""
-    return program.compile(show_progress=settings.show_progress).sample(stan_data, settings, chain_inits)
+    """Draws of the generalized posterior from the engine's NUTS, with Stan's adaptation. The
+    per-observation generated quantities are left out (N numbers each per draw, which would
+    cost more to write and parse than the chains take to run); fits compute them on demand."""
+    compiled = program.compile(show_progress=settings.show_progress)
+    return compiled.sample(with_switches(stan_data, pointwise=False), settings, chain_inits)

@@ -210,8 +210,8 @@ def trimmed_mode(weighted_oracle, per_example, start: np.ndarray, epsilon: float
 def run_rob_ula(program: RobustProgram, stan_data: dict, epsilon: float, step_size: float | None = None,
                 iters: int = 5000, warmup: int = 500, thin: int = 1, chains: int = 4, estimator="auto",
                 init: str = "mode", init_scale: float = 1.0, metric: str = "dense", seed: int | None = None,
-                show_progress: bool = True, oracle: str = "auto", generated_quantities: bool = True,
-                log_density: bool = True, gradient_total: str = "n") -> RobULAOutput:
+                show_progress: bool = True, oracle: str = "auto", log_density: bool = True,
+                gradient_total: str = "n") -> RobULAOutput:
     """Rob-ULA on prepared ``stan_data`` (its learning rate included): the warmup and the chains
     that :func:`robust_stan.rob_ula` describes, whose options these are.
     """
@@ -326,7 +326,7 @@ def run_rob_ula(program: RobustProgram, stan_data: dict, epsilon: float, step_si
                     lp[c, j // thin] = posterior.log_density(theta[c], jacobian=True)
             bar.update()
 
-    variables = constrained_draws(posterior, thetas, bool(generated_quantities), int(rng.integers(2**31)))
+    variables = constrained_draws(program.oracle_for(with_switches(stan_data, pointwise=False), oracle), thetas)
     sampler = {"lp__": lp} if log_density else {}
     sampler.update(step_size=np.full((chains, kept_draws), eta), kept_fraction=kept)
     settings = RobULASettings(chains, warmup, iters, thin, int(seed or 0), float(epsilon),

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..building.data import slice_rows
+from ..building.data import slice_rows, with_switches
 from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
 from ..engines import RawDraws
 from ..gradients.oracles import constrained_draws, make_oracle
@@ -296,7 +296,7 @@ def fit_variational(program: RobustProgram, stan_data: dict, family: str = "mean
     lp = target.log_density(thetas)
     log_q = q.log_density(thetas)
     elbo_terms = lp - log_q  # unbiased for the ELBO; its variance vanishes as q approaches pi
-    variables = constrained_draws(target.full, thetas[None], True, int(rng.integers(2**31)))
+    variables = constrained_draws(program.oracle_for(with_switches(stan_data, pointwise=False), oracle), thetas[None])
     sampler = {"lp__": lp[None], "log_q": log_q[None]}
     settings = VariationalSettings(family, draws, grad_samples, elbo_samples, eta, iter, tol_rel_obj, eval_elbo,
                                    batch_size, int(seed or 0), show_progress, t, converged)

@@ -7,9 +7,10 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ..building.data import PreparedData, to_original_scale
+from ..building.data import PreparedData, to_original_scale, with_switches
 from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
+from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data, scalar_diagnostics
 
 #: Convergence limits of :meth:`Fit.warn_if_not_converged` (Vehtari, Gelman, Simpson, Carpenter
@@ -39,6 +40,12 @@ class Fit:
 
     Parameters are reported on the original scale of the outcome. ``raw`` is
     the engine-neutral output and ``raw.backend`` the engine's own object.
+
+    The sampler writes the parameters only. The per-observation quantities
+    ``log_lik``, ``robust_loss`` and ``y_rep`` (N numbers per draw each) are
+    computed from the draws the first time :meth:`draws`, :meth:`to_arviz`,
+    :meth:`outlier_scores` or the attribute itself asks for them, in one call of
+    the engine per chain (Stan's standalone generated quantities), and kept.
     """
 
     method = "nuts"
@@ -57,28 +64,51 @@ class Fit:
             name: to_original_scale(spec.rescale.get(name), raw.variables[name], scaling)
             for name in self.parameter_names
         }
-        family = spec.family
-        rescaled = bool(spec.standardize) and family.continuous
-        log_scale = np.log(scaling.scale) if rescaled else 0.0
-        # Samplers driven from Python may leave generated quantities out (see rs.rob_ula).
-        self.log_lik = raw.variables["log_lik"] - log_scale if "log_lik" in raw.variables else None
-        self.robust_loss = raw.variables.get("robust_loss")
-        y_rep = raw.variables.get("y_rep")
-        self.y_rep = scaling.center + scaling.scale * y_rep if rescaled and y_rep is not None else y_rep
         y = prepared.data["y"]
         self.y = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
+        self._pointwise: dict[str, np.ndarray] | None = None
+
+    # -- per-observation quantities, on demand ----------------------------------------
+    def _pointwise_quantities(self) -> dict[str, np.ndarray]:
+        """log_lik, robust_loss and y_rep of every draw, computed the first time one is asked for
+        (one engine call per chain, Stan's standalone generated quantities) and then kept."""
+        if self._pointwise is None:
+            spec = self.model.spec
+            parameters = parameter_columns(self.raw.variables, [f"{p.name}_copies" for p in spec.parameters])
+            computed = self.model.compile().generated_quantities(with_switches(self.stan_data, pointwise=True),
+                                                                 parameters, self.settings.seed, self.raw.backend)
+            scaling, rescaled = self.scaling, bool(spec.standardize) and spec.family.continuous
+            # densities on the outcome's own scale; y_rep back in its units
+            self._pointwise = {
+                "log_lik": computed["log_lik"] - (np.log(scaling.scale) if rescaled else 0.0),
+                "robust_loss": computed["robust_loss"],
+                "y_rep": scaling.center + scaling.scale * computed["y_rep"] if rescaled else computed["y_rep"],
+            }
+        return self._pointwise
+
+    @property
+    def log_lik(self) -> np.ndarray:
+        """log p(y_i | theta) of every draw (chains, draws, N), computed on first use."""
+        return self._pointwise_quantities()["log_lik"]
+
+    @property
+    def robust_loss(self) -> np.ndarray:
+        """The loss l_i(theta) of every draw under the fit's divergence (chains, draws, N)."""
+        return self._pointwise_quantities()["robust_loss"]
+
+    @property
+    def y_rep(self) -> np.ndarray:
+        """Posterior predictive draws (chains, draws, N, ...): chain c's noise comes from Stan's RNG
+        for (seed, c + 1), as in CmdStan's standalone generate_quantities."""
+        return self._pointwise_quantities()["y_rep"]
 
     # -- access -----------------------------------------------------------------
     def draws(self, name: str) -> np.ndarray:
         """Draws of a parameter (or 'log_lik', 'robust_loss', 'y_rep') as (chains, draws, ...)."""
-        extra = {"log_lik": self.log_lik, "robust_loss": self.robust_loss, "y_rep": self.y_rep}
         if name in self.posterior:
             return self.posterior[name]
-        if name in extra:
-            if extra[name] is None:
-                raise RobustStanInputError(f"name: this fit has no {name!r} draws (the sampler was asked to leave "
-                                           "generated quantities out, or its engine cannot draw them freshly)")
-            return extra[name]
+        if name in ("log_lik", "robust_loss", "y_rep"):
+            return self._pointwise_quantities()[name]
         if name in self.raw.sampler:
             return self.raw.sampler[name]
         raise RobustStanInputError(f"name: no variable {name!r}; parameters are {self.parameter_names}")
@@ -142,7 +172,7 @@ class Fit:
         """The fit as the installed ArviZ's object (InferenceData on ArviZ 0.x, DataTree on 1.x)
         with groups posterior, sample_stats, log_likelihood, posterior_predictive,
         observed_data, constant_data (weights) and robust_loss, and named dims
-        (groups of generated quantities the fit left out are absent)."""
+        (computing the per-observation quantities if no call has yet)."""
         return native_inference_data(self._arviz_groups())
 
     def _arviz_groups(self) -> dict:
@@ -159,15 +189,12 @@ class Fit:
                 {_SAMPLE_STATS.get(k, k): (v.astype(bool) if k == "divergent__" else v)
                  for k, v in self.raw.sampler.items()}, attrs=attrs),
         }
-        if self.log_lik is not None:
-            groups["log_likelihood"] = draws_dataset({"y": self.log_lik}, obs_dims, attrs)
-        if self.y_rep is not None:
-            groups["posterior_predictive"] = draws_dataset({"y": self.y_rep}, obs_dims, attrs)
+        groups["log_likelihood"] = draws_dataset({"y": self.log_lik}, obs_dims, attrs)
+        groups["posterior_predictive"] = draws_dataset({"y": self.y_rep}, obs_dims, attrs)
         groups["observed_data"] = draws_dataset({"y": self.y}, obs_dims, attrs, sample_dims=())
         groups["constant_data"] = draws_dataset({"weights": self.stan_data["weights"]}, {"weights": ["obs"]},
                                                 attrs, sample_dims=())
-        if self.robust_loss is not None:
-            groups["robust_loss"] = draws_dataset({"robust_loss": self.robust_loss}, {"robust_loss": ["obs"]}, attrs)
+        groups["robust_loss"] = draws_dataset({"robust_loss": self.robust_loss}, {"robust_loss": ["obs"]}, attrs)
         return groups
 
     def __repr__(self) -> str:
