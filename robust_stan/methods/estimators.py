@@ -78,8 +78,8 @@ def outlier_truncation(G: np.ndarray, epsilon: float) -> np.ndarray:
         return np.ones(n, dtype=bool)
     if d == 1:
         return shortest_interval(G[:, 0], keep)
-    centre = shortest_interval_means(G, keep)
-    distances = np.einsum("ij,ij->i", G - centre, G - centre)
+    offsets = G - shortest_interval_means(G, keep)
+    distances = np.einsum("ij,ij->i", offsets, offsets)
     mask = np.zeros(n, dtype=bool)
     mask[np.argpartition(distances, keep - 1)[:keep]] = True
     return mask
