@@ -16,6 +16,7 @@ from robust_stan.methods.estimators import (
     lrv,
     outlier_truncation,
     shortest_interval,
+    trimmed_mean,
 )
 
 ROBUST = ["lrv", "lrv_once", "coordinate_median", "trimmed_mean", "median_of_means", "geometric_median"]
@@ -141,3 +142,14 @@ def test_bad_input(G, eps, match):
         lrv(G, eps)
     with pytest.raises(rs.RobustStanInputError, match="^estimator: unknown estimator 'median'"):
         get_estimator("median")
+
+
+@pytest.mark.parametrize("n, d, epsilon", [(1250, 20, 0.2), (101, 3, 0.1), (7, 2, 0.0), (50, 1, 0.49)])
+def test_trimmed_mean_is_scipys_trim_mean(n, d, epsilon):
+    """The sort-based trimmed mean keeps the values scipy.stats.trim_mean keeps: equal up to the
+    order of summation (1e-12)."""
+    from scipy import stats
+
+    G = np.random.default_rng(n).standard_t(3, size=(n, d))
+    np.testing.assert_allclose(trimmed_mean(G, epsilon).mean, stats.trim_mean(G, epsilon, axis=0), rtol=1e-12,
+                               atol=1e-12)
