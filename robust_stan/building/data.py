@@ -48,6 +48,19 @@ class PreparedData:
         return float(self.stan_data["learning_rate"])
 
 
+def mode_code(mode: str) -> int:
+    """The program's code for a mode name, or an error naming ``mode``."""
+    if mode not in MODES:
+        raise RobustStanInputError(f"mode: must be one of {list(MODES)}, got {mode!r}")
+    return MODES[mode]
+
+
+def log_density_on_outcome_scale(spec: ModelSpec, log_lik, scaling: Scaling):
+    """Log densities of the fitted (standardised) outcome as densities of the outcome in its own
+    units: minus log(scale) for a continuous outcome the model standardised."""
+    return log_lik - np.log(scaling.scale) if spec.standardize and spec.family.continuous else log_lik
+
+
 def robust_scale(y: np.ndarray) -> float:
     """Scale for standardising an outcome: 1.4826 * MAD (the sd under normality),
     which outliers cannot inflate; the sd when the MAD is 0."""
@@ -255,11 +268,9 @@ def prepare_data(
     out["weights"] = check_weights(weights, n)
     if mode == "posterior" and batch is None:
         warn_if_the_data_barely_count(family, y_fitted, out, div)
-    if mode not in MODES:
-        raise RobustStanInputError(f"mode: must be one of {list(MODES)}, got {mode!r}")
+    out["mode"] = mode_code(mode)
     if mode == "per_example_linear_predictor" and spec.linear_predictor is None:
         raise RobustStanInputError(f"mode: 'per_example_linear_predictor' needs {LINEAR_PREDICTOR_MODELS}")
-    out["mode"] = MODES[mode]
     if mode.startswith("per_example") and div.code == 3:
         raise RobustStanInputError(
             "divergence: the original gamma form is not a sum over observations, so it has no per-example "
@@ -286,9 +297,7 @@ def with_switches(stan_data: dict, *, mode: str | None = None, learning_rate: fl
     if pointwise is not None:
         out["pointwise"] = int(bool(pointwise))
     if mode is not None:
-        if mode not in MODES:
-            raise RobustStanInputError(f"mode: must be one of {list(MODES)}, got {mode!r}")
-        out["mode"] = MODES[mode]
+        out["mode"] = mode_code(mode)
     if learning_rate is not None:
         out["learning_rate"] = check_learning_rate(learning_rate)
     if weights is not None:

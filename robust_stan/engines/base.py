@@ -106,6 +106,19 @@ def named_columns(columns: np.ndarray, shapes: dict[str, tuple[int, ...]]) -> di
     return out
 
 
+def named_values(flat, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The flat values of one draw as {name: array of its shape} (:func:`named_columns` for one
+    draw); names past the end of ``flat`` (generated quantities left out) are left out."""
+    flat = np.asarray(flat, dtype=float)
+    present, size = {}, 0
+    for name, shape in shapes.items():
+        if size >= flat.size:
+            break
+        present[name] = shape
+        size += int(np.prod(shape)) if shape else 1
+    return {name: values[0, 0] for name, values in named_columns(flat[None, None, :size], present).items()}
+
+
 def cache_folder() -> Path:
     """Where compiled CmdStan and BridgeStan programs are kept, one folder per engine below it
     (``ROBUST_STAN_CACHE`` overrides ~/.cache/robust-stan)."""

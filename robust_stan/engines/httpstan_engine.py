@@ -27,9 +27,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..building.codegen import expand_includes
+from ..common.digest import digest
 from ..common.errors import StanCompileError
 from ..common.progress import elapsed_bar
-from .base import CompiledProgram, NutsSettings, RawDraws, named_columns
+from .base import CompiledProgram, NutsSettings, RawDraws, named_columns, named_values
 from .httpstan_build import FORCED_HEADERS, build_in_child
 from .native_model import NativeModel
 
@@ -99,26 +100,6 @@ def _as_httpstan_data(data: dict) -> dict:
     return out
 
 
-def _data_key(data: dict) -> tuple:
-    """A digest of Stan data (names, shapes, values): equal keys, equal variable shapes."""
-    return tuple((name, np.shape(data[name]), hashlib.sha1(np.ascontiguousarray(data[name]).tobytes()).hexdigest())
-                 for name in sorted(data))
-
-
-def named_values(flat, shapes: dict) -> dict:
-    """Stan's flat constrained values (column-major) as arrays of the given shapes, by name;
-    names past the end of ``flat`` (generated quantities left out) are left out."""
-    flat = np.asarray(flat, dtype=float)
-    out, pos = {}, 0
-    for name, shape in shapes.items():
-        if pos >= flat.size:
-            break
-        size = int(np.prod(shape)) if shape else 1
-        out[name] = flat[pos : pos + size].reshape(shape, order="F") if shape else flat[pos]
-        pos += size
-    return out
-
-
 def _load_module_of_our_own(model_name: str):
     """Import a program's extension module as an object nothing else can overwrite.
 
@@ -165,7 +146,7 @@ class HttpstanProgram(CompiledProgram):
     def variable_shapes(self, data):
         # httpstan converts the data item by item in Python (37 ms at N = 10,000, against about 2 ms
         # to hash them): keep the shapes by the data's digest
-        key = _data_key(data)
+        key = digest(data)
         if key not in self._shapes:
             converted = _as_httpstan_data(data)
             self._shapes[key] = dict(zip(self.module.get_param_names(converted),
@@ -314,8 +295,8 @@ def _with_interface_mark(code: str) -> str:
     makes a module built with another version of ``oracle_interface.hpp``, or
     without it, a different program.
     """
-    digest = hashlib.sha256(b"".join(header.read_bytes() for header in FORCED_HEADERS)).hexdigest()[:16]
-    return f"{code}\n// built by robust-stan with its C interface {digest}\n"
+    interface = hashlib.sha256(b"".join(header.read_bytes() for header in FORCED_HEADERS)).hexdigest()[:16]
+    return f"{code}\n// built by robust-stan with its C interface {interface}\n"
 
 
 def _build(hs, code: str, marked: str, model_name: str, show_progress: bool) -> HttpstanProgram:

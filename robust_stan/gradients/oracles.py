@@ -24,6 +24,7 @@ import numpy as np
 
 from ..common.errors import RobustStanInputError
 from ..engines import compile_program
+from ..engines.base import named_values
 from ..engines.bridgestan_oracle import bridgestan_available
 
 ORACLES = ("auto", "bridgestan", "httpstan")
@@ -103,8 +104,6 @@ class HttpstanOracle(GradientOracle):
         return self._model.log_density_gradient(self._check(theta), jacobian)[1]
 
     def constrain(self, theta, include_gqs=True, seed=None):
-        from ..engines.httpstan_engine import named_values
-
         if self._shapes is None:
             self._shapes = self._program.variable_shapes(self._stan_data)
         if seed is not None or self._seeds is None:

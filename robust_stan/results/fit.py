@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ..building.data import PreparedData, to_original_scale, with_switches
+from ..building.data import PreparedData, log_density_on_outcome_scale, to_original_scale, with_switches
 from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
@@ -77,12 +77,13 @@ class Fit:
             parameters = parameter_columns(self.raw.variables, [f"{p.name}_copies" for p in spec.parameters])
             computed = self.model.compile().generated_quantities(with_switches(self.stan_data, pointwise=True),
                                                                  parameters, self.settings.seed, self.raw.backend)
-            scaling, rescaled = self.scaling, bool(spec.standardize) and spec.family.continuous
-            # densities on the outcome's own scale; y_rep back in its units
+            y_rep = computed["y_rep"]
+            if spec.standardize and spec.family.continuous:  # back in the outcome's units
+                y_rep = self.scaling.center + self.scaling.scale * y_rep
             self._pointwise = {
-                "log_lik": computed["log_lik"] - (np.log(scaling.scale) if rescaled else 0.0),
+                "log_lik": log_density_on_outcome_scale(spec, computed["log_lik"], self.scaling),
                 "robust_loss": computed["robust_loss"],
-                "y_rep": scaling.center + scaling.scale * computed["y_rep"] if rescaled else computed["y_rep"],
+                "y_rep": y_rep,
             }
         return self._pointwise
 

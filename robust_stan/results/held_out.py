@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 from scipy.special import logsumexp
 
-from ..building.data import Scaling, prepare_data
+from ..building.data import Scaling, log_density_on_outcome_scale, prepare_data
 from ..building.divergences import Divergence
 from ..gradients.program import RobustProgram
 
@@ -19,8 +19,7 @@ def held_out_pointwise_log_likelihood(program: RobustProgram, divergence: Diverg
     stan_data, _ = prepare_data(program.spec, test_data, divergence, scaling=scaling)
     oracle = program.oracle_for(stan_data)
     log_lik = np.array([oracle.constrain(theta, include_gqs=True)["log_lik"] for theta in thetas])
-    if program.spec.standardize and program.spec.family.continuous:
-        log_lik = log_lik - np.log(scaling.scale)  # densities on the outcome's own scale
+    log_lik = log_density_on_outcome_scale(program.spec, log_lik, scaling)
     return logsumexp(log_lik, axis=0) - np.log(len(thetas))
 
 

@@ -10,7 +10,6 @@ the same standard-normal numbers every time, so the curve is smooth in the value
 
 from __future__ import annotations
 
-import hashlib
 import weakref
 from collections.abc import Mapping
 
@@ -18,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..building.data import prepare_data
+from ..common.digest import digest
 from ..methods.variational import fit_variational
 from .held_out import held_out_log_likelihood
 from .method_fits import VariationalFit
@@ -40,20 +40,6 @@ def _moved(data: Mapping, variable: str, index: int, column: int | None, value) 
 _BASELINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _fingerprint(*parts) -> str:
-    """A digest of data dicts and settings: equal digests, equal refits."""
-    digest = hashlib.sha256()
-    for part in parts:
-        if isinstance(part, Mapping):
-            for key in sorted(part):
-                value = np.asarray(part[key])
-                digest.update(f"{key}:{value.dtype}:{value.shape};".encode())
-                digest.update(np.ascontiguousarray(value).tobytes() if value.dtype != object else repr(value).encode())
-        else:
-            digest.update(repr(part).encode())
-    return digest.hexdigest()
-
-
 def influence_curve(fit: VariationalFit, data: Mapping, index: int, values: np.ndarray, test_data: Mapping, *,
                     variable: str = "y", column: int | None = None, draws: int = 200, seed: int = 0,
                     **options) -> pd.DataFrame:
@@ -73,7 +59,7 @@ def influence_curve(fit: VariationalFit, data: Mapping, index: int, values: np.n
         thetas = refit.q.mean + eps @ refit.q.cholesky.T
         return held_out_log_likelihood(program, fit.divergence, scaling, test_data, thetas)
 
-    key = _fingerprint(data, test_data, draws, seed, sorted(options.items()), weights)
+    key = digest(data, test_data, draws, seed, sorted(options.items()), weights)
     baselines = _BASELINES.setdefault(fit, {})
     if key not in baselines:
         baselines[key] = refit_test_loglik(data)
