@@ -9,6 +9,7 @@
 from . import _old_paths  # noqa: F401  (the 0.x module paths, kept for one release with a warning)
 from ._version import __version__  # noqa: F401
 from .api.builtin import custom, glm, location
+from .api.coreset import coreset
 from .api.influence import influence
 from .api.model import Model
 from .api.neural_network import mlp, network_output
@@ -19,12 +20,14 @@ from .building.families import FAMILIES
 from .common.errors import RobustStanInputError, RobustStanWarning, StanCompileError
 from .common.resources import stan_include_path
 from .engines import COMPILE_COUNTS, resolve_engine
+from .results.coreset import Coreset
 from .results.fit import Fit
 from .results.influence import plot_influence
 from .results.method_fits import RobULAFit
 
 __all__ = [
     "COMPILE_COUNTS",
+    "Coreset",
     "FAMILIES",
     "KL",
     "BetaD",
@@ -35,6 +38,7 @@ __all__ = [
     "RobustStanInputError",
     "StanCompileError",
     "RobustStanWarning",
+    "coreset",
     "custom",
     "glm",
     "influence",

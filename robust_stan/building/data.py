@@ -288,12 +288,15 @@ def prepare_data(
 
 
 def with_switches(stan_data: dict, *, mode: str | None = None, learning_rate: float | None = None,
-                  weights=None, pointwise: bool | None = None) -> dict:
-    """A copy of prepared Stan data with another ``mode``, ``learning_rate``, ``weights`` (checked)
-    or ``pointwise`` (whether the generated quantities include log_lik, robust_loss and y_rep):
-    the variants a method needs (the prior alone, a reweighted posterior, draws without the
+                  weights=None, pointwise: bool | None = None, divergence: Divergence | None = None) -> dict:
+    """A copy of prepared Stan data with another ``mode``, ``learning_rate``, ``weights`` (checked),
+    ``pointwise`` (whether the generated quantities include log_lik, robust_loss and y_rep) or
+    ``divergence`` (a checked :class:`Divergence`): the variants a method needs (the prior alone,
+    a reweighted posterior, the classical posterior of the same rows, draws without the
     per-observation quantities) without preparing the data again."""
     out = dict(stan_data)
+    if divergence is not None:
+        out.update(divergence.stan_data())
     if pointwise is not None:
         out["pointwise"] = int(bool(pointwise))
     if mode is not None:

@@ -1,0 +1,110 @@
+"""rs.coreset: robust Bayesian coresets (beta-Cores), SparseVI and uniform subsampling on any model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..building.divergences import BetaD, Divergence, GammaD, as_divergence
+from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
+from ..methods.coreset import METHODS, OPTIMIZERS, CoresetSettings, greedy_coreset, uniform_coreset
+from ..methods.coreset_targets import INNER, SAMPLERS, CoresetTarget
+from ..results.coreset import Coreset
+from .model import Model
+
+
+def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", divergence: Divergence | None = None,
+            draws: int = 100, iters_per_point: int = 100, select_batch: int = 1000, opt_batch: int = 200,
+            inner: str = "beta", sampler: str = "laplace", groups=None, step_size: float = 1.0,
+            optimizer: str = "adam", learning_rate: float = 1.0, seed: int | None = None,
+            show_progress: bool = True) -> Coreset:
+    """A weighted subset of at most ``size`` rows (or groups) whose posterior stands in for the data's.
+
+    Methods (``../shared/papers/beta-cores.txt``, Algorithm 1 and eq. 9-14):
+
+    - ``"beta_cores"``: Manousakas and Mascolo's beta-Cores; the gains are minus the
+      ``divergence``'s loss (``rs.BetaD(beta)``, or a decomposable ``rs.GammaD``), so rows
+      the robust posterior disowns add nothing and are left out.
+    - ``"sparse_vi"``: the same algorithm with the log-likelihood gains (Campbell and
+      Beronov 2019).
+    - ``"uniform"``: ``size`` rows drawn with replacement, weight N * count / size.
+
+    The weighted posterior pi_w drawn from inside the loop uses the beta loss
+    (``inner="beta"``, the paper's algorithm) or the classical likelihood
+    (``inner="classical"``, the authors' code). ``sampler``: ``"laplace"`` (L-BFGS mode of the
+    weighted program on the coreset rows, covariance from the finite-difference Hessian of
+    the engine's gradients), ``"nuts"`` (the engine, one chain, 300 warmup iterations) or
+    ``"exact"`` (the conjugate posterior of ``rs.location("multi_normal", covariance="known",
+    priors={"mu": "normal(m0, s0)"})``, inner="classical" only). Each added point is followed by
+    ``iters_per_point`` steps on the weights (``optimizer="adam"``, the authors' choice,
+    restarted per point, or ``"sgd"`` as Algorithm 1 prints it; step ``step_size / (1 + t)``),
+    each from ``draws`` fresh draws and a batch of ``opt_batch`` units; selection uses a batch
+    of ``select_batch`` units.
+
+    ``groups``: one label per row; the units are then the groups (a group's gain is the
+    sum over its rows, its weight applies to each of them).
+
+    Cost model: each of the size x (iters_per_point + 1) steps makes one draw of S =
+    ``draws`` parameters (Laplace: an L-BFGS run and 2 d gradients of the program on the
+    coreset rows only, then S constrain calls) and one gains call, the program's
+    standalone generated quantities on the B + M rows at the S draws (S x (B + M)
+    pointwise losses, one engine call). Nothing costs O(N).
+
+    Returns a :class:`~robust_stan.results.coreset.Coreset`; ``coreset.sample()`` and
+    ``coreset.variational()`` fit its posterior with the same compiled program.
+    """
+    if not isinstance(model, Model):
+        raise RobustStanInputError(f"model: expected a robust_stan Model, got {type(model).__name__}")
+    if method not in METHODS:
+        raise RobustStanInputError(f"method: must be one of {list(METHODS)}, got {method!r}")
+    if inner not in INNER:
+        raise RobustStanInputError(f"inner: must be one of {list(INNER)}, got {inner!r}")
+    if sampler not in SAMPLERS:
+        raise RobustStanInputError(f"sampler: must be one of {list(SAMPLERS)}, got {sampler!r}")
+    if optimizer not in OPTIMIZERS:
+        raise RobustStanInputError(f"optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
+    divergence = as_divergence(divergence)  # None: KL
+    if method == "beta_cores" and not (isinstance(divergence, BetaD) or
+                                       (isinstance(divergence, GammaD) and divergence.code == 2)):
+        raise RobustStanInputError(f"divergence: beta_cores needs rs.BetaD(beta) or a decomposable rs.GammaD, "
+                                   f"got {divergence!r} (for the log-likelihood gains use method='sparse_vi')")
+    if method == "sparse_vi" and inner == "beta":
+        inner = "classical"  # SparseVI's posterior is the classical one
+    size = require_count("size", size)
+    settings = CoresetSettings(
+        size=size, draws=require_count("draws", draws, 2), iters_per_point=require_count("iters_per_point", iters_per_point, 0),
+        select_batch=require_count("select_batch", select_batch), opt_batch=require_count("opt_batch", opt_batch),
+        step_size=require_positive("step_size", step_size), optimizer=optimizer,
+        seed=_seed(seed), show_progress=bool(show_progress))
+    prepared = model.prepare(data, divergence, learning_rate)
+    n_rows = int(prepared.stan_data["N"])
+    unit_rows, labels = _units(groups, n_rows)
+    n_units = len(unit_rows)
+    if size > n_units:
+        raise RobustStanInputError(f"size: at most the number of {'groups' if labels is not None else 'rows'} "
+                                   f"({n_units}), got {size}")
+    target = CoresetTarget(model, prepared.stan_data, divergence, inner, sampler, unit_rows)
+    if method == "uniform":
+        out = uniform_coreset(target, size, settings.seed)
+    else:
+        out = greedy_coreset(target, settings, "beta" if method == "beta_cores" else "classical")
+    return Coreset(model, prepared, method, out.unit_weights, unit_rows, out.trace, out.seconds, labels)
+
+
+def _seed(seed) -> int:
+    seed = require_seed(seed)
+    return int(np.random.default_rng().integers(0, 2**31 - 1)) if seed is None else seed
+
+
+def _units(groups, n_rows: int):
+    """Each unit's rows (one unit per row, or per group label) and the group labels (or None)."""
+    if groups is None:
+        return [np.array([n]) for n in range(n_rows)], None
+    labels_per_row = np.asarray(groups)
+    if labels_per_row.shape != (n_rows,):
+        raise RobustStanInputError(f"groups: need one label per row, shape ({n_rows},); got {labels_per_row.shape}")
+    labels, codes = np.unique(labels_per_row, return_inverse=True)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.cumsum(np.bincount(codes, minlength=labels.size))[:-1]
+    return np.split(order, bounds), labels

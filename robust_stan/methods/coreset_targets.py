@@ -1,0 +1,205 @@
+"""What beta-Cores asks of a model: draws from a weighted posterior, and the gains of rows at them.
+
+A :class:`CoresetTarget` serves one program and its prepared data. Its units
+are rows, or groups of rows (``unit_rows``): a unit's gain is the sum of its
+rows' gains and a unit's weight applies to each of its rows.
+
+- :meth:`CoresetTarget.draw` returns draws of the weighted posterior
+  pi_w(theta) propto prior(theta) exp(-learning_rate sum_n w_n l_n(theta)),
+  restricted to the units with a weight (the prior when there are none), with
+  the ``inner`` loss (the beta loss, or the classical -log p). Samplers:
+  ``"laplace"`` (:mod:`robust_stan.methods.laplace` on the weighted program),
+  ``"nuts"`` (the engine's NUTS, one chain) and ``"exact"`` (the conjugate
+  posterior of a multivariate normal mean with known covariance and an
+  independent normal prior, classical inner loss only).
+- :meth:`CoresetTarget.gains` returns, for many units at S draws, the beta gain
+  f_n = -learning_rate l_n and the classical gain learning_rate log p_n, from
+  one engine call: the program's standalone generated quantities (its
+  pointwise ``robust_loss`` and ``log_lik``) on the data restricted to those
+  rows, for the S draws as one chain.
+
+Cost model (the docstring of :func:`robust_stan.coreset` repeats it): one
+gains call on R rows at S draws costs S x (one write_array of the program on R
+rows), about S x R pointwise log densities plus S constrain calls; one Laplace
+draw costs an L-BFGS run and 2 d gradient calls of the program on the coreset
+rows only (M rows, not N), plus S constrain calls.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..building.data import slice_rows, with_switches
+from ..building.divergences import KL, Divergence
+from ..common.errors import RobustStanInputError
+from ..engines import NutsSettings
+from ..engines.base import parameter_columns
+from ..gradients.oracles import constrained_draws
+from ..gradients.program import RobustProgram
+from .laplace import LaplaceApproximation, laplace_approximation
+from .nuts import run_nuts
+
+INNER = ("beta", "classical")
+SAMPLERS = ("laplace", "nuts", "exact")
+
+
+class CoresetTarget:
+    """Weighted posteriors and gains of ``program`` with prepared posterior-mode ``stan_data``.
+
+    ``divergence`` is the robust loss of the gains ``"beta"``; ``inner`` chooses the loss of
+    the weighted posterior drawn from (``"beta"``: that divergence, ``"classical"``: KL);
+    ``unit_rows`` lists each unit's rows (None: one unit per row)."""
+
+    def __init__(self, program: RobustProgram, stan_data: dict, divergence: Divergence, inner: str,
+                 sampler: str, unit_rows: list[np.ndarray] | None = None, nuts_warmup: int = 300):
+        self.program = program
+        self.spec = program.spec
+        self.stan_data = with_switches(stan_data, pointwise=False, divergence=divergence)
+        self.divergence = divergence
+        self.inner = inner
+        self.inner_divergence = divergence if inner == "beta" else KL()
+        self.sampler = sampler
+        self.learning_rate = float(stan_data["learning_rate"])
+        n_rows = int(stan_data["N"])
+        self.unit_rows = unit_rows if unit_rows is not None else [np.array([n]) for n in range(n_rows)]
+        self.n_units = len(self.unit_rows)
+        self.nuts_warmup = nuts_warmup
+        self._parameter_names = [f"{p.name}_copies" for p in self.spec.parameters]
+        self._compiled = program.compile(show_progress=False)
+        self._last_mode: np.ndarray | None = None
+        self._last_laplace: tuple[tuple, LaplaceApproximation] | None = None
+        self.exact = ExactGaussianMean.for_program(self.spec, stan_data) if sampler == "exact" else None
+        if sampler == "exact" and inner != "classical":
+            raise RobustStanInputError("sampler: 'exact' draws from the conjugate classical posterior; "
+                                       "use inner='classical' with it (the beta posterior has no closed form)")
+
+    # -- the rows of a set of units ------------------------------------------------
+    def rows_of(self, units: np.ndarray, weights: np.ndarray | None = None):
+        """The rows of ``units`` in order (and each row's weight, its unit's, if ``weights`` given)."""
+        units = np.asarray(units, dtype=int)
+        rows = np.concatenate([self.unit_rows[u] for u in units]) if units.size else np.zeros(0, dtype=int)
+        if weights is None:
+            return rows
+        return rows, np.repeat(np.asarray(weights, dtype=float), [self.unit_rows[u].size for u in units])
+
+    def posterior_data(self, units, weights, divergence: Divergence | None = None) -> dict:
+        """Stan data of the weighted posterior on the rows of ``units`` (the prior if no weight is positive)."""
+        units, weights = np.asarray(units, dtype=int), np.asarray(weights, dtype=float)
+        keep = weights > 0
+        if not keep.any():
+            return with_switches(slice_rows(self.spec, self.stan_data, np.array([0])), mode="prior")
+        rows, row_weights = self.rows_of(units[keep], weights[keep])
+        return with_switches(slice_rows(self.spec, self.stan_data, rows), weights=row_weights,
+                             divergence=divergence or self.inner_divergence)
+
+    # -- draws --------------------------------------------------------------------
+    def draw(self, units, weights, count: int, rng: np.random.Generator) -> np.ndarray:
+        """``count`` draws of pi_w as constrained parameter columns (count, k), Stan's order."""
+        if self.sampler == "exact":
+            rows, row_weights = self.rows_of(np.asarray(units, dtype=int), weights)
+            mean, cov = self.exact.posterior(rows, row_weights)
+            return rng.multivariate_normal(mean, cov, size=count, method="cholesky")
+        data = self.posterior_data(units, weights)
+        if self.sampler == "nuts":
+            settings = NutsSettings(chains=1, iter_warmup=self.nuts_warmup, iter_sampling=count,
+                                    seed=int(rng.integers(1, 2**31 - 1)), show_progress=False)
+            raw = run_nuts(self.program, data, settings, None)
+            return parameter_columns(raw.variables, self._parameter_names)[0]
+        approx = self.laplace(units, weights, data)
+        return self.constrained(approx.draws(count, rng), data)
+
+    def laplace(self, units, weights, data: dict | None = None) -> LaplaceApproximation:
+        """The Laplace approximation of pi_w (kept for the last (units, weights) asked)."""
+        key = (tuple(np.asarray(units, dtype=int)), tuple(np.asarray(weights, dtype=float)))
+        if self._last_laplace is not None and self._last_laplace[0] == key:
+            return self._last_laplace[1]
+        data = data if data is not None else self.posterior_data(units, weights)
+        oracle = self.program.oracle_for(data)
+        init = self._last_mode if self._last_mode is not None else np.zeros(oracle.dimension)
+        approx = laplace_approximation(oracle.log_density_gradient, init)
+        self._last_mode = approx.mode
+        self._last_laplace = (key, approx)
+        return approx
+
+    def constrained(self, thetas: np.ndarray, data: dict) -> np.ndarray:
+        """Unconstrained draws (count, d) as constrained parameter columns (count, k)."""
+        variables = constrained_draws(self.program.oracle_for(data), thetas[None])
+        return parameter_columns(variables, self._parameter_names)[0]
+
+    def log_normaliser(self, units, weights) -> float:
+        """log Z_w of the program's density for pi_w (Laplace estimate), up to a constant free of w."""
+        return self.laplace(units, weights).log_normaliser
+
+    # -- gains ----------------------------------------------------------------------
+    def gains(self, units, columns: np.ndarray) -> dict[str, np.ndarray]:
+        """{"beta": f, "classical": f}, each (S, len(units)): every unit's gain at each draw
+        (a unit's rows summed), from one generated-quantities call of the program."""
+        units = np.asarray(units, dtype=int)
+        rows = self.rows_of(units)
+        data = with_switches(slice_rows(self.spec, self.stan_data, rows), pointwise=True)
+        computed = self._compiled.generated_quantities(data, np.asarray(columns, dtype=float)[None], seed=1)
+        per_row = {"beta": -self.learning_rate * computed["robust_loss"][0],
+                   "classical": self.learning_rate * computed["log_lik"][0]}
+        sizes = np.array([self.unit_rows[u].size for u in units])
+        if np.all(sizes == 1):
+            return per_row
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        return {kind: np.add.reduceat(values, starts, axis=1) for kind, values in per_row.items()}
+
+    def exact_kl(self, units, weights) -> float | None:
+        """KL(pi_w || pi_1) in closed form (classical posteriors), for the exact sampler; else None."""
+        if self.exact is None:
+            return None
+        rows, row_weights = self.rows_of(np.asarray(units, dtype=int), weights)
+        return self.exact.kl(rows, row_weights, np.arange(int(self.stan_data["N"])), np.ones(int(self.stan_data["N"])))
+
+
+_NORMAL_PRIOR = re.compile(r"^\s*mu\s*~\s*normal\(\s*([-+0-9.eE]+)\s*,\s*([-+0-9.eE]+)\s*\)\s*;\s*$")
+
+
+class ExactGaussianMean:
+    """The conjugate posterior of ``rs.location("multi_normal", covariance="known",
+    priors={"mu": "normal(m0, s0)"})``: y_n ~ N(mu, Sigma), mu_j ~ N(m0, s0^2) independently.
+    With row weights w, precision P_w = I / s0^2 + (sum w) Sigma^-1 and mean
+    P_w^-1 (m0 / s0^2 + Sigma^-1 sum_n w_n y_n)."""
+
+    def __init__(self, y: np.ndarray, sigma: np.ndarray, prior_mean: float, prior_sd: float):
+        self.y = np.asarray(y, dtype=float)
+        self.sigma_inverse = np.linalg.inv(np.asarray(sigma, dtype=float))
+        self.prior_mean, self.prior_sd = float(prior_mean), float(prior_sd)
+
+    @classmethod
+    def for_program(cls, spec, stan_data: dict) -> ExactGaussianMean:
+        found = _NORMAL_PRIOR.match(spec.priors.strip())
+        if spec.family.name != "multi_normal" or "Sigma" not in stan_data or found is None:
+            raise RobustStanInputError(
+                "sampler: 'exact' needs rs.location('multi_normal', covariance='known', "
+                "priors={'mu': 'normal(m0, s0)'}) (a conjugate model); use 'laplace' or 'nuts'")
+        return cls(stan_data["y"], stan_data["Sigma"], float(found.group(1)), float(found.group(2)))
+
+    def posterior(self, rows: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and covariance of the weighted posterior of mu."""
+        d = self.y.shape[1]
+        precision = np.eye(d) / self.prior_sd**2 + float(np.sum(weights)) * self.sigma_inverse
+        weighted_sum = weights @ self.y[rows] if len(rows) else np.zeros(d)
+        covariance = np.linalg.inv(precision)
+        mean = covariance @ (np.full(d, self.prior_mean / self.prior_sd**2) + self.sigma_inverse @ weighted_sum)
+        return mean, 0.5 * (covariance + covariance.T)
+
+    def kl(self, rows, weights, other_rows, other_weights) -> float:
+        """KL(posterior(rows, weights) || posterior(other_rows, other_weights)), Gaussian closed form."""
+        m0, c0 = self.posterior(rows, weights)
+        m1, c1 = self.posterior(other_rows, other_weights)
+        return gaussian_kl(m0, c0, m1, c1)
+
+
+def gaussian_kl(m0, c0, m1, c1) -> float:
+    """KL(N(m0, c0) || N(m1, c1))."""
+    d = m0.size
+    c1_inverse = np.linalg.inv(c1)
+    diff = m1 - m0
+    _, logdet0 = np.linalg.slogdet(c0)
+    _, logdet1 = np.linalg.slogdet(c1)
+    return 0.5 * float(np.trace(c1_inverse @ c0) + diff @ c1_inverse @ diff - d + logdet1 - logdet0)

@@ -1,0 +1,83 @@
+"""A coreset: weights on a few rows (or groups) of the data, and the usual fits on those rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..building.data import PreparedData, slice_rows, with_switches
+from ..building.divergences import KL, Divergence
+from ..common.errors import RobustStanInputError
+from ..methods.nuts import nuts_settings, run_nuts
+from ..methods.variational import fit_variational
+from .fit import Fit
+from .method_fits import VariationalFit
+
+
+class Coreset:
+    """The result of :func:`robust_stan.coreset`.
+
+    ``weights`` (N,) is each row's weight (a group's weight on each of its rows),
+    zero outside the coreset; ``indices`` are the rows with a positive weight;
+    ``unit_weights`` are the weights of the units chosen from (rows, or groups
+    when ``groups`` was given, in the order of ``group_labels``); ``trace`` has one
+    row per addition (size, chosen unit, seconds, the KL estimate, the exact KL
+    where known). :meth:`sample` and :meth:`variational` fit the coreset
+    posterior with the same compiled program, on the coreset rows only, the
+    weights passed as data.
+    """
+
+    def __init__(self, program, prepared: PreparedData, method: str, unit_weights: np.ndarray,
+                 unit_rows: list[np.ndarray], trace: pd.DataFrame, seconds: float, group_labels=None):
+        self.program = program
+        self.prepared = prepared
+        self.method = method
+        self.divergence: Divergence = prepared.divergence
+        self.unit_weights = np.asarray(unit_weights, dtype=float)
+        self.group_labels = group_labels
+        weights = np.zeros(int(prepared.stan_data["N"]))
+        for unit in np.flatnonzero(self.unit_weights):
+            weights[unit_rows[unit]] = self.unit_weights[unit]
+        self.weights = weights
+        self.indices = np.flatnonzero(weights)
+        self.trace = trace
+        self.seconds = seconds
+
+    def __repr__(self) -> str:
+        units = "groups" if self.group_labels is not None else "rows"
+        return (f"<robust_stan.Coreset {self.method}: {np.count_nonzero(self.unit_weights)} {units}, "
+                f"{self.indices.size} rows, total weight {self.weights.sum():.4g}>")
+
+    def prepared_for(self, posterior: str) -> PreparedData:
+        """The coreset rows as prepared data: weights as data, the beta or the classical loss."""
+        if posterior not in ("beta", "classical"):
+            raise RobustStanInputError(f"posterior: must be 'beta' or 'classical', got {posterior!r}")
+        divergence = self.divergence if posterior == "beta" else KL()
+        rows = self.indices
+        stan_data = with_switches(slice_rows(self.program.spec, self.prepared.stan_data, rows),
+                                  weights=self.weights[rows], divergence=divergence)
+        y = self.prepared.data["y"]
+        y = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
+        return PreparedData({"y": y[rows]}, stan_data, self.prepared.scaling, divergence)
+
+    def sample(self, posterior: str = "beta", chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
+               thin: int = 1, seed: int | None = None, adapt_delta: float = 0.8, max_treedepth: int = 10,
+               show_progress: bool = True) -> Fit:
+        """NUTS on the coreset posterior (``posterior="beta"``: the coreset's divergence;
+        ``"classical"``: KL), arguments as :meth:`robust_stan.Model.sample`."""
+        prepared = self.prepared_for(posterior)
+        settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
+                                 show_progress)
+        fit = Fit(self.program, run_nuts(self.program, prepared.stan_data, settings, None), prepared, settings)
+        fit.warn_if_not_converged()
+        return fit
+
+    def variational(self, posterior: str = "beta", family: str = "meanfield", draws: int = 1000,
+                    seed: int | None = None, show_progress: bool = True, **options) -> VariationalFit:
+        """robust-stan's variational approximation of the coreset posterior (options as
+        :meth:`robust_stan.Model.variational`)."""
+        prepared = self.prepared_for(posterior)
+        out = fit_variational(self.program, prepared.stan_data, family=family, draws=draws, seed=seed,
+                              show_progress=show_progress, **options)
+        return VariationalFit(self.program, out.raw, prepared, out.settings, q=out.q, elbo=out.elbo,
+                              elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
