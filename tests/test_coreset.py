@@ -100,6 +100,12 @@ def test_beta_cores_keeps_outliers_out_and_sparse_vi_takes_them(gaussian):
     assert bad[classical.indices].any()
     assert list(robust.trace.columns) == ["size", "chosen", "seconds", "kl_estimate", "kl_estimate_se", "kl_exact"]
     assert len(robust.trace) == 8 and np.all(np.isfinite(robust.trace["kl_exact"]))
+    earlier = robust.at_step(2)
+    units, weights = robust.path[2]
+    assert len(earlier.trace) == 3 and np.array_equal(earlier.indices, np.sort(units[weights > 0]))
+    assert np.array_equal(earlier.weights[units], weights)
+    with pytest.raises(rs.RobustStanInputError, match=r"^step: "):
+        robust.at_step(8)
 
 
 def test_groups_are_chosen_and_weighted_whole(gaussian):

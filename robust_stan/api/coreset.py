@@ -89,7 +89,7 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
         out = uniform_coreset(target, size, settings.seed)
     else:
         out = greedy_coreset(target, settings, "beta" if method == "beta_cores" else "classical")
-    return Coreset(model, prepared, method, out.unit_weights, unit_rows, out.trace, out.seconds, labels)
+    return Coreset(model, prepared, method, out.unit_weights, unit_rows, out.trace, out.seconds, labels, out.path)
 
 
 def _seed(seed) -> int:

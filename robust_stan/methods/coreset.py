@@ -60,11 +60,13 @@ class CoresetSettings:
 
 @dataclass
 class CoresetOutput:
-    """``unit_weights`` (one per unit, zero outside the coreset) and the per-addition ``trace``."""
+    """``unit_weights`` (one per unit, zero outside the coreset), the per-addition ``trace`` and
+    ``path``: the (units, weights) of the coreset after each addition."""
 
     unit_weights: np.ndarray
     trace: pd.DataFrame
     seconds: float
+    path: list[tuple[np.ndarray, np.ndarray]]
 
 
 def centred(gains: np.ndarray) -> np.ndarray:
@@ -122,7 +124,7 @@ def greedy_coreset(target, settings: CoresetSettings, gain_kind: str) -> Coreset
     select_batch, opt_batch = min(settings.select_batch, n), min(settings.opt_batch, n)
     support = np.zeros(0, dtype=int)
     weights = np.zeros(0)
-    rows, start = [], time.perf_counter()
+    rows, path, start = [], [], time.perf_counter()
 
     def evaluate(batch_size):
         draws = target.draw(support, weights, settings.draws, rng)
@@ -161,10 +163,11 @@ def greedy_coreset(target, settings: CoresetSettings, gain_kind: str) -> Coreset
             rows.append({"size": int(np.count_nonzero(weights)), "chosen": chosen,
                          "seconds": time.perf_counter() - start, "kl_estimate": kl,
                          "kl_estimate_se": kl_se, "kl_exact": np.nan if exact is None else exact})
+            path.append((support.copy(), weights.copy()))
             bar.update(1)
     unit_weights = np.zeros(n)
     unit_weights[support] = weights
-    return CoresetOutput(unit_weights, pd.DataFrame(rows), time.perf_counter() - start)
+    return CoresetOutput(unit_weights, pd.DataFrame(rows), time.perf_counter() - start, path)
 
 
 def uniform_coreset(target, size: int, seed: int) -> CoresetOutput:
@@ -179,4 +182,4 @@ def uniform_coreset(target, size: int, seed: int) -> CoresetOutput:
     exact = target.exact_kl(support, weights[support])
     trace = pd.DataFrame({"size": [support.size], "chosen": [-1], "seconds": [time.perf_counter() - start],
                           "kl_estimate": [np.nan], "kl_estimate_se": [np.nan], "kl_exact": [np.nan if exact is None else exact]})
-    return CoresetOutput(weights, trace, time.perf_counter() - start)
+    return CoresetOutput(weights, trace, time.perf_counter() - start, [(support, weights[support])])

@@ -22,26 +22,39 @@ class Coreset:
     ``unit_weights`` are the weights of the units chosen from (rows, or groups
     when ``groups`` was given, in the order of ``group_labels``); ``trace`` has one
     row per addition (size, chosen unit, seconds, the KL estimate, the exact KL
-    where known). :meth:`sample` and :meth:`variational` fit the coreset
+    where known) and :meth:`at_step` the coreset after each of them. :meth:`sample` and :meth:`variational` fit the coreset
     posterior with the same compiled program, on the coreset rows only, the
     weights passed as data.
     """
 
     def __init__(self, program, prepared: PreparedData, method: str, unit_weights: np.ndarray,
-                 unit_rows: list[np.ndarray], trace: pd.DataFrame, seconds: float, group_labels=None):
+                 unit_rows: list[np.ndarray], trace: pd.DataFrame, seconds: float, group_labels=None,
+                 path: list[tuple[np.ndarray, np.ndarray]] | None = None):
         self.program = program
         self.prepared = prepared
         self.method = method
         self.divergence: Divergence = prepared.divergence
         self.unit_weights = np.asarray(unit_weights, dtype=float)
         self.group_labels = group_labels
-        weights = np.zeros(int(prepared.stan_data["N"]))
+        self.weights = np.zeros(int(prepared.stan_data["N"]))
         for unit in np.flatnonzero(self.unit_weights):
-            weights[unit_rows[unit]] = self.unit_weights[unit]
-        self.weights = weights
-        self.indices = np.flatnonzero(weights)
+            self.weights[unit_rows[unit]] = self.unit_weights[unit]
+        self.indices = np.flatnonzero(self.weights)
         self.trace = trace
         self.seconds = seconds
+        self.unit_rows = unit_rows
+        self.path = path or []
+
+    def at_step(self, step: int) -> Coreset:
+        """The coreset as it was after addition ``step`` (0-based, a row of ``trace``)."""
+        if not 0 <= step < len(self.path):
+            raise RobustStanInputError(f"step: must lie in 0..{len(self.path) - 1}, got {step}")
+        units, weights = self.path[step]
+        unit_weights = np.zeros(self.unit_weights.size)
+        unit_weights[units] = weights
+        return Coreset(self.program, self.prepared, self.method, unit_weights, self.unit_rows,
+                       self.trace.iloc[:step + 1], self.trace["seconds"].iloc[step], self.group_labels,
+                       self.path[:step + 1])
 
     def __repr__(self) -> str:
         units = "groups" if self.group_labels is not None else "rows"
@@ -54,6 +67,8 @@ class Coreset:
             raise RobustStanInputError(f"posterior: must be 'beta' or 'classical', got {posterior!r}")
         divergence = self.divergence if posterior == "beta" else KL()
         rows = self.indices
+        if rows.size == 0:
+            raise RobustStanInputError("coreset: no row has a positive weight yet; there is no posterior to fit")
         stan_data = with_switches(slice_rows(self.program.spec, self.prepared.stan_data, rows),
                                   weights=self.weights[rows], divergence=divergence)
         y = self.prepared.data["y"]
