@@ -207,3 +207,39 @@ def test_beta_must_be_positive_and_the_exact_sampler_needs_the_conjugate_model(g
     X, y = np.zeros((10, 1)), np.arange(10) % 2
     with pytest.raises(rs.RobustStanInputError, match=r"^sampler: 'exact' needs"):
         rs.coreset(model, {"X": X, "y": y}, size=2, divergence=rs.BetaD(0.3), inner="classical", sampler="exact")
+
+
+@pytest.fixture(scope="module")
+def logistic():
+    model = rs.glm("bernoulli", standardize=False, engine=ENGINE)
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(300, 2))
+    y = (rng.random(300) < 1 / (1 + np.exp(-(0.3 + X @ np.array([1.0, -0.5]))))).astype(int)
+    return model, {"X": X, "y": y, "prior_scale_b": np.ones(2)}
+
+
+def test_nuts_sampler_draws_the_prior_of_an_empty_coreset(logistic):
+    model, data = logistic
+    prepared = model.prepare(data, rs.BetaD(0.3))
+    target = CoresetTarget(model, prepared.stan_data, prepared.divergence, "beta", "nuts")
+    draws = target.draw(np.zeros(0, dtype=int), np.zeros(0), 2000, np.random.default_rng(0))
+    assert draws.shape == (2000, 3)  # alpha ~ normal(0, 2.5), b ~ normal(0, 1)
+    sd = np.array([2.5, 1.0, 1.0])
+    # one chain of NUTS on a Gaussian: ESS near the draw count; 5 sds of the mean at ESS 500
+    assert np.all(np.abs(draws.mean(axis=0)) < 5 * sd / np.sqrt(500))
+    assert np.allclose(draws.std(axis=0), sd, rtol=0.15)
+    coreset = rs.coreset(model, data, size=2, divergence=rs.BetaD(0.3), draws=20, iters_per_point=1,
+                         select_batch=50, opt_batch=20, sampler="nuts", seed=3, show_progress=False)
+    assert 1 <= coreset.indices.size <= 2 and len(coreset.trace) == 2
+
+
+def test_coreset_variational_is_near_its_nuts_posterior(logistic):
+    model, data = logistic
+    coreset = rs.coreset(model, data, size=60, method="uniform", divergence=rs.BetaD(0.3), seed=5,
+                         show_progress=False)
+    vi = coreset.variational(seed=1, show_progress=False)
+    fit = coreset.sample(seed=1, show_progress=False)
+    for name in ("alpha", "b"):
+        nuts_mean, nuts_sd = fit.posterior[name].mean(axis=(0, 1)), fit.posterior[name].std(axis=(0, 1))
+        # mean-field Gaussian on a near-Gaussian posterior: means within half a posterior sd
+        assert np.all(np.abs(vi.posterior[name].mean(axis=(0, 1)) - nuts_mean) < 0.5 * nuts_sd)
