@@ -49,7 +49,10 @@ def main(argv=None) -> None:
     parser.add_argument("--select-batch", type=int, default=1000)
     parser.add_argument("--opt-batch", type=int, default=200)
     parser.add_argument("--beta", type=float, default=0.01)
+    parser.add_argument("--out", default="coreset_gaussian", help="folder under examples/results")
     args = parser.parse_args(argv)
+    global OUT
+    OUT = OUT.parent / args.out
     OUT.mkdir(parents=True, exist_ok=True)
 
     model = rs.location("multi_normal", covariance="known", priors={"mu": "normal(0, 1)"})

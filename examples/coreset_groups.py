@@ -75,7 +75,10 @@ def main(argv=None) -> None:
     parser.add_argument("--iters", type=int, default=50, help="weight steps per added group (T)")
     parser.add_argument("--draws", type=int, default=50)
     parser.add_argument("--opt-batch", type=int, default=8, help="groups per weight step")
+    parser.add_argument("--out", default="coreset_groups", help="folder under examples/results")
     args = parser.parse_args(argv)
+    global OUT
+    OUT = OUT.parent / args.out
     OUT.mkdir(parents=True, exist_ok=True)
     X_train, y_train, X_test, y_test, groups = adult_with_groups()
     model = rs.glm("bernoulli", standardize=False)

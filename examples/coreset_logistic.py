@@ -51,7 +51,10 @@ def main(argv=None) -> None:
     parser.add_argument("--draws", type=int, default=100)
     parser.add_argument("--select-batch", type=int, default=1000)
     parser.add_argument("--opt-batch", type=int, default=200)
+    parser.add_argument("--out", default="coreset_logistic", help="folder under examples/results")
     args = parser.parse_args(argv)
+    global OUT
+    OUT = OUT.parent / args.out
     OUT.mkdir(parents=True, exist_ok=True)
     model = rs.glm("bernoulli", standardize=False)
     model.compile()
