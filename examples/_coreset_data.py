@@ -94,3 +94,11 @@ def balanced(X: np.ndarray, y: np.ndarray, rng: np.random.Generator):
     m = min(ones.size, zeros.size)
     rows = np.concatenate([rng.choice(ones, m, replace=False), rng.choice(zeros, m, replace=False)])
     return X[rows], y[rows]
+
+
+def accuracy(fit, X_test: np.ndarray, y_test: np.ndarray) -> float:
+    """Test accuracy of a logistic glm fit: the posterior mean probability above 1/2."""
+    alpha = fit.posterior["alpha"].reshape(-1)
+    b = fit.posterior["b"].reshape(-1, X_test.shape[1])
+    probability = (1 / (1 + np.exp(-(alpha[:, None] + b @ X_test.T)))).mean(axis=0)
+    return float(np.mean((probability > 0.5) == y_test))

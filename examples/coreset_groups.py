@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from _coreset_data import _one_hot, adult_frames, balanced, principal_components
+from _coreset_data import _one_hot, accuracy, adult_frames, balanced, principal_components
 
 import robust_stan as rs
 
@@ -60,11 +60,6 @@ def corrupt_groups(X, y, groups, rng):
     return X, y, corrupted, levels
 
 
-def accuracy(fit, X_test, y_test) -> float:
-    alpha = fit.posterior["alpha"].reshape(-1)
-    b = fit.posterior["b"].reshape(-1, X_test.shape[1])
-    probability = (1 / (1 + np.exp(-(alpha[:, None] + b @ X_test.T)))).mean(axis=0)
-    return float(np.mean((probability > 0.5) == y_test))
 
 
 def main(argv=None) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from _coreset_data import balanced, contaminate, load_adult, load_phishing
+from _coreset_data import accuracy, balanced, contaminate, load_adult, load_phishing
 
 import robust_stan as rs
 
@@ -32,12 +32,6 @@ OUT = Path(__file__).parent / "results" / "coreset_logistic"
 NUTS = {"chains": 2, "iter_warmup": 500, "iter_sampling": 500, "show_progress": False}
 
 
-def accuracy(fit, X_test, y_test) -> float:
-    """Balanced-test accuracy of the posterior mean probability."""
-    alpha = fit.posterior["alpha"].reshape(-1)
-    b = fit.posterior["b"].reshape(-1, X_test.shape[1])
-    probability = (1 / (1 + np.exp(-(alpha[:, None] + b @ X_test.T)))).mean(axis=0)
-    return float(np.mean((probability > 0.5) == y_test))
 
 
 def main(argv=None) -> None:
