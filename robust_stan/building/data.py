@@ -48,6 +48,12 @@ class PreparedData:
         return float(self.stan_data["learning_rate"])
 
 
+def outcome_values(data: Mapping) -> np.ndarray:
+    """The user's outcome ``data["y"]`` as a NumPy array (a pandas column included)."""
+    y = data["y"]
+    return np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
+
+
 def mode_code(mode: str) -> int:
     """The program's code for a mode name, or an error naming ``mode``."""
     if mode not in MODES:

@@ -157,8 +157,8 @@ def greedy_coreset(target, settings: CoresetSettings, gain_kind: str) -> Coreset
                 g = centred(gains[gain_kind])
                 weights = steps(weights, weight_gradient(g[:, :support.size], g[:, support.size:], n, weights))
             batch, gains = evaluate(select_batch)
-            inner = "beta" if target.inner == "beta" else "classical"
-            kl, kl_se = kl_estimate(target, support, weights, gains[inner][:, :support.size], gains[inner][:, support.size:], n)
+            inner_gains = gains[target.inner]  # the gains of the posterior drawn from
+            kl, kl_se = kl_estimate(target, support, weights, inner_gains[:, :support.size], inner_gains[:, support.size:], n)
             exact = target.exact_kl(support, weights)
             rows.append({"size": int(np.count_nonzero(weights)), "chosen": chosen,
                          "seconds": time.perf_counter() - start, "kl_estimate": kl,

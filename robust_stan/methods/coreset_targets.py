@@ -84,7 +84,7 @@ class CoresetTarget:
             return rows
         return rows, np.repeat(np.asarray(weights, dtype=float), [self.unit_rows[u].size for u in units])
 
-    def posterior_data(self, units, weights, divergence: Divergence | None = None) -> dict:
+    def posterior_data(self, units, weights) -> dict:
         """Stan data of the weighted posterior on the rows of ``units`` (the prior if no weight is positive)."""
         units, weights = np.asarray(units, dtype=int), np.asarray(weights, dtype=float)
         keep = weights > 0
@@ -92,7 +92,7 @@ class CoresetTarget:
             return with_switches(slice_rows(self.spec, self.stan_data, np.array([0])), mode="prior")
         rows, row_weights = self.rows_of(units[keep], weights[keep])
         return with_switches(slice_rows(self.spec, self.stan_data, rows), weights=row_weights,
-                             divergence=divergence or self.inner_divergence)
+                             divergence=self.inner_divergence)
 
     # -- draws --------------------------------------------------------------------
     def draw(self, units, weights, count: int, rng: np.random.Generator) -> np.ndarray:

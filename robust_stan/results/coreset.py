@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..building.data import PreparedData, slice_rows, with_switches
+from ..building.data import PreparedData, outcome_values, slice_rows, with_switches
 from ..building.divergences import KL, Divergence
 from ..common.errors import RobustStanInputError
 from ..methods.nuts import nuts_settings, run_nuts
@@ -71,9 +71,7 @@ class Coreset:
             raise RobustStanInputError("coreset: no row has a positive weight yet; there is no posterior to fit")
         stan_data = with_switches(slice_rows(self.program.spec, self.prepared.stan_data, rows),
                                   weights=self.weights[rows], divergence=divergence)
-        y = self.prepared.data["y"]
-        y = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
-        return PreparedData({"y": y[rows]}, stan_data, self.prepared.scaling, divergence)
+        return PreparedData({"y": outcome_values(self.prepared.data)[rows]}, stan_data, self.prepared.scaling, divergence)
 
     def sample(self, posterior: str = "beta", chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
                thin: int = 1, seed: int | None = None, adapt_delta: float = 0.8, max_treedepth: int = 10,

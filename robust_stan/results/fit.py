@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ..building.data import PreparedData, log_density_on_outcome_scale, to_original_scale, with_switches
+from ..building.data import PreparedData, log_density_on_outcome_scale, outcome_values, to_original_scale, with_switches
 from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
@@ -64,8 +64,7 @@ class Fit:
             name: to_original_scale(spec.rescale.get(name), raw.variables[name], scaling)
             for name in self.parameter_names
         }
-        y = prepared.data["y"]
-        self.y = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
+        self.y = outcome_values(prepared.data)
         self._pointwise: dict[str, np.ndarray] | None = None
 
     # -- per-observation quantities, on demand ----------------------------------------
