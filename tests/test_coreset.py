@@ -131,6 +131,32 @@ def test_groups_are_chosen_and_weighted_whole(gaussian):
                        np.stack([rows[:, :10].sum(1), rows[:, 10:].sum(1)], axis=1), rtol=1e-12, atol=1e-12)
 
 
+def test_refresh_gives_the_data_of_each_step_and_start_begins_the_coreset(gaussian):
+    """Models whose data depend on the coreset (the paper's section 4.3): refresh is called with
+    the row weights after the start and after every addition, and the data it returns are the
+    ones the next steps (and the exact KL, and the result) use."""
+    model, data, bad = gaussian
+    clean = {"y": data["y"] - 9.0 * bad[:, None], "Sigma": data["Sigma"]}
+    calls = []
+
+    def refresh(weights):
+        calls.append(weights.copy())
+        return clean
+
+    start = np.flatnonzero(bad)[:2]
+    coreset = run(model, data, method="sparse_vi", start=start, refresh=refresh, size=6)
+    assert len(calls) == 1 + 6
+    assert np.flatnonzero(calls[0]).tolist() == sorted(start) and np.all(calls[0][start] == N / 2)
+    for weights, (units, unit_weights) in zip(calls[1:], coreset.path):
+        assert np.array_equal(weights[units], unit_weights) and np.count_nonzero(weights) == np.count_nonzero(unit_weights)
+    assert set(start) <= set(coreset.path[0][0])
+    assert np.array_equal(coreset.prepared.stan_data["y"], clean["y"])
+    exact = ExactGaussianMean(clean["y"], clean["Sigma"], 0.0, 10.0)
+    units, weights = coreset.path[-1]
+    expected = exact.kl(units, weights, np.arange(N), np.ones(N))
+    assert coreset.trace["kl_exact"].iloc[-1] == pytest.approx(expected, rel=1e-10)
+
+
 def test_weights_as_data_equal_duplicated_rows_without_a_compile(gaussian):
     model, data, _ = gaussian
     coreset = run(model, data, method="uniform", size=10)  # weights N * count / size = 40 * count
@@ -193,6 +219,12 @@ def test_laplace_draws_match_nuts_on_a_logistic_coreset():
     ({"divergence": rs.GammaD(0.5, form="original")}, r"^divergence: beta_cores needs"),
     ({"divergence": None}, r"^divergence: beta_cores needs"),
     ({"sampler": "exact", "inner": "beta"}, r"^sampler: 'exact' draws from the conjugate"),
+    ({"start": [N]}, r"^start: must be row numbers"),
+    ({"start": [1, 1]}, r"^start: repeats a unit"),
+    ({"start": np.arange(N - 3)}, r"^size: start \(397\) plus size \(8\) exceeds"),
+    ({"method": "uniform", "start": [1]}, r"^start, refresh: only for the greedy methods"),
+    ({"refresh": 3}, r"^refresh: must be a function"),
+    ({"refresh": lambda weights: {"y": np.zeros((5, D)), "Sigma": np.eye(D)}}, r"^refresh: must return data for the same"),
 ])
 def test_bad_input_is_refused_with_the_argument_named(gaussian, options, message):
     model, data, _ = gaussian

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -17,8 +17,8 @@ from .model import Model
 def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", divergence: Divergence | None = None,
             draws: int = 100, iters_per_point: int = 100, select_batch: int = 1000, opt_batch: int = 200,
             inner: str = "beta", sampler: str = "laplace", groups=None, step_size: float = 1.0,
-            optimizer: str = "adam", learning_rate: float = 1.0, seed: int | None = None,
-            show_progress: bool = True) -> Coreset:
+            optimizer: str = "adam", learning_rate: float = 1.0, start=None, refresh: Callable | None = None,
+            seed: int | None = None, show_progress: bool = True) -> Coreset:
     """A weighted subset of at most ``size`` rows (or groups) whose posterior stands in for the data's.
 
     Methods (``../shared/papers/beta-cores.txt``, Algorithm 1 and eq. 9-14):
@@ -44,6 +44,15 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
 
     ``groups``: one label per row; the units are then the groups (a group's gain is the
     sum over its rows, its weight applies to each of them).
+
+    ``start``: units (row numbers, or group labels with ``groups``) the greedy methods begin
+    from, weight N / len(start) each (in units); ``size`` more are then added.
+    ``refresh(weights)``: for models whose data depend on the coreset (a neural-linear model,
+    whose features come from a network retrained on the coreset rows: the paper's
+    section 4.3); it receives the row weights (N,) and returns new data for the same N rows,
+    prepared like ``data`` and run by the same compiled program. It is called after
+    every addition's weight steps (and once at the start, with ``start``); the returned
+    ``Coreset`` holds the last data it returned.
 
     Cost model: each of the size x (iters_per_point + 1) steps makes one draw of S =
     ``draws`` parameters (Laplace: an L-BFGS run and 2 d gradients of the program on the
@@ -84,17 +93,61 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
     if size > n_units:
         raise RobustStanInputError(f"size: at most the number of {'groups' if labels is not None else 'rows'} "
                                    f"({n_units}), got {size}")
+    start_units = _start_units(start, labels, n_units)
+    if size + start_units.size > n_units:
+        raise RobustStanInputError(f"size: start ({start_units.size}) plus size ({size}) exceeds the number of "
+                                   f"{'groups' if labels is not None else 'rows'} ({n_units})")
+    if method == "uniform" and (start is not None or refresh is not None):
+        raise RobustStanInputError("start, refresh: only for the greedy methods 'beta_cores' and 'sparse_vi'")
+    if refresh is not None and not callable(refresh):
+        raise RobustStanInputError(f"refresh: must be a function of the row weights, got {type(refresh).__name__}")
     target = CoresetTarget(model, prepared.stan_data, divergence, inner, sampler, unit_rows)
     if method == "uniform":
         out = uniform_coreset(target, size, settings.seed)
-    else:
-        out = greedy_coreset(target, settings, "beta" if method == "beta_cores" else "classical")
-    return Coreset(model, prepared, method, out.unit_weights, unit_rows, out.trace, out.seconds, labels, out.path)
+        return Coreset(model, prepared, method, out.unit_weights, unit_rows, out.trace, out.seconds, labels, out.path)
+    latest = [prepared]
+
+    def refreshed_target(units, weights):
+        rows, row_weights = target.rows_of(units, weights)
+        all_weights = np.zeros(n_rows)
+        all_weights[rows] = row_weights
+        new = model.prepare(refresh(all_weights), divergence, learning_rate)
+        if int(new.stan_data["N"]) != n_rows:
+            raise RobustStanInputError(f"refresh: must return data for the same {n_rows} rows, "
+                                       f"got {int(new.stan_data['N'])}")
+        latest[0] = new
+        return CoresetTarget(model, new.stan_data, divergence, inner, sampler, unit_rows)
+
+    out = greedy_coreset(target, settings, "beta" if method == "beta_cores" else "classical", start_units,
+                         refreshed_target if refresh is not None else None)
+    return Coreset(model, latest[0], method, out.unit_weights, unit_rows, out.trace, out.seconds, labels, out.path)
 
 
 def _seed(seed) -> int:
     seed = require_seed(seed)
     return int(np.random.default_rng().integers(0, 2**31 - 1)) if seed is None else seed
+
+
+def _start_units(start, labels, n_units: int) -> np.ndarray:
+    """The unit numbers of ``start`` (row numbers, or group labels when there are groups)."""
+    if start is None:
+        return np.zeros(0, dtype=int)
+    values = np.atleast_1d(np.asarray(start))
+    if values.size == 0:
+        return np.zeros(0, dtype=int)
+    if labels is None:
+        if values.dtype.kind not in "iu" or values.min() < 0 or values.max() >= n_units:
+            raise RobustStanInputError(f"start: must be row numbers in 0..{n_units - 1}, got {start!r:.60}")
+        units = values.astype(int)
+    else:
+        found = np.searchsorted(labels, values)
+        found = np.minimum(found, labels.size - 1)
+        if not np.all(labels[found] == values):
+            raise RobustStanInputError(f"start: must be labels of groups, got {start!r:.60}")
+        units = found
+    if np.unique(units).size != units.size:
+        raise RobustStanInputError("start: repeats a unit")
+    return units
 
 
 def _units(groups, n_rows: int):

@@ -33,6 +33,7 @@ exact KL.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,14 +118,22 @@ class _Steps:
         return np.maximum(weights - step * m_hat / (np.sqrt(v_hat) + 1e-8), 0.0)
 
 
-def greedy_coreset(target, settings: CoresetSettings, gain_kind: str) -> CoresetOutput:
-    """beta-Cores (``gain_kind="beta"``) or SparseVI (``"classical"``) on a :class:`CoresetTarget`."""
+def greedy_coreset(target, settings: CoresetSettings, gain_kind: str, start_units=None,
+                   refresh: Callable | None = None) -> CoresetOutput:
+    """beta-Cores (``gain_kind="beta"``) or SparseVI (``"classical"``) on a :class:`CoresetTarget`.
+
+    ``start_units`` begin the coreset, weight N / (their number) each. ``refresh(units, weights)``,
+    when given, returns the target to use from then on (same units, new data: a feature
+    extractor retrained on the coreset, say); it is called once at the start when
+    ``start_units`` are given and after every addition's weight steps."""
     rng = np.random.default_rng(settings.seed)
     n = target.n_units
     select_batch, opt_batch = min(settings.select_batch, n), min(settings.opt_batch, n)
-    support = np.zeros(0, dtype=int)
-    weights = np.zeros(0)
+    support = np.unique(np.asarray(start_units if start_units is not None else [], dtype=int))
+    weights = np.full(support.size, n / max(support.size, 1))
     rows, path, start = [], [], time.perf_counter()
+    if refresh is not None and support.size:
+        target = refresh(support, weights)
 
     def evaluate(batch_size):
         draws = target.draw(support, weights, settings.draws, rng)
@@ -156,6 +165,8 @@ def greedy_coreset(target, settings: CoresetSettings, gain_kind: str) -> Coreset
                 batch, gains = evaluate(opt_batch)
                 g = centred(gains[gain_kind])
                 weights = steps(weights, weight_gradient(g[:, :support.size], g[:, support.size:], n, weights))
+            if refresh is not None:
+                target = refresh(support, weights)
             batch, gains = evaluate(select_batch)
             inner_gains = gains[target.inner]  # the gains of the posterior drawn from
             kl, kl_se = kl_estimate(target, support, weights, inner_gains[:, :support.size], inner_gains[:, support.size:], n)
