@@ -10,6 +10,7 @@ from . import _old_paths  # noqa: F401  (the 0.x module paths, kept for one rele
 from ._version import __version__  # noqa: F401
 from .api.builtin import custom, glm, location
 from .api.coreset import coreset
+from .api.dpvi import dpvi, dpvi_baseline, noise_aware
 from .api.influence import influence
 from .api.model import Model
 from .api.neural_network import mlp, network_output
@@ -21,6 +22,7 @@ from .common.errors import RobustStanInputError, RobustStanWarning, StanCompileE
 from .common.resources import stan_include_path
 from .engines import COMPILE_COUNTS, resolve_engine
 from .results.coreset import Coreset
+from .results.dpvi import DPVIFit, PrivatePosterior
 from .results.fit import Fit
 from .results.influence import plot_influence
 from .results.method_fits import RobULAFit
@@ -39,6 +41,11 @@ __all__ = [
     "StanCompileError",
     "RobustStanWarning",
     "coreset",
+    "dpvi",
+    "dpvi_baseline",
+    "noise_aware",
+    "DPVIFit",
+    "PrivatePosterior",
     "custom",
     "glm",
     "influence",

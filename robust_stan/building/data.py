@@ -327,3 +327,10 @@ def slice_rows(spec: ModelSpec, stan_data: dict, rows: np.ndarray, weight_factor
     out["n_batch"] = int(rows.size)
     out["batch"] = np.arange(1, rows.size + 1, dtype=np.int64)
     return out
+
+
+def zero_row_data(spec: ModelSpec, stan_data: dict) -> dict:
+    """The prepared Stan data with zero rows (sizes, priors and switches only, no per-row values
+    and no per-observation outputs): enough for the program to turn unconstrained draws into
+    its parameters, and nothing of the rows themselves."""
+    return with_switches(slice_rows(spec, stan_data, np.zeros(0, dtype=int)), pointwise=False)

@@ -35,6 +35,37 @@ def _element_labels(name: str, shape: tuple[int, ...]) -> list[str]:
     return [f"{name}[{','.join(str(i + 1) for i in idx)}]" for idx in np.ndindex(*shape)]
 
 
+def summary_table(variables: dict[str, np.ndarray], percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
+    """Per scalar element of ``variables`` (name -> (chains, draws, *shape)): mean, sd, percentiles,
+    MCSE of the mean, ESS (bulk, tail) and R-hat."""
+    rows = {}
+    for name, values in variables.items():
+        shape = values.shape[2:]
+        flat = values.reshape(values.shape[:2] + (-1,))
+        for j, label in enumerate(_element_labels(name, shape)):
+            x = flat[:, :, j]
+            row = {"mean": x.mean(), "sd": x.std(ddof=1)}
+            row.update({f"{p:g}%": np.percentile(x, p) for p in percentiles})
+            row.update(scalar_diagnostics(x))
+            rows[label] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def warn_if_poor_convergence(summary: pd.DataFrame, method: str, stacklevel: int = 3) -> None:
+    """A RobustStanWarning when a row of ``summary`` has R-hat above 1.01 or a bulk or tail ESS
+    below 100 (Vehtari et al. 2021's limits), or is not finite."""
+    r_hat, ess_bulk, ess_tail = (summary[c].astype(float) for c in ("r_hat", "ess_bulk", "ess_tail"))
+    bad = ~((r_hat <= R_HAT_LIMIT) & (ess_bulk >= ESS_LIMIT) & (ess_tail >= ESS_LIMIT))  # NaN counts as bad
+    if bad.any():
+        names = list(summary.index[bad])
+        warnings.warn(
+            f"{method}: the chains have not converged for {len(names)} of {len(summary)} parameters "
+            f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): largest R-hat {r_hat.max():.3f}, "
+            f"smallest bulk ESS {ess_bulk.min():.0f}, tail ESS {ess_tail.min():.0f} (limits: R-hat "
+            f"{R_HAT_LIMIT}, ESS {ESS_LIMIT}). Run longer, start the chains elsewhere, or look for several "
+            "modes; fit.summary() has the figures.", RobustStanWarning, stacklevel=stacklevel)
+
+
 class Fit:
     """Result of :meth:`Model.sample`: NUTS draws of the generalized posterior.
 
@@ -115,17 +146,7 @@ class Fit:
 
     def summary(self, percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
         """Per scalar parameter: mean, sd, percentiles, MCSE of the mean, ESS (bulk, tail) and R-hat."""
-        rows = {}
-        for name, values in self.posterior.items():
-            shape = values.shape[2:]
-            flat = values.reshape(values.shape[:2] + (-1,))
-            for j, label in enumerate(_element_labels(name, shape)):
-                x = flat[:, :, j]
-                row = {"mean": x.mean(), "sd": x.std(ddof=1)}
-                row.update({f"{p:g}%": np.percentile(x, p) for p in percentiles})
-                row.update(scalar_diagnostics(x))
-                rows[label] = row
-        return pd.DataFrame.from_dict(rows, orient="index")
+        return summary_table(self.posterior, percentiles)
 
     def diagnostics(self) -> dict:
         """Divergent transitions, tree-depth hits and the largest R-hat."""
@@ -139,17 +160,7 @@ class Fit:
     def warn_if_not_converged(self) -> None:
         """A RobustStanWarning when any parameter has R-hat above 1.01 or a bulk or tail ESS
         below 100 (Vehtari et al. 2021's limits), or its draws are not all finite."""
-        summary = self.summary()
-        r_hat, ess_bulk, ess_tail = (summary[c].astype(float) for c in ("r_hat", "ess_bulk", "ess_tail"))
-        bad = ~((r_hat <= R_HAT_LIMIT) & (ess_bulk >= ESS_LIMIT) & (ess_tail >= ESS_LIMIT))  # NaN counts as bad
-        if bad.any():
-            names = list(summary.index[bad])
-            warnings.warn(
-                f"{self.method}: the chains have not converged for {len(names)} of {len(summary)} parameters "
-                f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): largest R-hat {r_hat.max():.3f}, "
-                f"smallest bulk ESS {ess_bulk.min():.0f}, tail ESS {ess_tail.min():.0f} (limits: R-hat "
-                f"{R_HAT_LIMIT}, ESS {ESS_LIMIT}). Run longer, start the chains elsewhere, or look for several "
-                "modes; fit.summary() has the figures.", RobustStanWarning, stacklevel=3)
+        warn_if_poor_convergence(self.summary(), self.method, stacklevel=4)
 
     def outlier_scores(self, beta: float | None = None) -> pd.Series:
         """Per observation: posterior mean of p(y_i | theta)^beta relative to its median over observations.

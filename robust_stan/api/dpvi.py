@@ -1,0 +1,130 @@
+"""rs.dpvi, rs.noise_aware and rs.dpvi_baseline: noise-aware differentially private VI on any model."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..building.data import with_switches, zero_row_data
+from ..building.divergences import as_divergence
+from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
+from ..methods.dpvi import (DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, run_dp_sgd)
+from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data
+from ..methods.privacy_accounting import check_privacy_arguments, solve_noise_multiplier
+from ..results.dpvi import DPVIFit, PrivatePosterior
+from .model import Model
+
+
+def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip: float = 1.0, steps: int = 10_000,
+         sampling_rate: float = 0.1, lambda_c: float = 1.0, precondition: float | None = None,
+         draws_per_step: int = 10, divergence=None, seed: int | None = None, show_progress: bool = True) -> DPVIFit:
+    """(epsilon, delta)-differentially private mean-field VI by DP-SGD (noise-aware DPVI paper,
+    ``../shared/papers/noise-aware-dpvi.txt``; :mod:`robust_stan.methods.dpvi` has the objective).
+
+    q is a Gaussian on the unconstrained scale with independent coordinates, phi = (mu, u),
+    variances softplus(u). Each step: a Poisson subsample at rate ``sampling_rate`` (kappa);
+    each row's gradient of its share of the negative ELBO (the prior, Jacobian and entropy
+    terms divided by N and folded in), from ``draws_per_step`` draws of q and one per-example
+    call; u's gradients times ``precondition`` (beta_u; mu's times 1); each row clipped to
+    norm ``clip`` (C); N(0, sigma^2 C^2) noise on the sum; the step lambda_heur =
+    sqrt(2) lambda_c / (sigma C sqrt(T d)) times beta. sigma is solved for
+    (``epsilon``, ``delta``, ``steps``, kappa) by dp-accounting's PLD accountant
+    (:mod:`robust_stan.methods.privacy_accounting`). ``divergence``: the loss (KL by default;
+    a robust one gives private generalized-Bayes VI).
+
+    The data must not shape anything released: the model must be built with
+    ``standardize=False``, a glm's ``prior_scale_b`` and a categorical model's ``K`` given
+    in ``data``. Returns a :class:`~robust_stan.results.dpvi.DPVIFit` whose ``release`` is
+    all that leaves: the iterates, the noisy gradients and the public settings.
+    """
+    if not isinstance(model, Model):
+        raise RobustStanInputError(f"model: expected a robust_stan Model, got {type(model).__name__}")
+    epsilon, delta, sampling_rate, steps = check_privacy_arguments(epsilon, delta, sampling_rate, steps)
+    clip = require_positive("clip", clip)
+    lambda_c = require_positive("lambda_c", lambda_c)
+    beta_u = 1.0 if precondition is None else require_positive("precondition", precondition)
+    draws_per_step = require_count("draws_per_step", draws_per_step)
+    seed = require_seed(seed)
+    seed = int(np.random.default_rng().integers(0, 2**31 - 1)) if seed is None else seed
+    _refuse_data_dependent_settings(model, data)
+    prepared = model.prepare(data, as_divergence(divergence))
+    stan_data = prepared.stan_data
+    n_rows = int(stan_data["N"])
+    per_example = model.per_example(data, prepared.divergence)
+    prior = model.oracle_for(with_switches(stan_data, mode="prior"))
+    objective = PerExampleObjective(per_example, prior, n_rows)
+    n = objective.dimension
+    accounting = solve_noise_multiplier(epsilon, delta, sampling_rate, steps)
+    step_size = heuristic_step_size(lambda_c, accounting.noise_multiplier, clip, steps, 2 * n)
+    beta = np.concatenate([np.ones(n), np.full(n, beta_u)])
+    settings = DPVISettings(clip, steps, sampling_rate, accounting.noise_multiplier, step_size, beta,
+                            draws_per_step, seed, bool(show_progress))
+    start = time.perf_counter()
+    iterates, noisy = run_dp_sgd(objective, settings)
+    release = DPVIRelease(iterates, noisy, accounting, clip, step_size, lambda_c, beta, draws_per_step,
+                          model, zero_row_data(model.spec, stan_data), seed)
+    return DPVIFit(release, time.perf_counter() - start)
+
+
+def _refuse_data_dependent_settings(model: Model, data: Mapping) -> None:
+    spec = model.spec
+    if spec.standardize:
+        raise RobustStanInputError("model: DP-VI needs a model built with standardize=False (standardising "
+                                   "scales y by the data's own centre and spread, which would not be private)")
+    if "prior_scale_b" in spec.data_names() and "prior_scale_b" not in data:
+        raise RobustStanInputError("data: give 'prior_scale_b' (the default, 2.5 / sd of each column of X, "
+                                   "comes from the data and would not be private)")
+    if spec.family.name == "categorical" and "K" not in data:
+        raise RobustStanInputError("data: give 'K' (the number of categories; read from y it would not be private)")
+
+
+def _release_of(release) -> DPVIRelease:
+    if isinstance(release, DPVIFit):
+        return release.release
+    if not isinstance(release, DPVIRelease):
+        raise RobustStanInputError(f"release: expected a DPVIFit or its .release, got {type(release).__name__}")
+    return release
+
+
+def noise_aware(release, burn_in=0.5, method: str = "nuts", draws: int = 4000, warmup: int = 1000,
+                chains: int = 2, seed: int = 0, show_progress: bool = False) -> PrivatePosterior:
+    """The noise-aware posterior from a DP-VI release alone (paper section 3.3, eq. 20-23; the
+    model and priors are in :mod:`robust_stan.methods.noise_aware`).
+
+    ``burn_in``: T*, an iteration count or a fraction of T (default half). ``method``:
+    ``"nuts"`` (the engine's NUTS on the Stan program ``noise_aware_dpvi.stan``, ``chains``
+    chains of ``warmup`` + ``draws / chains`` iterations: the paper's 1000 + 4000 by default)
+    or ``"laplace"`` (Gaussian at the mode, ``draws`` draws). Each draw of phi* gives one draw
+    of theta from q(theta; phi*). There is no data argument: nothing here can see the data.
+    """
+    release = _release_of(release)
+    t_star = burn_in_steps(burn_in, release.steps)
+    draws, warmup, chains = require_count("draws", draws), require_count("warmup", warmup, 0), require_count("chains", chains)
+    if draws % chains:
+        raise RobustStanInputError(f"draws: must be a multiple of chains ({chains}), got {draws}")
+    rng = np.random.default_rng(require_seed(seed))
+    traced = sample_trace_model(trace_model_data(release, t_star), method, draws // chains, warmup, chains,
+                                seed, release.model.engine, show_progress)
+    thetas = q_draws(traced["phi_star"], rng)
+    return PrivatePosterior(release, "noise_aware", thetas, {"phi_star": traced["phi_star"], "a": traced["a"]}, method)
+
+
+def dpvi_baseline(release, kind: str = "last_iterate", burn_in=0.5, draws: int = 4000,
+                  seed: int = 0) -> PrivatePosterior:
+    """The baselines from the same release: ``"last_iterate"``, q(theta; phi_T) (naive), or
+    ``"averaged"``, q of the mean of the post-burn-in iterates phi_T*..phi_{T-1} (DPVIm)."""
+    release = _release_of(release)
+    if kind not in ("last_iterate", "averaged"):
+        raise RobustStanInputError(f"kind: must be 'last_iterate' or 'averaged', got {kind!r}")
+    draws = require_count("draws", draws)
+    rng = np.random.default_rng(require_seed(seed))
+    if kind == "last_iterate":
+        phi = release.iterates[-1]
+    else:
+        phi = release.iterates[burn_in_steps(burn_in, release.steps):release.steps].mean(axis=0)
+    if draws % 2:
+        raise RobustStanInputError(f"draws: must be even (two chains of independent draws), got {draws}")
+    thetas = q_draws(np.tile(phi, (2, draws // 2, 1)), rng)
+    return PrivatePosterior(release, kind, thetas)

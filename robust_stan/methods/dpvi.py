@@ -1,0 +1,187 @@
+"""DP-VI: mean-field variational inference by DP-SGD (``../shared/papers/noise-aware-dpvi.txt``).
+
+The variational family is the paper's (section 4.1): a Gaussian on the program's
+unconstrained scale with independent coordinates, q(zeta; phi) = N(mu, diag(s)),
+phi = (mu, u), whose *variances* are s = softplus(u). Draws are
+zeta = mu + sqrt(s) * eps.
+
+The per-example objective is the negative of the paper's eq. A56-A57 (DP-SGD
+descends; the paper's A57 writes |det J| for log|det J|): for row i and S draws
+zeta_s shared by the batch,
+
+    l_i(phi) = (1/S) sum_s [ loss_i(zeta_s) - (log prior(zeta_s) + log|J(zeta_s)|) / N
+                             + log q(zeta_s; phi) / N ],
+
+so the N rows' terms sum to the negative ELBO, and the prior, Jacobian and
+entropy terms are clipped with every row's term. loss_i is the model's loss
+(-log p(y_i | theta) for KL, the beta or gamma loss for a robust divergence).
+Its phi-gradient comes from the per-example theta-gradients of the S draws
+(one per-example call for all of them) and S prior-gradient calls:
+
+    d l_i / d mu = (1/S) sum_s h_is,   h_is = grad loss_i(zeta_s) - grad(log prior + log|J|)(zeta_s) / N
+    d l_i / d u  = (1/S) sum_s h_is * eps_s * sigmoid(u) / (2 sqrt(s)) - sigmoid(u) / (2 s N).
+
+DP-SGD with preconditioning (paper eq. 8 and A59, algorithm 3, read as a loop over
+t = 0..T-1): Poisson subsampling at rate kappa; each row's gradient times beta
+(1 for mu, ``precondition`` for u) clipped to norm C; Gaussian noise sigma C on the
+sum; the released noisy gradient g~_{t+1} = (sum + noise) / beta; the step
+phi_{t+1} = phi_t - lambda beta g~_{t+1} with the paper's lambda_heur =
+sqrt(2) lambda_c / (sigma C sqrt(T d)) (eq. A55/A58, d = dim phi).
+
+The mechanism's output, and all that is released, is phi_0..phi_T and
+g~_1..g~_T with the public settings (:class:`DPVIRelease`). Nothing computed
+from the data (batch sizes, clipped counts, losses) is kept. The noise comes
+from NumPy's generator, which is not cryptographically secure and samples
+floating-point Gaussians (Mironov 2012 on the attacks that allows): fine for
+research and evaluation, not for a hostile deployment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .privacy_accounting import PrivacyAccounting
+
+
+def softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def inverse_softplus(y):
+    y = np.asarray(y, dtype=float)
+    return y + np.log(-np.expm1(-y))
+
+
+def sigmoid(x):
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(x, dtype=float)))
+
+
+@dataclass(frozen=True)
+class DPVIRelease:
+    """Exactly what DP-VI releases: the mechanism's output and the public settings.
+
+    ``iterates`` (T + 1, d) are phi_0..phi_T, ``noisy_gradients`` (T, d) are
+    g~_1..g~_T (g~_{t+1} is taken at phi_t, on the scale of phi); d = 2 n with phi
+    = (mu, u) for the n unconstrained parameters. ``model`` is the (data-free)
+    program and ``public_data`` its Stan data with zero rows: what turns a phi
+    into draws of the model's parameters. Everything downstream is computed from
+    this object alone."""
+
+    iterates: np.ndarray
+    noisy_gradients: np.ndarray
+    accounting: PrivacyAccounting
+    clip: float
+    step_size: float
+    lambda_c: float
+    precondition: np.ndarray
+    draws_per_step: int
+    model: object = field(repr=False)
+    public_data: dict = field(repr=False)
+    seed: int = 0
+
+    @property
+    def steps(self) -> int:
+        return self.noisy_gradients.shape[0]
+
+    @property
+    def dimension(self) -> int:
+        """n, the number of unconstrained model parameters (phi has 2 n)."""
+        return self.iterates.shape[1] // 2
+
+    @property
+    def noise_sd(self) -> np.ndarray:
+        """The sd of each coordinate's noise in g~: sigma C / beta (paper eq. A59)."""
+        return self.accounting.noise_multiplier * self.clip / self.precondition
+
+
+def clip_rows(gradients: np.ndarray, clip: float) -> np.ndarray:
+    """Each row scaled to Euclidean norm at most ``clip`` (rows already inside are unchanged)."""
+    norms = np.linalg.norm(gradients, axis=1, keepdims=True)
+    return gradients * np.minimum(1.0, clip / np.maximum(norms, 1e-300))
+
+
+class PerExampleObjective:
+    """The per-example negative ELBO of eq. A56-A57 (module docstring) and its phi-gradients.
+
+    ``per_example`` is a :class:`~robust_stan.gradients.per_example.PerExampleGradients` of the
+    model's loss, ``prior`` an oracle of log prior + log|J| (the program's prior mode)."""
+
+    def __init__(self, per_example, prior, n_rows: int):
+        self.per_example, self.prior, self.n_rows = per_example, prior, n_rows
+        self.dimension = per_example.dimension
+
+    def draws(self, phi: np.ndarray, eps: np.ndarray) -> np.ndarray:
+        mu, u = phi[:self.dimension], phi[self.dimension:]
+        return mu + np.sqrt(softplus(u)) * eps
+
+    def gradients(self, phi: np.ndarray, eps: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """(rows, 2 n): each row's gradient in phi = (mu, u) at the shared standard-normal ``eps`` (S, n)."""
+        n = self.dimension
+        u = phi[n:]
+        variance = softplus(u)
+        zetas = self.draws(phi, eps)
+        loss_gradients = self.per_example.gradients_many(zetas, rows)  # (S, rows, n)
+        prior_gradients = np.stack([self.prior.gradient(z, jacobian=True) for z in zetas])  # (S, n)
+        h = loss_gradients - prior_gradients[:, None, :] / self.n_rows
+        d_sd = sigmoid(u) / (2.0 * np.sqrt(variance))
+        grad_mu = h.mean(axis=0)
+        grad_u = np.einsum("srn,sn->rn", h, eps) / eps.shape[0] * d_sd - sigmoid(u) / (2.0 * variance * self.n_rows)
+        return np.concatenate([grad_mu, grad_u], axis=1)
+
+
+@dataclass(frozen=True)
+class DPVISettings:
+    """DP-SGD's settings: clip C, steps T, sampling rate kappa, noise multiplier sigma,
+    step lambda_heur, preconditioning beta (d,) and the draws per step."""
+
+    clip: float
+    steps: int
+    sampling_rate: float
+    noise_multiplier: float
+    step_size: float
+    precondition: np.ndarray
+    draws_per_step: int
+    seed: int
+    show_progress: bool = True
+
+
+def heuristic_step_size(lambda_c: float, noise_multiplier: float, clip: float, steps: int, d: int) -> float:
+    """lambda_heur = sqrt(2) lambda_c / (sigma C sqrt(T d)) (paper eq. A55/A58)."""
+    return float(np.sqrt(2.0) * lambda_c / (noise_multiplier * clip * np.sqrt(steps * d)))
+
+
+def initial_phi(n: int) -> np.ndarray:
+    """phi_0, chosen without the data: mu = 0 and variances 1 (u = softplus^-1(1))."""
+    return np.concatenate([np.zeros(n), np.full(n, float(inverse_softplus(1.0)))])
+
+
+def poisson_batch(rng: np.random.Generator, n_rows: int, sampling_rate: float) -> np.ndarray:
+    """Poisson subsampling: each row joins independently with probability kappa."""
+    return np.flatnonzero(rng.random(n_rows) < sampling_rate)
+
+
+def noisy_gradient(clipped_sum: np.ndarray, noise_sd: float, beta: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The released g~ = (sum of clipped, preconditioned gradients + N(0, noise_sd^2 I)) / beta (eq. A59)."""
+    return (clipped_sum + noise_sd * rng.standard_normal(clipped_sum.size)) / beta
+
+
+def run_dp_sgd(objective: PerExampleObjective, settings: DPVISettings) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 3 (preconditioned DP-SGD): the iterates (T + 1, d) and noisy gradients (T, d)."""
+    rng = np.random.default_rng(settings.seed)
+    n = objective.dimension
+    beta = settings.precondition
+    iterates = np.empty((settings.steps + 1, 2 * n))
+    noisy = np.empty((settings.steps, 2 * n))
+    phi = iterates[0] = initial_phi(n)
+    for t in tqdm(range(settings.steps), desc="DP-VI", unit="step", disable=not settings.show_progress):
+        rows = poisson_batch(rng, objective.n_rows, settings.sampling_rate)
+        eps = rng.standard_normal((settings.draws_per_step, n))
+        clipped_sum = np.zeros(2 * n)
+        if rows.size:
+            clipped_sum = clip_rows(objective.gradients(phi, eps, rows) * beta, settings.clip).sum(axis=0)
+        noisy[t] = noisy_gradient(clipped_sum, settings.noise_multiplier * settings.clip, beta, rng)
+        phi = iterates[t + 1] = phi - settings.step_size * beta * noisy[t]
+    return iterates, noisy

@@ -1,0 +1,65 @@
+"""Checking a posterior's calibration: TARP coverage (Lemos et al. 2023, as modified by the
+noise-aware DPVI paper, its algorithm 1 and appendix H.4) and calibration curves of
+predictive probabilities (its section 4.4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..common.errors import RobustStanInputError
+
+
+def tarp_coverage(posterior_draws, truths, references, alphas=None) -> tuple[np.ndarray, np.ndarray]:
+    """Expected coverage of credible balls around reference points, over simulated data sets.
+
+    ``posterior_draws`` (K, S, p): S draws of the approximate posterior for each of K data
+    sets, each simulated from the truth ``truths[k]`` (K, p) drawn from the prior;
+    ``references`` (K, p): one reference point per data set, drawn independently of the
+    data. For data set k, f_k is the posterior mass closer to the reference than the
+    truth is (eq. A63); the coverage of level 1 - alpha is the share of data sets with
+    f_k < 1 - alpha (A62). Distances are Euclidean, on the scale given (the paper: the
+    unconstrained scale). Returns (alphas, coverage); a calibrated posterior has
+    coverage = 1 - alpha for every alpha.
+    """
+    draws = np.asarray(posterior_draws, dtype=float)
+    truths, references = np.asarray(truths, dtype=float), np.asarray(references, dtype=float)
+    if draws.ndim != 3:
+        raise RobustStanInputError(f"posterior_draws: need shape (data sets, draws, parameters), got {draws.shape}")
+    if truths.shape != (draws.shape[0], draws.shape[2]) or references.shape != truths.shape:
+        raise RobustStanInputError(f"truths, references: need shape {(draws.shape[0], draws.shape[2])}, "
+                                   f"got {truths.shape} and {references.shape}")
+    alphas = np.linspace(0.0, 1.0, 101) if alphas is None else np.asarray(alphas, dtype=float)
+    draw_distance = np.linalg.norm(draws - references[:, None, :], axis=2)
+    truth_distance = np.linalg.norm(truths - references, axis=1)
+    f = np.mean(draw_distance < truth_distance[:, None], axis=1)
+    coverage = np.mean(f[None, :] < (1.0 - alphas)[:, None], axis=1)
+    return alphas, coverage
+
+
+def coverage_rmse(alphas, coverage) -> float:
+    """sqrt(mean over alpha of (coverage(alpha) - (1 - alpha))^2): the paper's eq. 27."""
+    alphas, coverage = np.asarray(alphas, dtype=float), np.asarray(coverage, dtype=float)
+    return float(np.sqrt(np.mean((coverage - (1.0 - alphas)) ** 2)))
+
+
+def calibration_curve(probabilities, outcomes, bins: int = 10) -> pd.DataFrame:
+    """Predicted probability against the observed share of positives, in ``bins`` equal-width
+    bins of the prediction (empty bins left out): columns predicted, observed, count, error
+    (observed - predicted)."""
+    p, y = np.asarray(probabilities, dtype=float).ravel(), np.asarray(outcomes, dtype=float).ravel()
+    if p.shape != y.shape:
+        raise RobustStanInputError(f"outcomes: need one per probability ({p.size}), got {y.size}")
+    if np.any((p < 0) | (p > 1)):
+        raise RobustStanInputError("probabilities: must lie in [0, 1]")
+    which = np.minimum((p * bins).astype(int), bins - 1)
+    frame = pd.DataFrame({"bin": which, "predicted": p, "observed": y})
+    table = frame.groupby("bin").agg(predicted=("predicted", "mean"), observed=("observed", "mean"),
+                                     count=("observed", "size"))
+    table["error"] = table["observed"] - table["predicted"]
+    return table
+
+
+def calibration_rmse(table: pd.DataFrame) -> float:
+    """Root mean square of a calibration curve's errors, each bin weighted by its count."""
+    return float(np.sqrt(np.average(table["error"] ** 2, weights=table["count"])))

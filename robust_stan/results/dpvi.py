@@ -1,0 +1,91 @@
+"""Results of DP-VI: the fit (which holds the release), and posteriors computed from the release alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..gradients.oracles import constrained_draws
+from ..methods.dpvi import DPVIRelease
+from .arviz_output import draws_dataset, native_inference_data
+from .fit import summary_table, warn_if_poor_convergence
+
+
+class DPVIFit:
+    """The result of :func:`robust_stan.dpvi`. ``release`` is everything the mechanism released
+    (:class:`~robust_stan.methods.dpvi.DPVIRelease`): the iterates, the noisy gradients and the
+    public settings, among them the privacy ``accounting``. The fit holds no data; every
+    posterior is computed from ``release`` (:func:`robust_stan.noise_aware`,
+    :func:`robust_stan.dpvi_baseline`)."""
+
+    def __init__(self, release: DPVIRelease, seconds: float):
+        self.release = release
+        self.seconds = seconds
+
+    @property
+    def accounting(self):
+        return self.release.accounting
+
+    def __repr__(self) -> str:
+        a = self.release.accounting
+        return (f"<robust_stan.DPVIFit ({a.epsilon:g}, {a.delta:g})-DP, sigma {a.noise_multiplier:.4g}, "
+                f"C {self.release.clip:g}, kappa {a.sampling_rate:g}, T {a.steps}, {a.accountant} {a.accountant_version}>")
+
+
+class PrivatePosterior:
+    """Draws of the model's parameters computed from a DP-VI release, with the fit objects' draws(),
+    summary() and to_arviz().
+
+    ``kind`` is "noise_aware" (the mixture over draws of phi* of q(theta; phi*): paper eq. 23),
+    "last_iterate" (q(theta; phi_T), the naive baseline) or "averaged" (q of the mean of the
+    post-burn-in iterates: DPVIm). ``unconstrained`` (chains, draws, n) are the draws on the
+    program's unconstrained scale; for "noise_aware", ``trace_draws`` holds the draws of phi*
+    and A = softplus(v) (in the InferenceData group ``noise_aware``) and ``trace_summary``
+    their convergence figures (a warning is given when they are poor)."""
+
+    def __init__(self, release: DPVIRelease, kind: str, unconstrained: np.ndarray,
+                 trace_draws: dict[str, np.ndarray] | None = None, method: str | None = None):
+        self.release = release
+        self.kind = kind
+        self.method = method
+        self.unconstrained = unconstrained
+        self.trace_draws = trace_draws
+        self.parameter_names = release.model.spec.parameter_names
+        oracle = release.model.oracle_for(release.public_data)
+        variables = constrained_draws(oracle, unconstrained)
+        self.posterior = {name: variables[name] for name in self.parameter_names}
+        self.trace_summary = None
+        if trace_draws is not None and method == "nuts":
+            self.trace_summary = summary_table(trace_draws)
+            warn_if_poor_convergence(self.trace_summary, "noise-aware NUTS", stacklevel=4)
+
+    def draws(self, name: str) -> np.ndarray:
+        """Draws of a parameter as (chains, draws, ...)."""
+        if name in self.posterior:
+            return self.posterior[name]
+        if self.trace_draws is not None and name in self.trace_draws:
+            return self.trace_draws[name]
+        from ..common.errors import RobustStanInputError
+
+        raise RobustStanInputError(f"name: no variable {name!r}; parameters are {self.parameter_names}")
+
+    def summary(self, percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
+        """Per scalar parameter: mean, sd, percentiles (and the draws' MCSE, ESS and R-hat)."""
+        return summary_table(self.posterior, percentiles)
+
+    def to_arviz(self):
+        """The draws as the installed ArviZ's object: group ``posterior`` (the model's parameters) and,
+        for the noise-aware posterior, ``noise_aware`` (phi* and A)."""
+        a = self.release.accounting
+        attrs = {"inference_library": "robust-stan", "method": f"dpvi_{self.kind}", "epsilon": a.epsilon,
+                 "delta": a.delta, "noise_multiplier": a.noise_multiplier, "accountant": a.accountant,
+                 "engine": self.release.model.engine}
+        groups = {"posterior": draws_dataset(self.posterior, attrs=attrs)}
+        if self.trace_draws is not None:
+            groups["noise_aware"] = draws_dataset(self.trace_draws, {"phi_star": ["phi"], "a": ["phi"]}, attrs)
+        return native_inference_data(groups)
+
+    def __repr__(self) -> str:
+        chains, draws, _ = self.unconstrained.shape
+        return f"<robust_stan.PrivatePosterior {self.kind}, {chains} x {draws} draws, parameters {self.parameter_names}>"
+

@@ -1,0 +1,332 @@
+"""Noise-aware DP-VI (rs.dpvi, rs.noise_aware, rs.dpvi_baseline) on programs compiled by a real engine.
+
+References: the closed-form mean-field VI optimum of the Gamma-exponential model,
+central differences of the per-example objective built from the engine's log
+densities, the accountants of dp-accounting (PLD and RDP) and prv-accountant,
+the trace model's likelihood written out in NumPy, the tarp package, and
+distributions of the sampling and noise steps.
+"""
+
+import gc
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import robust_stan as rs
+from robust_stan.building.data import slice_rows, with_switches
+from robust_stan.engines import compile_program
+from robust_stan.methods.dpvi import (PerExampleObjective, clip_rows, noisy_gradient, poisson_batch, softplus)
+from robust_stan.methods.noise_aware import trace_model_data, trace_model_program
+from robust_stan.methods.privacy_accounting import epsilon_for, solve_noise_multiplier
+from robust_stan.results.coverage import (calibration_curve, calibration_rmse, coverage_rmse, tarp_coverage)
+
+from .conftest import ENGINE
+
+A, B = 2.0, 2.0  # rate ~ gamma(A, B): conjugate to the exponential likelihood
+
+
+@pytest.fixture(scope="module")
+def exponential():
+    model = rs.location("exponential", priors={"rate": f"gamma({A:g}, {B:g})"}, standardize=False, engine=ENGINE)
+    model.compile(show_progress=False)
+    return model
+
+
+def data_of(rate, n, seed):
+    return {"y": np.random.default_rng(seed).exponential(1 / rate, n)}
+
+
+def meanfield_optimum(y):
+    """The exact mean-field VI optimum on zeta = log rate: q = N(mu, s) maximises
+    (N + A) mu - (sum y + B) exp(mu + s / 2) + log(s) / 2, so s = 1 / (N + A) and
+    mu = log((N + A) / (sum y + B)) - s / 2."""
+    s = 1.0 / (y.size + A)
+    return np.log((y.size + A) / (y.sum() + B)) - s / 2, s
+
+
+# -- accounting ---------------------------------------------------------------------------------
+def test_solved_sigma_meets_epsilon_by_its_own_and_other_accountants():
+    prv = pytest.importorskip("prv_accountant")
+    accounting = solve_noise_multiplier(0.5, 1e-5, 0.1, 1000)
+    sigma = accounting.noise_multiplier
+    pld = epsilon_for(sigma, 1e-5, 0.1, 1000)
+    assert pld <= 0.5 and pld == accounting.epsilon_spent
+    assert pld > 0.5 - 0.01  # tight: sigma is solved to 0.1%
+    assert epsilon_for(sigma, 1e-5, 0.1, 1000, "rdp") > pld  # RDP is looser
+    # the paper's PRV accountant agrees within its own error bounds (plus PLD's pessimism, below 1e-3)
+    accountant = prv.PRVAccountant(prvs=[prv.PoissonSubsampledGaussianMechanism(noise_multiplier=sigma,
+                                                                                 sampling_probability=0.1)],
+                                   max_self_compositions=[1000], eps_error=1e-3, delta_error=1e-10)
+    low, estimate, high = accountant.compute_epsilon(delta=1e-5, num_self_compositions=[1000])
+    assert low - 1e-3 <= pld <= high + 1e-3
+    assert solve_noise_multiplier(1.0, 1e-5, 0.1, 1000).noise_multiplier < sigma  # more epsilon, less noise
+
+
+def test_a_huge_epsilon_falls_back_to_the_rdp_accountant_and_still_holds():
+    accounting = solve_noise_multiplier(1e5, 1e-5, 0.1, 100)
+    assert accounting.accountant.startswith("dp-accounting RDP")
+    assert accounting.noise_multiplier < 0.3
+    assert epsilon_for(accounting.noise_multiplier, 1e-5, 0.1, 100, "rdp") <= 1e5
+
+
+# -- the mechanism's pieces -----------------------------------------------------------------------
+def objective_for(model, data):
+    prepared = model.prepare(data)
+    prior = model.oracle_for(with_switches(prepared.stan_data, mode="prior"))
+    return PerExampleObjective(model.per_example(data), prior, int(prepared.stan_data["N"])), prepared
+
+
+def test_per_example_phi_gradients_are_derivatives_of_the_per_example_objective(exponential):
+    """A56-A57 per row, built from the engine's log densities: the prior (with Jacobian) from the
+    prior mode, the row's loss as prior minus the one-row posterior; log q from SciPy."""
+    data = data_of(1.5, 40, 0)
+    objective, prepared = objective_for(exponential, data)
+    rng = np.random.default_rng(1)
+    eps = rng.standard_normal((3, 1))
+    rows = np.array([0, 7, 31])
+    phi = np.array([0.3, -1.2])
+    prior = exponential.oracle_for(with_switches(prepared.stan_data, mode="prior"))
+    row_oracles = [exponential.oracle_for(slice_rows(exponential.spec, prepared.stan_data, np.array([r]))) for r in rows]
+
+    def values(phi):
+        mu, s = phi[:1], softplus(phi[1:])
+        zetas = mu + np.sqrt(s) * eps
+        out = []
+        for oracle in row_oracles:
+            terms = []
+            for zeta in zetas:
+                log_prior = prior.log_density(zeta, jacobian=True)
+                loss = log_prior - oracle.log_density(zeta, jacobian=True)
+                log_q = stats.norm.logpdf(zeta, mu, np.sqrt(s)).sum()
+                terms.append(loss - log_prior / 40 + log_q / 40)
+            out.append(np.mean(terms))
+        return np.array(out)
+
+    analytic = objective.gradients(phi, eps, rows)
+    for j in range(2):
+        step = np.zeros(2)
+        step[j] = 1e-5
+        numeric = (values(phi + step) - values(phi - step)) / 2e-5
+        assert np.allclose(analytic[:, j], numeric, rtol=1e-6, atol=1e-7)
+
+
+def test_clipping_bounds_every_row_and_keeps_directions(exponential):
+    data = data_of(1.5, 300, 2)
+    objective, _ = objective_for(exponential, data)
+    grads = objective.gradients(np.array([0.1, 0.5]), np.random.default_rng(3).standard_normal((10, 1)), np.arange(300))
+    norms = np.linalg.norm(grads, axis=1)
+    clip = float(np.median(norms))
+    clipped = clip_rows(grads, clip)
+    assert np.all(np.linalg.norm(clipped, axis=1) <= clip * (1 + 1e-12))
+    inside = norms <= clip
+    assert np.array_equal(clipped[inside], grads[inside])
+    outside = ~inside
+    assert np.allclose(np.linalg.norm(clipped[outside], axis=1), clip, rtol=1e-12)
+    assert np.allclose(clipped[outside] / clip, grads[outside] / norms[outside, None], rtol=1e-12)
+
+
+def test_poisson_batches_have_binomial_sizes_and_uniform_rows():
+    rng = np.random.default_rng(4)
+    n, kappa, repeats = 1000, 0.1, 4000
+    counts = np.zeros(n)
+    sizes = np.empty(repeats)
+    for r in range(repeats):
+        rows = poisson_batch(rng, n, kappa)
+        sizes[r] = rows.size
+        counts[rows] += 1
+    mean, var = n * kappa, n * kappa * (1 - kappa)
+    assert abs(sizes.mean() - mean) < 4 * np.sqrt(var / repeats)
+    # the sample variance of repeats binomial draws: relative sd about sqrt(2 / repeats) = 2.2%
+    assert abs(sizes.var(ddof=1) / var - 1) < 4 * np.sqrt(2 / repeats)
+    # each row's inclusion count is Binomial(repeats, kappa): a chi-square test over rows
+    chi2 = np.sum((counts - repeats * kappa) ** 2 / (repeats * kappa * (1 - kappa)))
+    assert stats.chi2.sf(chi2, n) > 1e-4
+
+
+def test_noise_has_sd_sigma_c_over_beta():
+    rng = np.random.default_rng(5)
+    beta = np.array([1.0, 1.0, 4.0, 4.0])
+    draws = np.array([noisy_gradient(np.zeros(4), 3.0, beta, rng) for _ in range(20_000)])
+    scaled = draws * beta / 3.0
+    assert np.allclose(draws.std(axis=0), 3.0 / beta, rtol=4 * np.sqrt(1 / (2 * 20_000)))
+    for j in range(4):
+        assert stats.kstest(scaled[:, j], "norm").pvalue > 1e-4
+
+
+# -- the release ---------------------------------------------------------------------------------
+def test_the_release_is_the_mechanism_output_and_enough_without_the_data(exponential):
+    data = data_of(1.5, 500, 6)
+    fit = rs.dpvi(exponential, data, epsilon=1.0, clip=10.0, steps=400, precondition=30, seed=2, show_progress=False)
+    release = fit.release
+    assert release.iterates.shape == (401, 2) and release.noisy_gradients.shape == (400, 2)
+    steps = release.step_size * release.precondition * release.noisy_gradients
+    assert np.allclose(release.iterates[1:], release.iterates[:-1] - steps, rtol=0, atol=1e-12)
+    a = release.accounting
+    assert (a.epsilon, a.delta, a.sampling_rate, a.steps) == (1.0, 1e-5, 0.1, 400) and a.epsilon_spent <= 1.0
+    assert release.public_data["N"] == 0 and np.asarray(release.public_data["y"]).size == 0
+    sigma_c = a.noise_multiplier * release.clip
+    assert release.step_size == pytest.approx(np.sqrt(2) / (sigma_c * np.sqrt(400 * 2)))
+    before = rs.noise_aware(release, method="laplace", draws=400, seed=3).unconstrained
+    del data, fit
+    gc.collect()
+    after = rs.noise_aware(release, method="laplace", draws=400, seed=3).unconstrained
+    assert np.array_equal(before, after)
+    with pytest.raises(rs.RobustStanInputError, match=r"^release: expected a DPVIFit"):
+        rs.noise_aware({"y": np.ones(3)})
+
+
+def test_trace_model_program_is_the_papers_likelihood(exponential):
+    """The Stan program's log density (sufficient statistics) against the per-step normal
+    likelihood of eq. 20 and the H.3 priors written out in NumPy, as differences between points."""
+    rng = np.random.default_rng(7)
+    fit = rs.dpvi(exponential, data_of(1.0, 300, 8), epsilon=2.0, clip=10.0, steps=200, seed=1, show_progress=False)
+    release = fit.release
+    data = trace_model_data(release, 50)
+    program = compile_program(trace_model_program(), ENGINE, show_progress=False)
+    phis, grads = release.iterates[50:200], release.noisy_gradients[50:]
+
+    def numpy_log_density(phi_star, v):
+        mean = data["kappa"] * softplus(v) * (phis - phi_star)
+        return (stats.norm.logpdf(grads, mean, release.noise_sd).sum() + stats.norm.logpdf(phi_star, data["phi_bar"], 1).sum()
+                + stats.norm.logpdf(v, data["v_prior_mean"], data["v_prior_sd"]).sum())
+
+    points = [np.concatenate([data["phi_bar"] + rng.normal(0, 0.1, 2), data["v_prior_mean"] + rng.normal(0, 1, 2)])
+              for _ in range(3)]
+    stan = [program.log_density(data, x, jacobian=True) for x in points]
+    ours = [numpy_log_density(x[:2], x[2:]) for x in points]
+    assert np.allclose(np.diff(stan), np.diff(ours), rtol=1e-9, atol=1e-7)
+    # the H.3 prior mean of v is the least-squares slope of the trace (appendix E's MLE of a)
+    delta = phis - phis.mean(axis=0)
+    assert np.allclose(data["v_prior_mean"], np.abs((grads * delta).sum(0)) / (0.1 * (delta**2).sum(0)))
+
+
+# -- statistical behaviour ---------------------------------------------------------------------
+def test_dpvi_with_almost_no_noise_reaches_the_meanfield_optimum(exponential):
+    """epsilon = 1e5: sigma ~ 0.1 and C = 10 (nothing clipped), so DP-SGD is SGD with noise sd ~ 1
+    against gradients of size ~ kappa N = 100. The mean of the post-burn-in iterates against
+    the closed-form optimum, and robust-stan's own mean-field VI against it; the tolerance is 4
+    standard errors of that mean (batch means).
+
+    The step: the curvature of the summed objective is about N in mu and 1/2 in u (the closed
+    form at the optimum), so a step lambda contracts mu by lambda kappa N per step and u by
+    lambda kappa beta_u / 2. (lambda_heur grows without bound as the noise vanishes.) lambda_c is
+    set for a stable contraction of 0.1 per step in mu, beta_u for a contraction of 10 of u
+    over the T steps."""
+    data = data_of(1.5, 1000, 9)
+    steps, kappa, clip, n = 3000, 0.1, 10.0, 1000
+    sigma = solve_noise_multiplier(1e5, 1e-5, kappa, steps).noise_multiplier
+    step_size = 0.1 / (kappa * n)
+    lambda_c = step_size * sigma * clip * np.sqrt(steps * 2) / np.sqrt(2)
+    beta_u = 10 / (step_size * kappa * 0.5 * steps)
+    fit = rs.dpvi(exponential, data, epsilon=1e5, clip=clip, steps=steps, sampling_rate=kappa, lambda_c=lambda_c,
+                  precondition=beta_u, seed=4, show_progress=False)
+    assert fit.release.step_size == pytest.approx(step_size)
+    trace = fit.release.iterates[1500:3000]
+    mu_star, s_star = meanfield_optimum(data["y"])
+    batches = trace.reshape(30, 50, 2).mean(axis=1)
+    se = batches.std(axis=0, ddof=1) / np.sqrt(30)
+    assert abs(trace[:, 0].mean() - mu_star) < 4 * se[0]
+    assert abs(trace[:, 1].mean() - np.log(np.expm1(s_star))) < 4 * se[1]
+    vi = exponential.variational(data, family="meanfield", seed=1, show_progress=False)
+    assert abs(vi.q.mean[0] - mu_star) < 0.05 * np.sqrt(s_star) and abs(vi.q.sd[0] / np.sqrt(s_star) - 1) < 0.05
+
+
+def test_noise_aware_posterior_is_calibrated_where_the_last_iterate_is_not(exponential):
+    """A small TARP run (K = 30 data sets from the prior; the paper runs K = 500, 20 times).
+    C = 10 keeps clipping rare (the per-row score 1 - rate y of an exponential rarely exceeds 10:
+    the paper's Assumption 3) and beta_u = 100 lets the variances converge within T = 3000.
+    Under calibration f_k ~ U(0, 1); the 99% quantile of the coverage RMSE of 30 uniforms is the bound."""
+    rng = np.random.default_rng(10)
+    K, n, draws = 30, 1000, 1000
+    naive, aware, truths, references = [], [], [], []
+    for k in range(K):
+        rate = rng.gamma(A, 1 / B)
+        fit = rs.dpvi(exponential, data_of(rate, n, 100 + k), epsilon=1.0, clip=10.0, steps=3000, precondition=100,
+                      seed=k, show_progress=False)
+        aware.append(rs.noise_aware(fit, method="nuts", draws=draws, warmup=500, seed=k).unconstrained.reshape(-1, 1))
+        naive.append(rs.dpvi_baseline(fit, draws=draws, seed=k).unconstrained.reshape(-1, 1))
+        truths.append([np.log(rate)])
+        references.append([np.log(rng.gamma(A, 1 / B))])
+    alphas = np.linspace(0, 1, 101)
+    uniform_rmse = [coverage_rmse(alphas, np.mean(rng.random(K)[None, :] < (1 - alphas)[:, None], axis=1))
+                    for _ in range(5000)]
+    bound = np.quantile(uniform_rmse, 0.99)
+    aware_rmse = coverage_rmse(*tarp_coverage(np.array(aware), np.array(truths), np.array(references), alphas))
+    naive_alphas, naive_coverage = tarp_coverage(np.array(naive), np.array(truths), np.array(references), alphas)
+    print("aware", aware_rmse, "naive", coverage_rmse(naive_alphas, naive_coverage), "bound", bound, "naive cov 50", naive_coverage[50])
+    assert aware_rmse < bound
+    assert coverage_rmse(naive_alphas, naive_coverage) > bound
+    assert naive_coverage[50] < 0.5  # overconfident: its 50% balls hold the truth less than half the time
+
+
+# -- evaluation tools -----------------------------------------------------------------------------
+def test_tarp_coverage_matches_the_tarp_package():
+    tarp = pytest.importorskip("tarp")
+    rng = np.random.default_rng(11)
+    K, S, p = 200, 301, 2
+    truths = rng.normal(size=(K, p))
+    draws = truths[:, None, :] + rng.normal(0.3, 1.2, (K, S, p))
+    references = rng.normal(size=(K, p))
+    ecp, edges = tarp.get_tarp_coverage(np.swapaxes(draws, 0, 1), truths, references=references, norm=False,
+                                        num_alpha_bins=20)
+    alphas, ours = tarp_coverage(draws, truths, references, 1 - edges)
+    f = np.mean(np.linalg.norm(draws - references[:, None], axis=2)
+                < np.linalg.norm(truths - references, axis=1)[:, None], axis=1)
+    ties = np.array([np.mean(np.isclose(f, e)) for e in edges])  # tarp counts f == edge as covered
+    assert np.all(np.abs(ecp - ours) <= ties + 1e-12)
+
+
+def test_calibration_curve_and_its_rmse():
+    rng = np.random.default_rng(12)
+    p = rng.random(200_000)
+    calibrated = rng.random(p.size) < p
+    table = calibration_curve(p, calibrated, bins=10)
+    assert len(table) == 10 and table["count"].sum() == p.size
+    # each bin's observed share has sd sqrt(p (1 - p) / count) <= 0.0036 here
+    assert np.all(np.abs(table["error"]) < 4 * np.sqrt(0.25 / table["count"]))
+    shifted = calibration_curve(np.clip(p + 0.1, 0, 1), calibrated, bins=10)
+    assert calibration_rmse(shifted) > 0.05 > calibration_rmse(table)
+    with pytest.raises(rs.RobustStanInputError, match=r"^probabilities: "):
+        calibration_curve([1.5], [1])
+
+
+# -- bad input -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("options, message", [
+    ({"epsilon": 0}, r"^epsilon: must be > 0"),
+    ({"epsilon": -1}, r"^epsilon: "),
+    ({"delta": 0}, r"^delta: must lie in \(0, 1\)"),
+    ({"delta": 1.0}, r"^delta: "),
+    ({"sampling_rate": 0}, r"^sampling_rate: must lie in \(0, 1\]"),
+    ({"sampling_rate": 1.5}, r"^sampling_rate: "),
+    ({"steps": 0}, r"^steps: must be an integer >= 1"),
+    ({"steps": 2.5}, r"^steps: "),
+    ({"clip": 0}, r"^clip: "),
+    ({"precondition": -1}, r"^precondition: "),
+    ({"divergence": rs.GammaD(0.5, form="original")}, r"^divergence: the original gamma form"),
+])
+def test_bad_input_is_refused_with_the_argument_named(exponential, options, message):
+    settings = {"epsilon": 1.0, "steps": 10, "clip": 1.0, "show_progress": False}
+    settings.update(options)
+    with pytest.raises(rs.RobustStanInputError, match=message):
+        rs.dpvi(exponential, data_of(1.0, 50, 0), **settings)
+
+
+def test_data_dependent_settings_are_refused():
+    with pytest.raises(rs.RobustStanInputError, match=r"^model: DP-VI needs a model built with standardize=False"):
+        rs.dpvi(rs.location("exponential", engine=ENGINE), data_of(1.0, 50, 0), epsilon=1.0)
+    glm = rs.glm("bernoulli", standardize=False, engine=ENGINE)
+    with pytest.raises(rs.RobustStanInputError, match=r"^data: give 'prior_scale_b'"):
+        rs.dpvi(glm, {"X": np.zeros((10, 2)), "y": np.arange(10) % 2}, epsilon=1.0)
+
+
+def test_noise_aware_refuses_bad_settings(exponential):
+    fit = rs.dpvi(exponential, data_of(1.0, 100, 1), epsilon=1.0, clip=10.0, steps=20, seed=1, show_progress=False)
+    with pytest.raises(rs.RobustStanInputError, match=r"^burn_in: "):
+        rs.noise_aware(fit, burn_in=1.5)
+    with pytest.raises(rs.RobustStanInputError, match=r"^burn_in: must leave at least 2"):
+        rs.noise_aware(fit, burn_in=19)
+    with pytest.raises(rs.RobustStanInputError, match=r"^method: "):
+        rs.noise_aware(fit, method="advi")
+    with pytest.raises(rs.RobustStanInputError, match=r"^kind: "):
+        rs.dpvi_baseline(fit, kind="best")
