@@ -22,6 +22,7 @@ from .common.errors import RobustStanInputError, RobustStanWarning, StanCompileE
 from .common.resources import stan_include_path
 from .engines import COMPILE_COUNTS, resolve_engine
 from .results.coreset import Coreset
+from .results.coverage import calibration_curve, calibration_rmse, coverage_rmse, tarp_coverage
 from .results.dpvi import DPVIFit, PrivatePosterior
 from .results.fit import Fit
 from .results.influence import plot_influence
@@ -46,6 +47,10 @@ __all__ = [
     "noise_aware",
     "DPVIFit",
     "PrivatePosterior",
+    "tarp_coverage",
+    "coverage_rmse",
+    "calibration_curve",
+    "calibration_rmse",
     "custom",
     "glm",
     "influence",

@@ -10,7 +10,7 @@ import numpy as np
 from ..building.data import with_switches, zero_row_data
 from ..building.divergences import as_divergence
 from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
-from ..methods.dpvi import (DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, run_dp_sgd)
+from ..methods.dpvi import DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, run_dp_sgd
 from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data
 from ..methods.privacy_accounting import check_privacy_arguments, solve_noise_multiplier
 from ..results.dpvi import DPVIFit, PrivatePosterior
@@ -19,7 +19,8 @@ from .model import Model
 
 def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip: float = 1.0, steps: int = 10_000,
          sampling_rate: float = 0.1, lambda_c: float = 1.0, precondition: float | None = None,
-         draws_per_step: int = 10, divergence=None, seed: int | None = None, show_progress: bool = True) -> DPVIFit:
+         draws_per_step: int = 10, initial_variance: float = 1.0, divergence=None, seed: int | None = None,
+         show_progress: bool = True) -> DPVIFit:
     """(epsilon, delta)-differentially private mean-field VI by DP-SGD (noise-aware DPVI paper,
     ``../shared/papers/noise-aware-dpvi.txt``; :mod:`robust_stan.methods.dpvi` has the objective).
 
@@ -32,7 +33,9 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     sqrt(2) lambda_c / (sigma C sqrt(T d)) times beta. sigma is solved for
     (``epsilon``, ``delta``, ``steps``, kappa) by dp-accounting's PLD accountant
     (:mod:`robust_stan.methods.privacy_accounting`). ``divergence``: the loss (KL by default;
-    a robust one gives private generalized-Bayes VI).
+    a robust one gives private generalized-Bayes VI). phi_0 is mu = 0 and variances
+    ``initial_variance``, which must not come from the data (1 / N is a good guess when the
+    number of rows is public by design; the variances converge slowly from far away).
 
     The data must not shape anything released: the model must be built with
     ``standardize=False``, a glm's ``prior_scale_b`` and a categorical model's ``K`` given
@@ -46,6 +49,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     lambda_c = require_positive("lambda_c", lambda_c)
     beta_u = 1.0 if precondition is None else require_positive("precondition", precondition)
     draws_per_step = require_count("draws_per_step", draws_per_step)
+    initial_variance = require_positive("initial_variance", initial_variance)
     seed = require_seed(seed)
     seed = int(np.random.default_rng().integers(0, 2**31 - 1)) if seed is None else seed
     _refuse_data_dependent_settings(model, data)
@@ -60,7 +64,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     step_size = heuristic_step_size(lambda_c, accounting.noise_multiplier, clip, steps, 2 * n)
     beta = np.concatenate([np.ones(n), np.full(n, beta_u)])
     settings = DPVISettings(clip, steps, sampling_rate, accounting.noise_multiplier, step_size, beta,
-                            draws_per_step, seed, bool(show_progress))
+                            draws_per_step, seed, bool(show_progress), initial_variance)
     start = time.perf_counter()
     iterates, noisy = run_dp_sgd(objective, settings)
     release = DPVIRelease(iterates, noisy, accounting, clip, step_size, lambda_c, beta, draws_per_step,

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..building.data import Scaling
 from .privacy_accounting import PrivacyAccounting
 
 
@@ -90,6 +91,10 @@ class DPVIRelease:
     def dimension(self) -> int:
         """n, the number of unconstrained model parameters (phi has 2 n)."""
         return self.iterates.shape[1] // 2
+
+    def unconstrain(self, values: dict) -> np.ndarray:
+        """Values of the model's parameters (by name) on the unconstrained scale q lives on."""
+        return self.model.unconstrain_init(values, self.public_data, Scaling())
 
     @property
     def noise_sd(self) -> np.ndarray:
@@ -146,6 +151,7 @@ class DPVISettings:
     draws_per_step: int
     seed: int
     show_progress: bool = True
+    initial_variance: float = 1.0
 
 
 def heuristic_step_size(lambda_c: float, noise_multiplier: float, clip: float, steps: int, d: int) -> float:
@@ -153,9 +159,9 @@ def heuristic_step_size(lambda_c: float, noise_multiplier: float, clip: float, s
     return float(np.sqrt(2.0) * lambda_c / (noise_multiplier * clip * np.sqrt(steps * d)))
 
 
-def initial_phi(n: int) -> np.ndarray:
-    """phi_0, chosen without the data: mu = 0 and variances 1 (u = softplus^-1(1))."""
-    return np.concatenate([np.zeros(n), np.full(n, float(inverse_softplus(1.0)))])
+def initial_phi(n: int, variance: float = 1.0) -> np.ndarray:
+    """phi_0, chosen without the data: mu = 0 and the given variances (u = softplus^-1(variance))."""
+    return np.concatenate([np.zeros(n), np.full(n, float(inverse_softplus(variance)))])
 
 
 def poisson_batch(rng: np.random.Generator, n_rows: int, sampling_rate: float) -> np.ndarray:
@@ -175,7 +181,7 @@ def run_dp_sgd(objective: PerExampleObjective, settings: DPVISettings) -> tuple[
     beta = settings.precondition
     iterates = np.empty((settings.steps + 1, 2 * n))
     noisy = np.empty((settings.steps, 2 * n))
-    phi = iterates[0] = initial_phi(n)
+    phi = iterates[0] = initial_phi(n, settings.initial_variance)
     for t in tqdm(range(settings.steps), desc="DP-VI", unit="step", disable=not settings.show_progress):
         rows = poisson_batch(rng, objective.n_rows, settings.sampling_rate)
         eps = rng.standard_normal((settings.draws_per_step, n))

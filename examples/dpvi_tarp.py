@@ -1,0 +1,188 @@
+"""Noise-aware DP-VI coverage by TARP: the noise-aware DPVI paper's Table 1 (exponential families)
+and Table 2 (10-dimensional linear regression), ``../shared/papers/noise-aware-dpvi.txt``.
+
+Each of K simulated data sets draws theta from the prior and N rows from the model;
+DP-VI (rs.dpvi) runs on it, and from its release alone come the noise-aware posterior
+(NUTS, 1000 warm-up + 4000 draws in 2 chains; and Laplace) and the two baselines, the
+last iterate and DPVIm (the mean of the post-burn-in iterates). TARP (the paper's
+algorithm 1 and appendix H.4) scores each method: credible balls on the unconstrained
+scale around a reference point drawn from the prior, coverage over alpha in 0..1 (101
+levels), RMSE of coverage - (1 - alpha) (eq. 27). The Monte Carlo error of each RMSE is
+the sd of its bootstrap over the K data sets.
+
+The paper's settings: epsilon = 0.1 (Table 1) or 0.1, 0.3, 1 (Table 2), delta = 1e-5,
+N = 5000, kappa = 0.1, T = 10^4, K = 500 data sets, 20 repeats. What the paper leaves
+open, chosen here: priors Gamma(2, 2), Beta(2, 2), Dirichlet(2, 2, 2); the clipping
+bound C (10 for the exponential, whose score 1 - rate y has an Exp(1) tail; 2 for the
+bounded scores of the Bernoulli and categorical; 10 for the regression); beta_u = 100;
+initial variances 1 / N (N is fixed by the design, so public); burn-in T / 2;
+lambda_c = 1. Linear regression: (w, sigma^2) ~ N-Gamma^-1(0, 1/4, 20, 1/2) read as
+sigma^2 ~ inv_gamma(20, 1/2) and w | sigma^2 ~ N(0, 4 sigma^2 I) (11 coefficients, the
+last an intercept), x ~ N(0, I_10).
+
+    python examples/dpvi_tarp.py --experiment exponential_families --datasets 100 --workers 2
+    python examples/dpvi_tarp.py --experiment linear_regression --epsilons 0.1 0.3 1 --datasets 50
+
+Writes examples/results/dpvi_<experiment>/{runs.csv, table.csv, coverage.png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import robust_stan as rs
+from robust_stan.common.parallel import process_pool
+from robust_stan.results.coverage import coverage_rmse, tarp_coverage
+
+OUT = Path(__file__).parent / "results"
+ALPHAS = np.linspace(0.0, 1.0, 101)
+METHODS = ("noise-aware NUTS", "noise-aware Laplace", "last iterate", "DPVIm")
+EXPERIMENTS = {"exponential_families": ("gamma_exponential", "beta_bernoulli", "dirichlet_categorical"),
+               "linear_regression": ("linear_regression",)}
+CLIP = {"gamma_exponential": 10.0, "beta_bernoulli": 2.0, "dirichlet_categorical": 2.0, "linear_regression": 10.0}
+
+
+def build(name: str):
+    """The model, and a simulator (rng, n) -> (data, true parameter values) drawing theta from the prior."""
+    if name == "gamma_exponential":
+        model = rs.location("exponential", priors={"rate": "gamma(2, 2)"}, standardize=False)
+
+        def simulate(rng, n):
+            rate = rng.gamma(2.0, 1 / 2.0)
+            return {"y": rng.exponential(1 / rate, n)}, {"rate": rate}
+    elif name == "beta_bernoulli":
+        model = rs.custom("bernoulli", parameters="real<lower=0, upper=1> p;", priors="p ~ beta(2, 2);", eta="logit(p)",
+                          title="Beta-Bernoulli")
+
+        def simulate(rng, n):
+            p = rng.beta(2.0, 2.0)
+            return {"y": (rng.random(n) < p).astype(int)}, {"p": p}
+    elif name == "dirichlet_categorical":
+        model = rs.custom("categorical", parameters="simplex[3] p;", priors="p ~ dirichlet(rep_vector(2, 3));",
+                          eta="log(p)'", title="Dirichlet-categorical")
+
+        def simulate(rng, n):
+            p = rng.dirichlet([2.0, 2.0, 2.0])
+            return {"y": rng.choice(3, n, p=p) + 1, "K": 3}, {"p": p}
+    elif name == "linear_regression":
+        model = rs.custom("normal", data="int<lower=1> P; matrix[N, P] X;",
+                          parameters="vector[P + 1] w; real<lower=0> sigma2;",
+                          priors="sigma2 ~ inv_gamma(20, 0.5); w ~ normal(0, 2 * sqrt(sigma2));",
+                          mu="X[n] * w[1:P] + w[P + 1]", sigma="sqrt(sigma2)",
+                          vectorised={"mu": "X * w[1:P] + w[P + 1]"}, title="linear regression, N-inv-gamma prior")
+
+        def simulate(rng, n):
+            sigma2 = 1 / rng.gamma(20.0, 1 / 0.5)
+            w = rng.normal(0, 2 * np.sqrt(sigma2), 11)
+            X = rng.normal(size=(n, 10))
+            return {"P": 10, "X": X, "y": X @ w[:10] + w[10] + rng.normal(0, np.sqrt(sigma2), n)}, {"w": w, "sigma2": sigma2}
+    else:
+        raise ValueError(name)
+    return model, simulate
+
+
+def one_data_set(name: str, epsilon: float, k: int, args) -> dict:
+    """DP-VI on data set k, and each method's unconstrained draws, the truth and a reference point."""
+    warnings.simplefilter("ignore")
+    model, simulate = build(name)
+    rng = np.random.default_rng([k, int(1000 * epsilon), abs(hash(name)) % 1000])
+    data, truth = simulate(rng, args.rows)
+    _, reference = simulate(rng, 1)
+    fit = rs.dpvi(model, data, epsilon=epsilon, clip=CLIP[name], steps=args.steps, sampling_rate=args.kappa,
+                  precondition=args.precondition, initial_variance=1 / args.rows, seed=k, show_progress=False)
+    release = fit.release
+    draws = {
+        "noise-aware NUTS": rs.noise_aware(release, method="nuts", draws=4000, warmup=1000, seed=k),
+        "noise-aware Laplace": rs.noise_aware(release, method="laplace", draws=4000, seed=k),
+        "last iterate": rs.dpvi_baseline(release, "last_iterate", draws=4000, seed=k),
+        "DPVIm": rs.dpvi_baseline(release, "averaged", draws=4000, seed=k),
+    }
+    return {"model": name, "epsilon": epsilon, "k": k, "truth": release.unconstrain(truth),
+            "reference": release.unconstrain(reference), "seconds": fit.seconds,
+            "draws": {m: d.unconstrained.reshape(-1, d.unconstrained.shape[-1]) for m, d in draws.items()}}
+
+
+def bootstrap_rmse(draws, truths, references, rng, repeats=200) -> tuple[float, float]:
+    rmse = coverage_rmse(*tarp_coverage(draws, truths, references, ALPHAS))
+    k = len(truths)
+    boots = []
+    for _ in range(repeats):
+        pick = rng.integers(0, k, k)
+        boots.append(coverage_rmse(*tarp_coverage(draws[pick], truths[pick], references[pick], ALPHAS)))
+    return rmse, float(np.std(boots, ddof=1))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--experiment", choices=sorted(EXPERIMENTS), default="exponential_families")
+    parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1])
+    parser.add_argument("--datasets", type=int, default=100, help="K, simulated data sets per cell")
+    parser.add_argument("--rows", type=int, default=5000)
+    parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--kappa", type=float, default=0.1)
+    parser.add_argument("--precondition", type=float, default=100.0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", default=None, help="folder under examples/results")
+    args = parser.parse_args(argv)
+    out = OUT / (args.out or f"dpvi_{args.experiment}")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in EXPERIMENTS[args.experiment]:  # compile once, before the workers load the cache
+        build(name)[0].compile()
+    tasks = [(name, eps, k) for name in EXPERIMENTS[args.experiment] for eps in args.epsilons
+             for k in range(args.datasets)]
+    start = time.perf_counter()
+    results = []
+    with process_pool(args.workers) as pool:
+        futures = [pool.submit(one_data_set, name, eps, k, args) for name, eps, k in tasks]
+        for i, future in enumerate(futures):
+            results.append(future.result())
+            if (i + 1) % 10 == 0:
+                print(f"{i + 1}/{len(tasks)} data sets, {time.perf_counter() - start:.0f} s", flush=True)
+    rng = np.random.default_rng(0)
+    rows, curves = [], []
+    for (name, eps), group in pd.DataFrame(results).groupby(["model", "epsilon"], sort=False):
+        truths, references = np.stack(group["truth"]), np.stack(group["reference"])
+        for method in METHODS:
+            draws = np.stack([d[method] for d in group["draws"]])
+            rmse, se = bootstrap_rmse(draws, truths, references, rng)
+            rows.append({"model": name, "epsilon": eps, "method": method, "rmse": rmse, "rmse_se": se,
+                         "datasets": len(group), "dpvi_seconds": group["seconds"].median()})
+            _, coverage = tarp_coverage(draws, truths, references, ALPHAS)
+            curves.append(pd.DataFrame({"model": name, "epsilon": eps, "method": method, "alpha": ALPHAS,
+                                        "coverage": coverage}))
+    table = pd.DataFrame(rows)
+    table.to_csv(out / "table.csv", index=False)
+    pd.concat(curves).to_csv(out / "runs.csv", index=False)
+    print(table.to_string(index=False))
+    plot(pd.concat(curves), out)
+
+
+def plot(curves: pd.DataFrame, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = list(curves.groupby(["model", "epsilon"], sort=False).groups)
+    fig, axes = plt.subplots(1, len(cells), figsize=(4 * len(cells), 3.6), squeeze=False)
+    for ax, (name, eps) in zip(axes[0], cells):
+        for method in METHODS:
+            sub = curves[(curves.model == name) & (curves.epsilon == eps) & (curves.method == method)]
+            ax.plot(1 - sub["alpha"], sub["coverage"], label=method)
+        ax.plot([0, 1], [0, 1], color="grey", linestyle=":")
+        ax.set_title(f"{name}, epsilon {eps:g}")
+        ax.set_xlabel("credibility 1 - alpha")
+    axes[0, 0].set_ylabel("expected coverage (TARP)")
+    axes[0, -1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "coverage.png", dpi=120)
+
+
+if __name__ == "__main__":
+    main()
