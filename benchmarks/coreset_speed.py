@@ -17,7 +17,6 @@ point, 100 points. Prints
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,16 +28,7 @@ from robust_stan.methods.coreset_targets import CoresetTarget
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from _coreset_data import load_adult  # noqa: E402
-
-
-def median_seconds(fn, repeats: int = 7) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from _timing import median_seconds  # noqa: E402
 
 
 def main(argv=None) -> None:

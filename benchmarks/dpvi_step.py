@@ -21,9 +21,7 @@ instance is built for its rows: part of the cost of a step).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -34,16 +32,7 @@ from robust_stan.methods.dpvi import PerExampleObjective, clip_rows, noisy_gradi
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from _coreset_data import load_adult  # noqa: E402
-
-
-def median_seconds(fn, repeats: int = 15) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from _timing import median_seconds  # noqa: E402
 
 
 def main(argv=None) -> None:

@@ -31,16 +31,7 @@ from robust_stan.engines.httpstan_engine import _as_httpstan_data
 from robust_stan.methods.estimators import lrv, trimmed_mean
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))  # the paper's problems
-
-
-def median_seconds(fn, repeats: int) -> float:
-    fn()  # warm up (first call converts and caches)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+from _timing import median_seconds  # noqa: E402
 
 
 def own_call(oracle, theta, repeats: int = 5) -> float:
