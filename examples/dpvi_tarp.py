@@ -7,8 +7,10 @@ DP-VI (rs.dpvi) runs on it, and from its release alone come the noise-aware post
 last iterate and DPVIm (the mean of the post-burn-in iterates). TARP (the paper's
 algorithm 1 and appendix H.4) scores each method: credible balls on the unconstrained
 scale around a reference point drawn from the prior, coverage over alpha in 0..1 (101
-levels), RMSE of coverage - (1 - alpha) (eq. 27). The Monte Carlo error of each RMSE is
-the sd of its bootstrap over the K data sets.
+levels), RMSE of coverage - (1 - alpha) (eq. 27). With ``--repeats R`` the study runs R
+times on fresh data sets and the table gives the mean and sd of the RMSE over repeats,
+as the paper's tables do; the Monte Carlo error of a single repeat's RMSE is the sd of
+its bootstrap over the K data sets.
 
 The paper's settings: epsilon = 0.1 (Table 1) or 0.1, 0.3, 1 (Table 2), delta = 1e-5,
 N = 5000, kappa = 0.1, T = 10^4, K = 500 data sets, 20 repeats. What the paper leaves
@@ -21,9 +23,10 @@ sigma^2 ~ inv_gamma(20, 1/2) and w | sigma^2 ~ N(0, 4 sigma^2 I) (11 coefficient
 last an intercept), x ~ N(0, I_10).
 
     python examples/dpvi_tarp.py --experiment exponential_families --datasets 100 --workers 2
+    python examples/dpvi_tarp.py --experiment exponential_families --datasets 500 --repeats 20 --workers 64   # the paper's size
     python examples/dpvi_tarp.py --experiment linear_regression --epsilons 0.1 0.3 1 --datasets 50
 
-Writes examples/results/dpvi_<experiment>/{runs.csv, table.csv, coverage.png}.
+Writes examples/results/dpvi_<experiment>/{runs.csv (coverage curves), repeats.csv, table.csv, coverage.png}.
 """
 
 from __future__ import annotations
@@ -87,11 +90,11 @@ def build(name: str):
     return model, simulate
 
 
-def one_data_set(name: str, epsilon: float, k: int, args) -> dict:
+def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
     """DP-VI on data set k, and each method's unconstrained draws, the truth and a reference point."""
     warnings.simplefilter("ignore")
     model, simulate = build(name)
-    rng = np.random.default_rng([k, int(1000 * epsilon), abs(hash(name)) % 1000])
+    rng = np.random.default_rng([k, repeat, int(1000 * epsilon), sum(map(ord, name))])
     data, truth = simulate(rng, args.rows)
     _, reference = simulate(rng, 1)
     fit = rs.dpvi(model, data, epsilon=epsilon, clip=CLIP[name], steps=args.steps, sampling_rate=args.kappa,
@@ -103,7 +106,7 @@ def one_data_set(name: str, epsilon: float, k: int, args) -> dict:
         "last iterate": rs.dpvi_baseline(release, "last_iterate", draws=4000, seed=k),
         "DPVIm": rs.dpvi_baseline(release, "averaged", draws=4000, seed=k),
     }
-    return {"model": name, "epsilon": epsilon, "k": k, "truth": release.unconstrain(truth),
+    return {"model": name, "epsilon": epsilon, "repeat": repeat, "k": k, "truth": release.unconstrain(truth),
             "reference": release.unconstrain(reference), "seconds": fit.seconds,
             "draws": {m: d.unconstrained.reshape(-1, d.unconstrained.shape[-1]) for m, d in draws.items()}}
 
@@ -122,7 +125,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--experiment", choices=sorted(EXPERIMENTS), default="exponential_families")
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1])
-    parser.add_argument("--datasets", type=int, default=100, help="K, simulated data sets per cell")
+    parser.add_argument("--datasets", type=int, default=100, help="K, simulated data sets per cell and repeat")
+    parser.add_argument("--repeats", type=int, default=1, help="independent TARP studies per cell (the paper: 20)")
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--kappa", type=float, default=0.1)
@@ -134,33 +138,40 @@ def main(argv=None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name in EXPERIMENTS[args.experiment]:  # compile once, before the workers load the cache
         build(name)[0].compile()
-    tasks = [(name, eps, k) for name in EXPERIMENTS[args.experiment] for eps in args.epsilons
-             for k in range(args.datasets)]
+    tasks = [(name, eps, r, k) for name in EXPERIMENTS[args.experiment] for eps in args.epsilons
+             for r in range(args.repeats) for k in range(args.datasets)]
     start = time.perf_counter()
     results = []
     with process_pool(args.workers) as pool:
-        futures = [pool.submit(one_data_set, name, eps, k, args) for name, eps, k in tasks]
+        futures = [pool.submit(one_data_set, *task, args) for task in tasks]
         for i, future in enumerate(futures):
             results.append(future.result())
             if (i + 1) % 10 == 0:
                 print(f"{i + 1}/{len(tasks)} data sets, {time.perf_counter() - start:.0f} s", flush=True)
     rng = np.random.default_rng(0)
     rows, curves = [], []
-    for (name, eps), group in pd.DataFrame(results).groupby(["model", "epsilon"], sort=False):
+    for (name, eps, repeat), group in pd.DataFrame(results).groupby(["model", "epsilon", "repeat"], sort=False):
         truths, references = np.stack(group["truth"]), np.stack(group["reference"])
         for method in METHODS:
             draws = np.stack([d[method] for d in group["draws"]])
             rmse, se = bootstrap_rmse(draws, truths, references, rng)
-            rows.append({"model": name, "epsilon": eps, "method": method, "rmse": rmse, "rmse_se": se,
-                         "datasets": len(group), "dpvi_seconds": group["seconds"].median()})
+            rows.append({"model": name, "epsilon": eps, "repeat": repeat, "method": method, "rmse": rmse,
+                         "rmse_bootstrap_se": se, "datasets": len(group), "dpvi_seconds": group["seconds"].median()})
             _, coverage = tarp_coverage(draws, truths, references, ALPHAS)
-            curves.append(pd.DataFrame({"model": name, "epsilon": eps, "method": method, "alpha": ALPHAS,
-                                        "coverage": coverage}))
+            curves.append(pd.DataFrame({"model": name, "epsilon": eps, "repeat": repeat, "method": method,
+                                        "alpha": ALPHAS, "coverage": coverage}))
+    per_repeat = pd.DataFrame(rows)
+    per_repeat.to_csv(out / "repeats.csv", index=False)
+    rows = [{"model": name, "epsilon": eps, "method": method, "rmse": g["rmse"].mean(),
+             "rmse_sd_over_repeats": g["rmse"].std(ddof=1) if len(g) > 1 else np.nan,
+             "rmse_bootstrap_se": g["rmse_bootstrap_se"].mean(), "repeats": len(g), "datasets": g["datasets"].iloc[0],
+             "dpvi_seconds": g["dpvi_seconds"].median()}
+            for (name, eps, method), g in per_repeat.groupby(["model", "epsilon", "method"], sort=False)]
     table = pd.DataFrame(rows)
     table.to_csv(out / "table.csv", index=False)
     pd.concat(curves).to_csv(out / "runs.csv", index=False)
     print(table.to_string(index=False))
-    plot(pd.concat(curves), out)
+    plot(pd.concat(curves).query("repeat == 0"), out)
 
 
 def plot(curves: pd.DataFrame, out: Path) -> None:
