@@ -97,7 +97,7 @@ def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
     rng = np.random.default_rng([k, repeat, int(1000 * epsilon), sum(map(ord, name))])
     data, truth = simulate(rng, args.rows)
     _, reference = simulate(rng, 1)
-    fit = rs.dpvi(model, data, epsilon=epsilon, clip=CLIP[name], steps=args.steps, sampling_rate=args.kappa,
+    fit = rs.dpvi(model, data, epsilon=epsilon, clip=args.clip or CLIP[name], steps=args.steps, sampling_rate=args.kappa,
                   precondition=args.precondition, initial_variance=1 / args.rows, seed=k, show_progress=False)
     release = fit.release
     draws = {
@@ -131,14 +131,17 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--kappa", type=float, default=0.1)
     parser.add_argument("--precondition", type=float, default=100.0)
+    parser.add_argument("--models", nargs="+", default=None, help="a subset of the experiment's models")
+    parser.add_argument("--clip", type=float, default=None, help="C for every model (default: CLIP, per model)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=None, help="folder under examples/results")
     args = parser.parse_args(argv)
     out = OUT / (args.out or f"dpvi_{args.experiment}")
     out.mkdir(parents=True, exist_ok=True)
-    for name in EXPERIMENTS[args.experiment]:  # compile once, before the workers load the cache
+    models = args.models or EXPERIMENTS[args.experiment]
+    for name in models:  # compile once, before the workers load the cache
         build(name)[0].compile()
-    tasks = [(name, eps, r, k) for name in EXPERIMENTS[args.experiment] for eps in args.epsilons
+    tasks = [(name, eps, r, k) for name in models for eps in args.epsilons
              for r in range(args.repeats) for k in range(args.datasets)]
     start = time.perf_counter()
     results = []
