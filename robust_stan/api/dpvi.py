@@ -10,6 +10,7 @@ import numpy as np
 from ..building.data import with_switches, zero_row_data
 from ..building.divergences import as_divergence
 from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
+from ..gradients.per_example import PerExampleGradients
 from ..methods.dpvi import DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, run_dp_sgd
 from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data
 from ..methods.privacy_accounting import check_privacy_arguments, solve_noise_multiplier
@@ -56,7 +57,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     prepared = model.prepare(data, as_divergence(divergence))
     stan_data = prepared.stan_data
     n_rows = int(stan_data["N"])
-    per_example = model.per_example(data, prepared.divergence)
+    per_example = PerExampleGradients(model, stan_data)
     prior = model.oracle_for(with_switches(stan_data, mode="prior"))
     objective = PerExampleObjective(per_example, prior, n_rows)
     n = objective.dimension

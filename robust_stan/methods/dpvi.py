@@ -60,6 +60,13 @@ def sigmoid(x):
     return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(x, dtype=float)))
 
 
+def reparameterised(phi: np.ndarray, eps: np.ndarray) -> np.ndarray:
+    """zeta = mu + sqrt(softplus(u)) eps for phi = (mu, u) along the last axis: draws of q from
+    standard-normal ``eps`` (broadcast against mu)."""
+    n = phi.shape[-1] // 2
+    return phi[..., :n] + np.sqrt(softplus(phi[..., n:])) * eps
+
+
 @dataclass(frozen=True)
 class DPVIRelease:
     """Exactly what DP-VI releases: the mechanism's output and the public settings.
@@ -119,8 +126,7 @@ class PerExampleObjective:
         self.dimension = per_example.dimension
 
     def draws(self, phi: np.ndarray, eps: np.ndarray) -> np.ndarray:
-        mu, u = phi[:self.dimension], phi[self.dimension:]
-        return mu + np.sqrt(softplus(u)) * eps
+        return reparameterised(phi, eps)
 
     def gradients(self, phi: np.ndarray, eps: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """(rows, 2 n): each row's gradient in phi = (mu, u) at the shared standard-normal ``eps`` (S, n)."""

@@ -32,7 +32,7 @@ import numpy as np
 from ..common.errors import RobustStanInputError
 from ..common.resources import stan_include_path
 from ..engines import NutsSettings, compile_program
-from .dpvi import DPVIRelease, softplus
+from .dpvi import DPVIRelease, reparameterised, softplus
 from .laplace import laplace_approximation
 
 METHODS = ("nuts", "laplace")
@@ -74,7 +74,7 @@ def trace_model_data(release: DPVIRelease, burn_in: int) -> dict:
 
 def sample_trace_model(stan_data: dict, method: str, draws: int, warmup: int, chains: int, seed: int,
                        engine: str = "auto", show_progress: bool = False) -> dict:
-    """Draws of phi* and a = softplus(v): {"phi_star": (chains, draws, d), "a": ..., "lp": (chains, draws)}
+    """Draws of phi* and a = softplus(v): {"phi_star": (chains, draws, d), "a": (chains, draws, d)}
     by the engine's NUTS, or (one chain) from the Laplace approximation of (phi*, v)."""
     if method not in METHODS:
         raise RobustStanInputError(f"method: must be one of {list(METHODS)}, got {method!r}")
@@ -84,16 +84,14 @@ def sample_trace_model(stan_data: dict, method: str, draws: int, warmup: int, ch
         settings = NutsSettings(chains=chains, iter_warmup=warmup, iter_sampling=draws, seed=seed,
                                 show_progress=show_progress)
         raw = program.sample(stan_data, settings, None)
-        return {"phi_star": raw.variables["phi_star"], "a": raw.variables["a"], "lp": raw.sampler["lp__"]}
+        return {"phi_star": raw.variables["phi_star"], "a": raw.variables["a"]}
     init = np.concatenate([stan_data["phi_bar"], stan_data["v_prior_mean"]])
     approx = laplace_approximation(lambda x: program.log_density_gradient(stan_data, x), init)
     rng = np.random.default_rng(seed)
     joint = approx.draws(chains * draws, rng).reshape(chains, draws, 2 * d)
-    return {"phi_star": joint[..., :d], "a": softplus(joint[..., d:]), "lp": np.full((chains, draws), np.nan)}
+    return {"phi_star": joint[..., :d], "a": softplus(joint[..., d:])}
 
 
 def q_draws(phis: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One draw of q(zeta; phi) = N(mu, diag(softplus(u))) for each row of ``phis`` (..., 2 n)."""
-    n = phis.shape[-1] // 2
-    mu, u = phis[..., :n], phis[..., n:]
-    return mu + np.sqrt(softplus(u)) * rng.standard_normal(mu.shape)
+    return reparameterised(phis, rng.standard_normal(phis.shape[:-1] + (phis.shape[-1] // 2,)))

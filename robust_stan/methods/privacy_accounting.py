@@ -31,7 +31,7 @@ class PrivacyAccounting:
     """The public privacy settings of a DP-SGD run and the accounting behind them.
 
     ``noise_multiplier`` is sigma (the noise sd divided by the clipping bound);
-    ``epsilon_spent`` is the PLD accountant's epsilon for it at ``delta`` (<= ``epsilon``)."""
+    ``epsilon_spent`` is ``accountant``'s epsilon for it at ``delta`` (<= ``epsilon``)."""
 
     epsilon: float
     delta: float
@@ -107,28 +107,22 @@ def solve_noise_multiplier(epsilon: float, delta: float, sampling_rate: float, s
     epsilon, delta, sampling_rate, steps = check_privacy_arguments(epsilon, delta, sampling_rate, steps)
     version = importlib.metadata.version("dp-accounting")
 
-    def calibrated(accountant, bracket):
+    def calibrated(accountant, bracket, tol):
         absl_logger = logging.getLogger("absl")
         level = absl_logger.level
         absl_logger.setLevel(logging.ERROR)  # RDP's search logs every order it drops at small sigma
         try:
             return float(dp_accounting.calibrate_dp_mechanism(
                 lambda: _fresh_accountant(accountant), lambda s: dp_sgd_event(s, sampling_rate, steps), epsilon,
-                delta, bracket, tol=1e-3 * bracket_scale))
+                delta, bracket, tol=tol))
         finally:
             absl_logger.setLevel(level)
 
-    bracket_scale = 1.0
-    sigma_rdp = calibrated("rdp", dp_accounting.LowerEndpointAndGuess(1e-4, 1.0))
-    if sigma_rdp < PLD_SMALLEST_SIGMA:
-        sigma = sigma_rdp
-        while (spent := epsilon_for(sigma, delta, sampling_rate, steps, "rdp")) > epsilon:
-            sigma *= 1.001
-        return PrivacyAccounting(epsilon, delta, sampling_rate, steps, sigma, spent,
-                                 "dp-accounting RDP (add/remove one)", version)
-    bracket_scale = sigma_rdp
-    sigma = calibrated("pld", dp_accounting.ExplicitBracketInterval(0.5 * sigma_rdp, sigma_rdp))
-    while (spent := epsilon_for(sigma, delta, sampling_rate, steps)) > epsilon:
+    sigma = sigma_rdp = calibrated("rdp", dp_accounting.LowerEndpointAndGuess(1e-4, 1.0), 1e-3)
+    accountant = "rdp" if sigma_rdp < PLD_SMALLEST_SIGMA else "pld"
+    if accountant == "pld":
+        sigma = calibrated("pld", dp_accounting.ExplicitBracketInterval(0.5 * sigma_rdp, sigma_rdp), 1e-3 * sigma_rdp)
+    while (spent := epsilon_for(sigma, delta, sampling_rate, steps, accountant)) > epsilon:
         sigma *= 1.001  # the calibration returns the bracket's feasible end; this guards the guarantee anyway
-    return PrivacyAccounting(epsilon, delta, sampling_rate, steps, sigma, spent, "dp-accounting PLD (add/remove one)",
-                             version)
+    return PrivacyAccounting(epsilon, delta, sampling_rate, steps, sigma, spent,
+                             f"dp-accounting {accountant.upper()} (add/remove one)", version)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..common.errors import RobustStanInputError
 from ..gradients.oracles import constrained_draws
 from ..methods.dpvi import DPVIRelease
 from .arviz_output import draws_dataset, native_inference_data
@@ -65,8 +66,6 @@ class PrivatePosterior:
             return self.posterior[name]
         if self.trace_draws is not None and name in self.trace_draws:
             return self.trace_draws[name]
-        from ..common.errors import RobustStanInputError
-
         raise RobustStanInputError(f"name: no variable {name!r}; parameters are {self.parameter_names}")
 
     def summary(self, percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
