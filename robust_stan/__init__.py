@@ -16,6 +16,7 @@ from .api.model import Model
 from .api.neural_network import mlp, network_output
 from .api.rob_ula import rob_ula
 from .api.rob_ula_tuning import RobULATuning, tune_rob_ula
+from .api.stan_program import StanProgramModel, from_stan, robustify
 from .building.divergences import KL, BetaD, Divergence, GammaD
 from .building.families import FAMILIES
 from .common.errors import RobustStanInputError, RobustStanWarning, StanCompileError
@@ -42,6 +43,9 @@ __all__ = [
     "StanCompileError",
     "RobustStanWarning",
     "coreset",
+    "from_stan",
+    "robustify",
+    "StanProgramModel",
     "dpvi",
     "dpvi_baseline",
     "noise_aware",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import tempfile
@@ -19,6 +20,37 @@ def stanc_binary() -> str:
     import httpstan
 
     return str(Path(httpstan.__file__).parent / "stanc")
+
+
+def run_stanc(stan_code: str, options: list[str], filename: str = "program.stan",
+              include_dirs: tuple[str, ...] = ()) -> str:
+    """stanc's standard output for ``stan_code`` with ``options`` (the robust-stan library and
+    ``include_dirs`` on the include path). A program stanc rejects raises StanCompileError
+    with stanc's own message, which names ``filename`` and the line."""
+    with tempfile.TemporaryDirectory(prefix="robust_stan_") as tmp:
+        path = Path(tmp) / "program.stan"
+        path.write_text(stan_code)
+        paths = ",".join([stan_include_path(), *include_dirs])
+        done = subprocess.run(
+            [stanc_binary(), "--include-paths", paths, "--filename-in-msg", filename, *options, str(path)],
+            capture_output=True, text=True, timeout=60, cwd=tmp,
+        )
+    if done.returncode != 0:
+        message = (done.stderr.strip() or done.stdout.strip()).replace(str(path), filename)
+        raise StanCompileError(f"Stan cannot compile {filename}:\n{message}")
+    return done.stdout
+
+
+def program_info(stan_code: str, filename: str = "program.stan", include_dirs: tuple[str, ...] = ()) -> dict:
+    """stanc's ``--info``: the program's data ("inputs"), parameters, transformed parameters,
+    generated quantities and distributions, each variable with its type and dimensions."""
+    return json.loads(run_stanc(stan_code, ["--info"], filename, include_dirs))
+
+
+def canonical_program(stan_code: str, filename: str = "program.stan", include_dirs: tuple[str, ...] = ()) -> str:
+    """stanc's canonical form of the program (includes inlined, braces on every block, comments
+    kept where stanc keeps them), one statement per line."""
+    return run_stanc(stan_code, ["--print-canonical", "--max-line-length", "100000"], filename, include_dirs)
 
 
 def check_program(stan_code: str, spec: ModelSpec | None = None) -> str:

@@ -57,6 +57,10 @@ class CompiledProgram(abc.ABC):
         """Log density and its gradient with respect to the unconstrained parameters."""
 
     @abc.abstractmethod
+    def unconstrained_dimension(self, data: dict) -> int:
+        """Number of unconstrained parameters of the program with these data."""
+
+    @abc.abstractmethod
     def variable_shapes(self, data: dict) -> dict[str, tuple[int, ...]]:
         """Constrained shape of every parameter and generated quantity, in program order."""
 

@@ -85,6 +85,15 @@ class CmdStanProgram(CompiledProgram):
                                "(or use engine='httpstan')")
         return bridgestan_model(self.stan_code, data)
 
+    def unconstrained_dimension(self, data):
+        """The length of the gradient CmdStan's log_prob method returns at one fixed-parameter draw
+        (CmdStanPy's ``CmdStanModel.log_prob`` takes the constrained values)."""
+        fit = self.model.sample(data=data, chains=1, iter_sampling=1, fixed_param=True, seed=1,
+                                show_progress=False, show_console=False)
+        params = {name: fit.stan_variable(name)[0] for name in fit.metadata.stan_vars}
+        table = self.model.log_prob(params=params, data=data)
+        return int(sum(1 for column in table.columns if column != "lp__"))
+
     def variable_shapes(self, data):
         key = json.dumps({k: np.asarray(v).tolist() for k, v in data.items()}, sort_keys=True)
         if key not in self._shapes:

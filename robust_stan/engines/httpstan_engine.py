@@ -143,6 +143,9 @@ class HttpstanProgram(CompiledProgram):
         value = self.module.log_prob(_as_httpstan_data(data), theta, bool(jacobian))
         return float(value), np.asarray(grad, dtype=float)
 
+    def unconstrained_dimension(self, data):
+        return self.native_model(data).dimension
+
     def variable_shapes(self, data):
         # httpstan converts the data item by item in Python (37 ms at N = 10,000, against about 2 ms
         # to hash them): keep the shapes by the data's digest

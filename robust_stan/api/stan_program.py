@@ -1,0 +1,302 @@
+"""Your own Stan program in robust-stan: rs.from_stan wraps it as it is, rs.robustify makes its
+likelihood robust. Both give a model with the built-in models' methods and fit objects."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ..building.data import check_learning_rate, check_weights
+from ..building.divergences import Divergence, as_divergence
+from ..building.robustify import SWITCHES, Likelihood, RobustifyError, robustify_program
+from ..building.stanc import canonical_program, program_info
+from ..common.digest import digest
+from ..common.errors import RobustStanInputError, StanCompileError
+from ..common.resources import LIBRARY_FILE
+from ..engines import CompiledProgram, compile_program, resolve_engine
+from ..gradients.oracles import GradientOracle, make_oracle
+from ..methods.nuts import nuts_settings
+from ..methods.variational import fit_variational
+from ..results.program_fit import ProgramFit
+
+
+def _read_source(stan_file_or_code) -> tuple[str, str, tuple[str, ...]]:
+    """(program text, the name errors use, folders for its #includes)."""
+    if isinstance(stan_file_or_code, os.PathLike) or (
+            isinstance(stan_file_or_code, str) and "\n" not in stan_file_or_code
+            and stan_file_or_code.strip().endswith(".stan")):
+        path = Path(stan_file_or_code)
+        if not path.is_file():
+            raise RobustStanInputError(f"stan_file_or_code: no such Stan file {str(path)!r}")
+        return path.read_text(), str(path), (str(path.resolve().parent),)
+    if not isinstance(stan_file_or_code, str) or not stan_file_or_code.strip():
+        raise RobustStanInputError("stan_file_or_code: give the path of a .stan file or the program's text")
+    return stan_file_or_code, "stan_code", ()
+
+
+def _as_stan_value(name: str, value):
+    if hasattr(value, "to_numpy"):  # pandas
+        value = value.to_numpy()
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return value
+    array = np.asarray(value)
+    if array.dtype == object:
+        raise RobustStanInputError(f"data[{name!r}]: expected numbers, got {type(value).__name__}")
+    return array
+
+
+class StanProgramModel:
+    """A Stan program you wrote, compiled once on either engine, with robust-stan's methods.
+
+    Made by :func:`from_stan` (the program as written) or :func:`robustify` (its likelihood
+    statements rewritten into the robust-stan library's weighted losses, with the
+    divergence, learning rate and per-observation weights as data, so no divergence,
+    learning rate or weight vector needs a new compile). ``stan_code`` is the program
+    that is compiled; ``likelihoods`` says what robustify rewrote.
+    """
+
+    def __init__(self, stan_code: str, info: dict, filename: str, engine: str = "auto",
+                 likelihoods: tuple[Likelihood, ...] = ()):
+        self.stan_code = stan_code
+        self.filename = filename
+        self.likelihoods = likelihoods
+        self.outcomes = [lik.outcome for lik in likelihoods]
+        self.parameter_names = list(info["parameters"])
+        self.data_names = [name for name in info["inputs"]
+                           if name not in SWITCHES and not name.startswith("rs_weights_")]
+        self._engine_request = engine
+        resolve_engine(engine)
+        self._program: CompiledProgram | None = None
+        self._dimensions: dict[str, int] = {}
+
+    @property
+    def robustified(self) -> bool:
+        return bool(self.likelihoods)
+
+    @property
+    def engine(self) -> str:
+        """Name of the engine this model runs on ('cmdstan' or 'httpstan')."""
+        return self._program.engine_name if self._program else resolve_engine(self._engine_request)
+
+    def compile(self, show_progress: bool = True) -> CompiledProgram:
+        """Compile the program (once; later calls and later processes reuse the build)."""
+        if self._program is None:
+            self._program = compile_program(self.stan_code, self._engine_request, show_progress=show_progress)
+        return self._program
+
+    def __repr__(self) -> str:
+        kind = f"robustified, likelihood of {self.outcomes}" if self.robustified else "as written"
+        return f"<robust_stan.StanProgramModel {self.filename!r} ({kind}), parameters {self.parameter_names}>"
+
+    # -- data ---------------------------------------------------------------------------------
+    def stan_data(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
+                  weights=None) -> dict:
+        """The program's data block from ``data`` (a dict; pandas columns and NumPy arrays are fine),
+        plus, for a robustified program, its switches: the divergence, learning rate and the
+        weights (one vector for a single outcome, or {outcome: vector}; default all 1)."""
+        if not isinstance(data, Mapping):
+            raise RobustStanInputError(f"data: expected a dict of the data block's variables, got {type(data).__name__}")
+        missing = [name for name in self.data_names if name not in data]
+        if missing:
+            raise RobustStanInputError(f"data: missing {missing}; {self.filename}'s data block declares "
+                                       f"{self.data_names}")
+        out = {name: _as_stan_value(name, data[name]) for name in self.data_names}
+        divergence = as_divergence(divergence)
+        if not self.robustified:
+            if divergence.code != 0 or learning_rate != 1.0 or weights is not None:
+                raise RobustStanInputError("divergence, learning_rate, weights: this program is used as written "
+                                           "(rs.from_stan); make its likelihood robust with rs.robustify")
+            return out
+        switches = divergence.stan_data()
+        out.update(rs_divergence=switches["divergence"], rs_divergence_param=switches["divergence_param"],
+                   rs_learning_rate=check_learning_rate(learning_rate), rs_pointwise=0)
+        out.update(self._weights(out, weights))
+        return out
+
+    def _weights(self, data: dict, weights) -> dict:
+        sizes = {y: len(np.atleast_1d(data[y])) for y in self.outcomes}
+        if weights is None:
+            given = {}
+        elif isinstance(weights, Mapping):
+            unknown = sorted(set(weights) - set(self.outcomes))
+            if unknown:
+                raise RobustStanInputError(f"weights: {unknown} are not outcomes; the likelihood is on {self.outcomes}")
+            given = dict(weights)
+        elif len(self.outcomes) == 1:
+            given = {self.outcomes[0]: weights}
+        else:
+            raise RobustStanInputError(f"weights: the program has several outcomes {self.outcomes}; give "
+                                       "{outcome: weights}")
+        return {f"rs_weights_{y}": check_weights(given[y], sizes[y]) if y in given else np.ones(sizes[y])
+                for y in self.outcomes}
+
+    # -- densities ------------------------------------------------------------------------------
+    def dimension(self, stan_data: dict) -> int:
+        """Number of unconstrained parameters with these Stan data."""
+        key = digest({k: v for k, v in stan_data.items() if not k.startswith("rs_")})
+        if key not in self._dimensions:
+            self._dimensions[key] = self.compile().unconstrained_dimension(stan_data)
+        return self._dimensions[key]
+
+    def _theta(self, stan_data: dict, theta) -> np.ndarray:
+        theta = np.asarray(theta, dtype=float).ravel()
+        expected = self.dimension(stan_data)
+        if theta.shape != (expected,):
+            raise RobustStanInputError(f"theta_unconstrained: expected {expected} values, got {theta.size}")
+        if not np.all(np.isfinite(theta)):
+            raise RobustStanInputError("theta_unconstrained: contains non-finite values")
+        return theta
+
+    def log_density(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
+                    learning_rate: float = 1.0, weights=None, jacobian: bool = True) -> float:
+        """Log density at an unconstrained point, as Stan's log_prob (constants of `~` dropped)."""
+        stan_data = self.stan_data(data, divergence, learning_rate, weights)
+        return self.compile().log_density(stan_data, self._theta(stan_data, theta_unconstrained), jacobian)
+
+    def log_density_gradient(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
+                             learning_rate: float = 1.0, weights=None,
+                             jacobian: bool = True) -> tuple[float, np.ndarray]:
+        """Log density and its gradient with respect to the unconstrained parameters."""
+        stan_data = self.stan_data(data, divergence, learning_rate, weights)
+        return self.compile().log_density_gradient(stan_data, self._theta(stan_data, theta_unconstrained), jacobian)
+
+    def oracle_for(self, stan_data: dict, oracle: str = "auto") -> GradientOracle:
+        """A gradient oracle for these Stan data."""
+        return make_oracle(self.stan_code, stan_data, self.dimension(stan_data), oracle)
+
+    def per_example_gradients(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
+                              batch=None, oracle: str = "auto") -> np.ndarray:
+        """Gradients of each observation's loss l_i at a shared unconstrained point, (rows, d).
+
+        Exact, by linearity of the target in the weights: with learning rate 1,
+        grad l_i = grad log pi(weights = 0) - grad log pi(weights = e_i), one gradient call per
+        row plus one (the cost is rows x one full gradient; the built-in models' per-example
+        mode is far cheaper). Needs a robustified program with one outcome.
+        """
+        if len(self.outcomes) != 1:
+            raise RobustStanInputError("per-example gradients need a robustified program with exactly one "
+                                       f"likelihood outcome; this one has {self.outcomes or 'none'}")
+        y = self.outcomes[0]
+        stan_data = self.stan_data(data, divergence)
+        n = len(stan_data[f"rs_weights_{y}"])
+        rows = np.arange(n) if batch is None else np.asarray(batch, dtype=int).ravel()
+        if rows.size and (rows.min() < 0 or rows.max() >= n):
+            raise RobustStanInputError(f"batch: rows must lie in 0..{n - 1}")
+        theta = self._theta(stan_data, theta_unconstrained)
+        zero = dict(stan_data, **{f"rs_weights_{y}": np.zeros(n)})
+        base = self.oracle_for(zero, oracle).gradient(theta, jacobian=True)
+        out = np.empty((rows.size, theta.size))
+        for k, row in enumerate(rows):
+            one_hot = np.zeros(n)
+            one_hot[row] = 1.0
+            out[k] = base - self.oracle_for(dict(zero, **{f"rs_weights_{y}": one_hot}), oracle).gradient(theta, True)
+        return out
+
+    # -- inference ---------------------------------------------------------------------------
+    def sample(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
+               weights=None, chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
+               thin: int = 1, seed: int | None = None, inits: dict | list[dict] | None = None,
+               adapt_delta: float = 0.8, max_treedepth: int = 10, show_progress: bool = True) -> ProgramFit:
+        """Sample with Stan's NUTS (CmdStanPy's arguments); returns a
+        :class:`~robust_stan.results.program_fit.ProgramFit`. ``inits``: constrained values by
+        parameter name, one dict or one per chain."""
+        stan_data = self.stan_data(data, divergence, learning_rate, weights)
+        settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
+                                 show_progress)
+        raw = self.compile(show_progress).sample(stan_data, settings, self._inits(inits, settings.chains))
+        fit = ProgramFit(self, raw, stan_data, settings, as_divergence(divergence), learning_rate)
+        fit.warn_if_not_converged()
+        return fit
+
+    def _inits(self, inits, chains: int) -> list[dict] | None:
+        if inits is None:
+            return None
+        per_chain = [inits] * chains if isinstance(inits, Mapping) else list(inits)
+        if len(per_chain) != chains or not all(isinstance(i, Mapping) for i in per_chain):
+            raise RobustStanInputError(f"inits: give one dict, or a list of {chains} dicts (one per chain)")
+        for init in per_chain:
+            unknown = sorted(set(init) - set(self.parameter_names))
+            if unknown:
+                raise RobustStanInputError(f"inits: unknown parameter(s) {unknown}; the program has "
+                                           f"{self.parameter_names}")
+        return [{k: np.asarray(v, dtype=float) for k, v in init.items()} for init in per_chain]
+
+    def variational(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
+                    weights=None, family: str = "meanfield", draws: int = 1000, seed: int | None = None,
+                    show_progress: bool = True, init: Mapping | None = None, **options) -> ProgramFit:
+        """robust-stan's variational driver (see :meth:`robust_stan.Model.variational` for the options;
+        ``batch_size`` is not available for your own programs); returns a ProgramFit with
+        ``q``, ``elbo``, ``elbo_se`` and ``elbo_trace``."""
+        if options.get("batch_size") is not None:
+            raise RobustStanInputError("batch_size: minibatches need the built-in models (robust-stan cannot "
+                                       "slice your program's data by rows); run full-batch")
+        stan_data = self.stan_data(data, divergence, learning_rate, weights)
+        start = None
+        if init is not None:
+            start = self.compile().unconstrain(stan_data, {k: np.asarray(v, dtype=float) for k, v in init.items()})
+        out = fit_variational(self, stan_data, family=family, draws=draws, seed=seed, start=start,
+                              show_progress=show_progress, **options)
+        fit = ProgramFit(self, out.raw, stan_data, out.settings, as_divergence(divergence), learning_rate,
+                         method="variational", q=out.q, elbo=out.elbo, elbo_se=out.elbo_se,
+                         elbo_trace=out.elbo_trace)
+        return fit
+
+
+_INCLUDE = re.compile(r"^\s*#include\s*[<\"]?([^>\"\s]+)", re.MULTILINE)
+
+
+def _compilable_text(code: str, filename: str, include_dirs: tuple[str, ...]) -> str:
+    """The program as written, or its canonical form when it includes files other than the
+    robust-stan library (the engines are given only the library's folder)."""
+    if all(name == LIBRARY_FILE for name in _INCLUDE.findall(code)):
+        return code
+    return canonical_program(code, filename, include_dirs)
+
+
+def from_stan(stan_file_or_code, engine: str = "auto") -> StanProgramModel:
+    """Your Stan program as a robust-stan model, with NUTS, robust-stan's VI, log densities and
+    ArviZ output (a ``log_lik`` generated quantity becomes the log_likelihood group).
+
+    ``stan_file_or_code`` is a path to a .stan file or the program's text. The robust-stan
+    library is on the include path (``#include robust_stan.stanfunctions``); stanc checks the
+    program at once, and its errors name your file and line.
+    """
+    code, filename, include_dirs = _read_source(stan_file_or_code)
+    info = program_info(code, filename, include_dirs)
+    return StanProgramModel(_compilable_text(code, filename, include_dirs), info, filename, engine)
+
+
+def robustify(stan_file_or_code, likelihood="auto", engine: str = "auto") -> StanProgramModel:
+    """An ordinary Stan program with its likelihood made robust.
+
+    Every ``y ~ family(...)`` and ``target += family_lpdf(y | ...)`` (also ``_lupdf``, ``_lpmf``,
+    ``_lupmf``) whose outcome ``y`` is a variable of the data block -- or only those on the
+    outcomes named in ``likelihood`` -- becomes ``target += rs_learning_rate *
+    robust_<family>_weighted_lpdf(y | ..., rs_divergence, rs_divergence_param, rs_weights_y)``,
+    and the generated quantities gain ``rs_log_lik_y`` and ``rs_robust_loss_y`` (filled on
+    demand). Everything else stays as written (stanc's canonical layout, comments kept where
+    stanc keeps them). Supported: normal, normal_id_glm, student_t, cauchy, exponential,
+    bernoulli(_logit)(_glm), binomial(_logit), poisson(_log)(_glm), categorical(_logit),
+    multi_normal(_cholesky); the outcome whole (vectorised) or one element per loop iteration.
+    What cannot be rewritten is refused with the statement, its line and the reason.
+
+    With ``divergence=rs.KL()`` the program's log density is the original's plus a constant.
+    The rewritten program (``model.stan_code``) runs under plain CmdStan with
+    :func:`robust_stan.stan_include_path` on the include path.
+    """
+    code, filename, include_dirs = _read_source(stan_file_or_code)
+    info = program_info(code, filename, include_dirs)
+    canonical = canonical_program(code, filename, include_dirs)
+    rewritten = robustify_program(code, canonical, info, likelihood, filename)
+    try:
+        rewritten_info = program_info(rewritten.stan_code, filename, include_dirs)
+    except StanCompileError as exc:
+        statements = "; ".join(f"line {lik.line}: `{lik.statement}`" for lik in rewritten.likelihoods)
+        raise RobustifyError(f"{filename}: the rewritten likelihood ({statements}) does not compile; an argument "
+                             f"may have a type the robust-stan library does not take (it takes a real or a vector "
+                             f"per argument).\n{exc}") from None
+    return StanProgramModel(rewritten.stan_code, rewritten_info, filename, engine, rewritten.likelihoods)

@@ -1,0 +1,476 @@
+"""Rewrites an ordinary Stan program into a robust one: its likelihood statements become the
+library's weighted robust losses, with the divergence, learning rate and weights as data.
+
+stanc reads the program: ``--info`` says which variables are data, and its canonical
+printing (``--print-canonical``, one statement per line) is the text this module rewrites.
+The only parsing done here is of single statements: an outcome before ``~`` or before
+``|`` in a ``*_lpdf`` / ``*_lpmf`` call, a distribution's name and its arguments.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..common.errors import RobustStanInputError
+from ..common.resources import LIBRARY_FILE
+
+#: Names the rewritten program adds; a program that already uses one is refused.
+SWITCHES = ("rs_divergence", "rs_divergence_param", "rs_learning_rate", "rs_pointwise")
+
+
+@dataclass(frozen=True)
+class _Translation:
+    """How a Stan distribution maps onto a family of the robust-stan library."""
+
+    family: str      # library family (robust_<family>_weighted_*)
+    outcome: str     # "vector", "int_array" or "vector_array": the outcome type the library takes
+    arity: int       # number of arguments the Stan distribution takes
+    rewrite: str     # the library's arguments, from the distribution's {0}, {1}, ...
+
+
+# Each supported distribution and its exact translation (same density, reparameterised).
+_TRANSLATIONS = {
+    "normal": _Translation("normal", "vector", 2, "{0}, {1}"),
+    "normal_id_glm": _Translation("normal", "vector", 4, "{1} + {0} * {2}, {3}"),
+    "student_t": _Translation("student_t", "vector", 3, "{0}, {1}, {2}"),
+    "cauchy": _Translation("student_t", "vector", 2, "1, {0}, {1}"),
+    "exponential": _Translation("exponential", "vector", 1, "{0}"),
+    "bernoulli_logit": _Translation("bernoulli_logit", "int_array", 1, "{0}"),
+    "bernoulli": _Translation("bernoulli_logit", "int_array", 1, "logit({0})"),
+    "bernoulli_logit_glm": _Translation("bernoulli_logit", "int_array", 3, "{1} + {0} * {2}"),
+    "binomial_logit": _Translation("binomial_logit", "int_array", 2, "{0}, {1}"),
+    "binomial": _Translation("binomial_logit", "int_array", 2, "{0}, logit({1})"),
+    "poisson_log": _Translation("poisson_log", "int_array", 1, "{0}"),
+    "poisson": _Translation("poisson_log", "int_array", 1, "log({0})"),
+    "poisson_log_glm": _Translation("poisson_log", "int_array", 3, "{1} + {0} * {2}"),
+    "categorical_logit": _Translation("categorical_logit", "int_array", 1, "({0})'"),
+    "categorical": _Translation("categorical_logit", "int_array", 1, "log({0})'"),
+    "multi_normal_cholesky": _Translation("multi_normal_cholesky", "vector_array", 2, "{0}, {1}"),
+    "multi_normal": _Translation("multi_normal_cholesky", "vector_array", 2, "{0}, cholesky_decompose({1})"),
+}
+_DISCRETE = {"int_array"}
+_SUFFIX = re.compile(r"^(?P<name>\w+?)_(?P<suffix>lpdf|lupdf|lpmf|lupmf)$")
+_IDENT = re.compile(r"[A-Za-z]\w*")
+_DECLARATION = re.compile(r"^\s*(?P<type>[^=;]*?)\s+(?P<name>[A-Za-z]\w*)\s*(=.*)?;")
+
+
+class RobustifyError(RobustStanInputError):
+    """A program robustify cannot rewrite; the message names the statement, its line and why."""
+
+
+@dataclass(frozen=True)
+class Likelihood:
+    """One likelihood statement of the user's program, as robustify rewrote it."""
+
+    outcome: str        # the data variable
+    distribution: str   # as the user wrote it (normal, poisson, ...)
+    family: str         # the library family it became
+    index: str | None   # the loop variable of a per-observation statement; None when vectorised
+    line: int           # line in the user's program (1-based; 0 when it could not be located)
+    statement: str      # the statement, canonical form
+
+    @property
+    def vectorised(self) -> bool:
+        return self.index is None
+
+
+@dataclass(frozen=True)
+class RobustifiedProgram:
+    """The rewritten program and what it rewrote."""
+
+    stan_code: str
+    likelihoods: tuple[Likelihood, ...]
+
+    @property
+    def outcomes(self) -> list[str]:
+        return [lik.outcome for lik in self.likelihoods]
+
+
+# -- small text tools --------------------------------------------------------------------------
+def _split_top(text: str, separator: str) -> list[str]:
+    """``text`` split at ``separator`` characters outside brackets and strings."""
+    parts, depth, start, quoted = [], 0, 0, False
+    for i, ch in enumerate(text):
+        if ch == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == separator and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+def _closing(text: str, open_at: int) -> int:
+    """Index of the bracket closing the one at ``open_at``."""
+    depth = 0
+    for i in range(open_at, len(text)):
+        if text[i] in "([{":
+            depth += 1
+        elif text[i] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise ValueError(f"unbalanced brackets in {text!r}")
+
+
+def _statement_end(line: str) -> int:
+    """Index of the ``;`` that ends the statement on a canonical line (brackets and strings skipped)."""
+    depth, quoted = 0, False
+    for i, ch in enumerate(line):
+        if ch == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == ";" and depth == 0:
+            return i
+    return -1
+
+
+def _block(lines: list[str], name: str) -> tuple[int, int] | None:
+    """(first, last) line numbers (0-based) of the block's opening and closing lines."""
+    for i, line in enumerate(lines):
+        if line.rstrip() == f"{name} {{":
+            for j in range(i + 1, len(lines)):
+                if lines[j].startswith("}"):
+                    return i, j
+    return None
+
+
+def _declarations(lines: list[str], block: tuple[int, int] | None) -> dict[str, str]:
+    """Top-level declarations of a canonical block: name -> its type text."""
+    out = {}
+    if block is None:
+        return out
+    for line in lines[block[0] + 1:block[1]]:
+        if line.startswith("  ") and not line.startswith("   "):
+            match = _DECLARATION.match(re.sub(r"<[^<>]*>", "", line))
+            if match and not match.group("type").startswith(("target", "print", "reject")):
+                out[match.group("name")] = match.group("type")
+    return out
+
+
+def _outcome_kind(type_text: str) -> str:
+    """The shape class of a data declaration: vector, row_vector, real_array, int_array,
+    vector_array, or other."""
+    text = re.sub(r"<[^<>]*>", "", type_text).strip()
+    if text.startswith("vector"):
+        return "vector"
+    if text.startswith("row_vector"):
+        return "row_vector"
+    match = re.match(r"array\[([^\]]*)\]\s*(\w+)", text)
+    if match and "," not in match.group(1):
+        return {"real": "real_array", "int": "int_array", "vector": "vector_array"}.get(match.group(2), "other")
+    return "other"
+
+
+# -- finding the likelihood statements -------------------------------------------------------
+@dataclass
+class _Found:
+    line_index: int       # in the canonical lines
+    outcome_text: str
+    distribution: str
+    arguments: list[str]
+    truncated: bool
+    whole_statement: bool  # False: a *_lpdf call inside a larger expression
+    statement: str
+
+
+def _statements_on(line: str) -> list[_Found]:
+    """The distribution statements on one canonical line: a ``~`` statement or the ``*_lp?f``
+    calls of a ``target +=``."""
+    stripped = line.strip()
+    end = _statement_end(stripped)
+    if end < 0:
+        return []
+    statement = stripped[:end + 1]
+    body = stripped[:end]
+    found = []
+    parts = _split_top(body, "~")
+    if len(parts) == 2:
+        outcome, rest = parts
+        truncated = False
+        match = re.match(r"(\w+)\s*\(", rest)
+        if match:
+            close = _closing(rest, match.end() - 1)
+            truncated = rest[close + 1:].strip().startswith("T[")
+            arguments = [a for a in _split_top(rest[match.end():close], ",") if a]
+            found.append(_Found(-1, outcome, match.group(1), arguments, truncated, True, statement))
+        return found
+    if body.startswith("target +="):
+        expression = body[len("target +="):].strip()
+        for match in re.finditer(r"\b(\w+)_(lpdf|lupdf|lpmf|lupmf)\s*\(", expression):
+            close = _closing(expression, match.end() - 1)
+            inside = expression[match.end():close]
+            pieces = _split_top(inside, "|")
+            if len(pieces) != 2:
+                continue
+            arguments = [a for a in _split_top(pieces[1], ",") if a]
+            whole = match.start() == 0 and close == len(expression) - 1
+            found.append(_Found(-1, pieces[0], match.group(1), arguments, False, whole, statement))
+    return found
+
+
+def _user_line(source: str, found: _Found, outcome: str, used: set[int]) -> int:
+    """The line of the user's own text that holds the statement (0 when not found)."""
+    patterns = [rf"\b{re.escape(outcome)}\b[^;~]*~\s*{re.escape(found.distribution)}\b",
+                rf"\b{re.escape(found.distribution)}_l\w*\s*\(\s*{re.escape(outcome)}\b"]
+    lines = source.splitlines()
+    for pattern in patterns:
+        for number, text in enumerate(lines, start=1):
+            if number not in used and re.search(pattern, text.split("//")[0]):
+                used.add(number)
+                return number
+    return 0
+
+
+# -- the rewrite ---------------------------------------------------------------------------------
+def robustify_program(source: str, canonical: str, info: dict, likelihood="auto",
+                      filename: str = "program.stan") -> RobustifiedProgram:
+    """The robust version of a program from its canonical text and stanc ``--info``.
+
+    ``likelihood`` is "auto" (every ``~`` / ``target += *_lpdf`` statement whose outcome is a
+    data variable) or a list of data variable names. Raises :class:`RobustifyError` naming the
+    statement and its line for what cannot be rewritten.
+    """
+    lines = canonical.splitlines()
+    data_names = set(info["inputs"])
+    model = _block(lines, "model")
+    if model is None:
+        raise RobustifyError(f"{filename}: the program has no model block, so there is no likelihood to robustify")
+    data_types = _declarations(lines, _block(lines, "data"))
+    transformed_data = set(_declarations(lines, _block(lines, "transformed data")))
+    used_names = data_names | transformed_data | set(info["parameters"]) | set(info["transformed parameters"]) \
+        | set(info["generated quantities"])
+    clash = sorted(n for n in used_names if n in SWITCHES or n.startswith(("rs_weights_", "rs_log_lik_",
+                                                                            "rs_robust_loss_")))
+    if clash:
+        raise RobustifyError(f"{filename}: the program already uses the name(s) {clash}, which robustify adds; "
+                             "rename them")
+    wanted = _wanted_outcomes(likelihood, data_names, filename)
+
+    found: list[tuple[_Found, str, str | None]] = []
+    used_lines: set[int] = set()
+    for k in range(model[0] + 1, model[1]):
+        for statement in _statements_on(lines[k]):
+            statement.line_index = k
+            target = _classify(statement, data_names, transformed_data, wanted, source, used_lines, filename)
+            if target is not None:
+                found.append((statement, *target))
+    outcomes = [outcome for _, outcome, _ in found]
+    for outcome in set(outcomes):
+        if outcomes.count(outcome) > 1:
+            where = [_where(source, s, outcome, set(), filename) for s, o, _ in found if o == outcome]
+            raise RobustifyError(f"{'; '.join(where)}: several likelihood statements on the outcome {outcome!r}; "
+                                 "robustify needs one statement per outcome (write it as one vectorised statement)")
+    if wanted is not None:
+        missing = sorted(set(wanted) - set(outcomes))
+        if missing:
+            raise RobustifyError(f"{filename}: likelihood={likelihood!r}: no `~` or `target += *_lpdf` statement "
+                                 f"on {missing} in the model block")
+    if not found:
+        raise RobustifyError(f"{filename}: found no likelihood statement (a `~` or `target += *_lpdf(...)` statement "
+                             "whose outcome is a variable of the data block)")
+
+    likelihoods, rewritten, pointwise = [], {}, {}
+    used_lines = set()
+    for statement, outcome, index in found:
+        lik, model_line, gq_lines = _rewrite(statement, outcome, index, data_types[outcome], source, used_lines,
+                                             filename)
+        likelihoods.append(lik)
+        rewritten[statement.line_index] = model_line
+        pointwise[statement.line_index] = gq_lines
+    code = _assemble(lines, model, likelihoods, rewritten, pointwise, filename)
+    return RobustifiedProgram(code, tuple(likelihoods))
+
+
+def _wanted_outcomes(likelihood, data_names: set[str], filename: str) -> list[str] | None:
+    if likelihood == "auto" or likelihood is None:
+        return None
+    names = [likelihood] if isinstance(likelihood, str) else list(likelihood)
+    if not names or not all(isinstance(n, str) for n in names):
+        raise RobustStanInputError(f"likelihood: give 'auto' or a list of data variable names, got {likelihood!r}")
+    not_data = sorted(set(names) - data_names)
+    if not_data:
+        raise RobustifyError(f"likelihood: {not_data} {'is' if len(not_data) == 1 else 'are'} not in the data block "
+                             f"of {filename}; robustify can only make the likelihood of data variables robust "
+                             "(an outcome that is a transformed or generated variable is not data)")
+    return names
+
+
+def _where(source: str, statement: _Found, outcome: str, used: set[int], filename: str) -> str:
+    line = _user_line(source, statement, outcome, used)
+    return f"{filename}, line {line}: `{statement.statement}`" if line else f"{filename}: `{statement.statement}`"
+
+
+def _classify(statement: _Found, data_names, transformed_data, wanted, source, used_lines,
+              filename) -> tuple[str, str | None] | None:
+    """(outcome, loop index) for a likelihood statement, None for any other statement, or an error."""
+    text = statement.outcome_text
+    identifiers = _IDENT.findall(text)
+    base = identifiers[0] if identifiers else ""
+    match = re.fullmatch(r"([A-Za-z]\w*)\s*(\[(?P<index>.*)\])?", text)
+    on_data = [n for n in identifiers if n in data_names]
+    if match and base in transformed_data and (wanted is None or base in wanted):
+        raise RobustifyError(f"{_where(source, statement, base, set(), filename)}: the outcome {base!r} is a "
+                             "transformed data variable; robustify rewrites likelihoods of data-block variables "
+                             "(declare it in the data block, or write the likelihood on the original data)")
+    if not on_data:
+        return None
+    if not match or base not in data_names:
+        if wanted is not None and not set(on_data) & set(wanted):
+            return None
+        raise RobustifyError(f"{_where(source, statement, on_data[0], set(), filename)}: the outcome `{text}` is an "
+                             f"expression of the data variable {on_data[0]!r}, not the variable itself; robustify "
+                             "needs the observations as they are declared in the data block")
+    if wanted is not None and base not in wanted:
+        return None
+    where = _where(source, statement, base, set(), filename)
+    if not statement.whole_statement:
+        raise RobustifyError(f"{where}: the likelihood term of {base!r} is part of a larger expression; write it as "
+                             f"its own statement, `target += {statement.distribution}_lpdf({base} | ...);`")
+    if statement.truncated:
+        raise RobustifyError(f"{where}: truncation T[,] is not supported (the robust loss of a truncated "
+                             "distribution needs its own integral term)")
+    index = match.group("index")
+    if index is not None:
+        index = index.strip()
+        if not re.fullmatch(r"[A-Za-z]\w*", index) or index in data_names or index in transformed_data:
+            raise RobustifyError(f"{where}: {base!r} is indexed by `{index}`, so its observations cannot be told "
+                                 "apart (robustify takes the whole variable, or one element per loop iteration, "
+                                 "y[n] inside `for (n in ...)`)")
+    return base, index
+
+
+def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, source: str, used: set[int],
+             filename: str) -> tuple[Likelihood, str, list[str]]:
+    """The likelihood, its model-block line and its generated-quantities lines."""
+    line = _user_line(source, statement, outcome, used)
+    where = f"{filename}, line {line}: `{statement.statement}`" if line else f"{filename}: `{statement.statement}`"
+    translation = _TRANSLATIONS.get(statement.distribution)
+    if translation is None:
+        supported = ", ".join(sorted(_TRANSLATIONS))
+        raise RobustifyError(f"{where}: the family {statement.distribution!r} has no robust loss in robust-stan "
+                             f"(supported: {supported})")
+    if len(statement.arguments) != translation.arity:
+        raise RobustifyError(f"{where}: {statement.distribution} takes {translation.arity} arguments here, found "
+                             f"{len(statement.arguments)}")
+    kind = _outcome_kind(declared)
+    element = f"{outcome}[{index}:{index}]" if index else outcome
+    outcome_expression = {
+        ("vector", "vector"): element,
+        ("vector", "row_vector"): f"({element})'",
+        ("vector", "real_array"): f"to_vector({element})",
+        ("int_array", "int_array"): element,
+        ("vector_array", "vector_array"): element,
+    }.get((translation.outcome, kind))
+    if outcome_expression is None:
+        wants = {"vector": "a vector, row_vector or one-dimensional real array", "int_array":
+                 "a one-dimensional int array", "vector_array": "an array of vectors"}[translation.outcome]
+        raise RobustifyError(f"{where}: the outcome {outcome!r} is declared `{declared}`; the {statement.distribution} "
+                             f"likelihood needs {wants}")
+    arguments = translation.rewrite.format(*statement.arguments)
+    if index and translation.family == "binomial_logit":  # the library takes the trials as an array
+        trials, rest = _split_top(arguments, ",")[0], _split_top(arguments, ",")[1:]
+        arguments = ", ".join([f"{{{trials}}}", *rest])
+    suffix = "lpmf" if translation.outcome in _DISCRETE else "lpdf"
+    weights = f"rs_weights_{outcome}[{index}:{index}]" if index else f"rs_weights_{outcome}"
+    function = f"robust_{translation.family}"
+    model_line = (f"target += rs_learning_rate * {function}_weighted_{suffix}({outcome_expression} | {arguments}, "
+                  f"rs_divergence, rs_divergence_param, {weights});  // robustified: {statement.statement}")
+    pick = "[1]" if index else ""
+    slot = f"[{index}]" if index else ""
+    gq_lines = [f"rs_log_lik_{outcome}{slot} = -{function}_pointwise_loss({outcome_expression}, {arguments}, 0, 1){pick};",
+                f"rs_robust_loss_{outcome}{slot} = {function}_pointwise_loss({outcome_expression}, {arguments}, "
+                f"rs_divergence, rs_divergence_param){pick};"]
+    likelihood = Likelihood(outcome, statement.distribution, translation.family, index, line, statement.statement)
+    return likelihood, model_line, gq_lines
+
+
+def _assemble(lines: list[str], model: tuple[int, int], likelihoods: list[Likelihood], rewritten: dict[int, str],
+              pointwise: dict[int, list[str]], filename: str) -> str:
+    """The whole rewritten program: library include, switches in the data block, the model block's
+    likelihood lines replaced, the per-observation quantities first in generated quantities."""
+    body = lines[model[0] + 1:model[1]]
+    for k, line in enumerate(body, start=model[0] + 1):
+        if re.search(r"\btarget\s*\(\s*\)|\b\w+_lp\s*\(", line):
+            raise RobustifyError(f"{filename}: `{line.strip()}` reads target() or calls an _lp function, which the "
+                                 "generated quantities (where robustify computes log_lik) cannot do")
+    functions, data = _block(lines, "functions"), _block(lines, "data")
+    transformed_data, gq = _block(lines, "transformed data"), _block(lines, "generated quantities")
+    per_row = [lik for lik in likelihoods if not lik.vectorised]
+    first_block = next(k for k, line in enumerate(lines) if re.match(r"[a-z]", line))
+    out = []
+    for k, line in enumerate(lines):
+        if k == first_block and not functions:
+            out += ["functions {", f"  #include {LIBRARY_FILE}", "}"]
+        if k == data[1]:
+            out += _switch_declarations(likelihoods)
+        out.append(_rewritten_line(line, rewritten.get(k)))
+        if functions and k == functions[0]:
+            out.append(f"  #include {LIBRARY_FILE}")
+        if per_row and transformed_data and k == transformed_data[1] - 1:
+            out += _gamma_original_guard(per_row)
+        if per_row and not transformed_data and k == data[1]:
+            out += ["transformed data {", *_gamma_original_guard(per_row), "}"]
+        if gq and k == gq[0]:
+            out += _pointwise_block(body, model, likelihoods, pointwise)
+    if not gq:
+        out += ["generated quantities {", *_pointwise_block(body, model, likelihoods, pointwise), "}"]
+    return "\n".join(out) + "\n"
+
+
+def _rewritten_line(line: str, replacement: str | None) -> str:
+    if replacement is None:
+        return line
+    return re.match(r"\s*", line)[0] + replacement
+
+
+def _switch_declarations(likelihoods: list[Likelihood]) -> list[str]:
+    lines = ["  // robust-stan switches (added by robustify): chosen per fit, without recompiling",
+             "  int<lower=0, upper=3> rs_divergence;  // 0 KL, 1 beta, 2 gamma, 3 gamma (original form)",
+             "  real<lower=0> rs_divergence_param;    // beta or gamma; ignored for KL",
+             "  real<lower=0> rs_learning_rate;       // w"]
+    for lik in likelihoods:
+        lines.append(f"  vector<lower=0>[size({lik.outcome})] rs_weights_{lik.outcome};  // v_i of {lik.outcome}")
+    lines.append("  int<lower=0, upper=1> rs_pointwise;     // 1: rs_log_lik_* and rs_robust_loss_* filled")
+    return lines
+
+
+def _gamma_original_guard(per_row: list[Likelihood]) -> list[str]:
+    names = ", ".join(lik.outcome for lik in per_row)
+    return ["  if (rs_divergence == 3)",
+            f'    reject("robust-stan: the likelihood of {names} is written one observation at a time, and the '
+            'original gamma form is not a sum over observations; use KL, beta or gamma (decomposable)");']
+
+
+def _pointwise_block(body: list[str], model: tuple[int, int], likelihoods: list[Likelihood],
+                     pointwise: dict[int, list[str]]) -> list[str]:
+    """Declarations of the per-observation quantities and the model block replayed to fill them
+    (priors and target increments left out), inside its own scope so its names end there."""
+    out = ["  // robust-stan (added by robustify): per observation, filled when rs_pointwise = 1"]
+    for lik in likelihoods:
+        size = f"rs_pointwise ? size({lik.outcome}) : 0"
+        out += [f"  vector[{size}] rs_log_lik_{lik.outcome};      // log p({lik.outcome}_i | theta)",
+                f"  vector[{size}] rs_robust_loss_{lik.outcome};  // l_i(theta) under the chosen divergence"]
+    out.append("  if (rs_pointwise) {")
+    for k, line in enumerate(body, start=model[0] + 1):
+        indent = "  " + re.match(r"\s*", line)[0]
+        if k in pointwise:
+            out += [indent + text for text in pointwise[k]]
+        elif _statements_on(line) or line.strip().startswith("target +="):
+            continue  # priors and other increments of the target
+        else:
+            out.append("  " + line)
+    out.append("  }")
+    return out

@@ -1,0 +1,125 @@
+"""Fits of your own Stan programs (rs.from_stan, rs.robustify): the same draws(), summary(),
+diagnostics() and to_arviz() as the built-in models' fits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..common.errors import RobustStanInputError
+from ..engines import RawDraws
+from ..engines.base import parameter_columns
+from .arviz_output import draws_dataset, native_inference_data
+from .fit import _SAMPLE_STATS, summary_table, warn_if_poor_convergence
+
+_POINTWISE_PREFIXES = ("rs_log_lik_", "rs_robust_loss_")
+
+
+class ProgramFit:
+    """Draws of a user program's (generalized) posterior, from NUTS or from robust-stan's VI.
+
+    ``posterior`` holds every parameter, transformed parameter and generated quantity of the
+    program. The log likelihood comes from the program's own ``log_lik`` generated quantity
+    (:func:`robust_stan.from_stan`) or, for a robustified program, per outcome from the
+    quantities robustify added, computed from the draws the first time they are asked for
+    (one engine call per chain) and then kept; ``robust_loss`` likewise.
+    """
+
+    def __init__(self, model, raw: RawDraws, stan_data: dict, settings, divergence, learning_rate: float,
+                 method: str = "nuts", **extras):
+        self.model, self.raw, self.stan_data, self.settings = model, raw, stan_data, settings
+        self.divergence, self.learning_rate, self.method = divergence, learning_rate, method
+        for name, value in extras.items():
+            setattr(self, name, value)
+        self.posterior = {name: values for name, values in raw.variables.items()
+                          if not name.startswith(_POINTWISE_PREFIXES)}
+        self.parameter_names = list(model.parameter_names)
+        self._pointwise: dict[str, dict[str, np.ndarray]] | None = None
+
+    # -- per-observation quantities ------------------------------------------------------------
+    def _pointwise_quantities(self) -> dict[str, dict[str, np.ndarray]]:
+        """{"log_lik": {outcome: (chains, draws, n)}, "robust_loss": {...}}."""
+        if self._pointwise is None:
+            outcomes = self.model.outcomes
+            if outcomes:
+                parameters = parameter_columns(self.raw.variables, self.parameter_names)
+                data = dict(self.stan_data, rs_pointwise=1)
+                computed = self.model.compile().generated_quantities(data, parameters, self.settings.seed,
+                                                                     self.raw.backend)
+                self._pointwise = {kind: {y: computed[f"rs_{kind}_{y}"] for y in outcomes}
+                                   for kind in ("log_lik", "robust_loss")}
+            elif "log_lik" in self.posterior:
+                self._pointwise = {"log_lik": {"log_lik": self.posterior["log_lik"]}, "robust_loss": {}}
+            else:
+                self._pointwise = {"log_lik": {}, "robust_loss": {}}
+        return self._pointwise
+
+    @property
+    def log_lik(self) -> dict[str, np.ndarray]:
+        """log p(y_i | theta) of every draw, per outcome: {outcome: (chains, draws, n)}."""
+        return self._pointwise_quantities()["log_lik"]
+
+    @property
+    def robust_loss(self) -> dict[str, np.ndarray]:
+        """The loss l_i(theta) of every draw under the fit's divergence, per outcome (robustified programs)."""
+        return self._pointwise_quantities()["robust_loss"]
+
+    # -- access ---------------------------------------------------------------------------------
+    def draws(self, name: str) -> np.ndarray:
+        """Draws of a program variable, or of ``log_lik_<outcome>`` / ``robust_loss_<outcome>``,
+        as (chains, draws, ...)."""
+        if name in self.posterior:
+            return self.posterior[name]
+        for kind in ("log_lik", "robust_loss"):
+            if name.startswith(kind + "_") and name[len(kind) + 1:] in self._pointwise_quantities()[kind]:
+                return self._pointwise_quantities()[kind][name[len(kind) + 1:]]
+        if name in self.raw.sampler:
+            return self.raw.sampler[name]
+        raise RobustStanInputError(f"name: no variable {name!r}; the program has {sorted(self.posterior)}")
+
+    def summary(self, percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
+        """Per scalar parameter: mean, sd, percentiles, MCSE of the mean, ESS (bulk, tail) and R-hat."""
+        return summary_table({name: self.posterior[name] for name in self.parameter_names}, percentiles)
+
+    def diagnostics(self) -> dict:
+        """Divergent transitions, tree-depth hits (NUTS) and the largest R-hat."""
+        out = {"max_r_hat": float(self.summary()["r_hat"].max())}
+        if "divergent__" in self.raw.sampler:
+            out["divergent"] = int(self.raw.sampler["divergent__"].sum())
+            out["max_treedepth_hits"] = int((self.raw.sampler["treedepth__"] >= self.settings.max_treedepth).sum())
+        return out
+
+    def warn_if_not_converged(self) -> None:
+        """A RobustStanWarning when a parameter has R-hat above 1.01 or a bulk or tail ESS below 100."""
+        warn_if_poor_convergence(self.summary(), self.method, stacklevel=4)
+
+    def to_arviz(self):
+        """The fit as the installed ArviZ's object, with groups posterior, sample_stats and, where the
+        program has them, log_likelihood, observed_data, constant_data (weights) and robust_loss."""
+        attrs = {"divergence": repr(self.divergence), "learning_rate": self.learning_rate,
+                 "engine": self.model.engine, "inference_library": "robust-stan", "method": self.method}
+        groups = {
+            "posterior": draws_dataset(self.posterior, None, attrs),
+            "sample_stats": draws_dataset(
+                {_SAMPLE_STATS.get(k, k): (v.astype(bool) if k == "divergent__" else v)
+                 for k, v in self.raw.sampler.items()}, attrs=attrs),
+        }
+        outcomes = self.model.outcomes
+        dims = {y: [f"{y}_obs"] for y in outcomes}
+        if self.log_lik:
+            log_lik = self.log_lik
+            groups["log_likelihood"] = draws_dataset(log_lik, dims if outcomes else None, attrs)
+        if outcomes:
+            observed = {y: np.asarray(self.stan_data[y]) for y in outcomes}
+            observed_dims = {y: [f"{y}_obs"] + [f"{y}_dim_{i}" for i in range(1, observed[y].ndim)] for y in outcomes}
+            groups["observed_data"] = draws_dataset(observed, observed_dims, attrs, sample_dims=())
+            groups["constant_data"] = draws_dataset(
+                {f"weights_{y}": np.asarray(self.stan_data[f"rs_weights_{y}"]) for y in outcomes},
+                {f"weights_{y}": [f"{y}_obs"] for y in outcomes}, attrs, sample_dims=())
+            groups["robust_loss"] = draws_dataset(self.robust_loss, dims, attrs)
+        return native_inference_data(groups)
+
+    def __repr__(self) -> str:
+        c, d = next(iter(self.raw.sampler.values())).shape[:2] if self.raw.sampler else (0, 0)
+        return (f"<robust_stan.ProgramFit ({self.method}) {self.divergence!r}, {c} chains x {d} draws, "
+                f"parameters {self.parameter_names}>")

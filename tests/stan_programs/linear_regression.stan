@@ -1,0 +1,18 @@
+// Linear regression with an intercept and several predictors.
+data {
+  int<lower=0> N;          // rows
+  int<lower=1> K;          // predictors
+  matrix[N, K] X;
+  vector[N] y;
+}
+parameters {
+  real alpha;              // intercept
+  vector[K] beta;          // slopes
+  real<lower=0> sigma;     // residual sd
+}
+model {
+  alpha ~ normal(0, 5);
+  beta ~ normal(0, 2);
+  sigma ~ student_t(3, 0, 2);
+  y ~ normal(alpha + X * beta, sigma);   // the likelihood
+}
