@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import mpmath
 import numpy as np
@@ -38,9 +39,9 @@ import pytest
 from scipy import integrate, special, stats
 from scipy.special import logsumexp
 
-from robust_stan.engines import compile_program
 from robust_stan.building.library import render_library
 from robust_stan.common.resources import LIBRARY_FILE, library_code
+from robust_stan.engines import compile_program
 
 from .conftest import ENGINE
 
@@ -736,6 +737,37 @@ def test_nonpositive_divergence_parameter_is_rejected(harness, family, a):
     case = random_case(family, 0.5, seed=1)
     with pytest.raises(Exception, match="must be positive"):
         run(harness, dict(case.data, a=a))
+
+
+BAD_OUTCOMES = {"bernoulli_logit": ("y_int", 2), "binomial_logit": ("y_int", 10**6), "poisson_log": ("y_int", -1),
+                "categorical_logit": ("y_int", 0), "normal": ("y_real", float("inf")),
+                "student_t": ("y_real", float("nan")), "exponential": ("y_real", -1.0)}
+
+
+@pytest.mark.parametrize("family", sorted(BAD_OUTCOMES))
+def test_outcome_outside_the_support_is_rejected(harness, family):
+    """An outcome outside the family's support is a Stan error naming the row, not a wrong loss (the
+    binomial harness meets Stan's own check of its internal density first)."""
+    case = random_case(family, 0.5, seed=1)
+    key, value = BAD_OUTCOMES[family]
+    y = np.array(case.data[key], dtype=float if key == "y_real" else np.int64)
+    y[1] = value
+    with pytest.raises(Exception, match=r"robust_stan: outcome 2|Successes variable is 1000000"):
+        run(harness, dict(case.data, **{key: y}))
+
+
+def test_reference_page_is_current():
+    """docs/stan-functions.md is what the library's doc comments generate, and covers every family."""
+    from robust_stan.building.families import FAMILIES
+    from robust_stan.building.library_docs import library_reference
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "stan-functions.md").read_text()
+    assert page == library_reference(), "docs/stan-functions.md is stale: run " \
+        "`python -m robust_stan.building.library_docs --write`"
+    for family in FAMILIES.values():
+        assert f"## {family.stan_name}" in page
+        for prefix in ("robust", "betad", "gammad", "gammaorig"):
+            assert f"`{prefix}_{family.stan_name}_pointwise_loss`" in page
 
 
 # ---------------------------------------------------------------------------

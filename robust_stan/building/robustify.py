@@ -309,8 +309,14 @@ def _wanted_outcomes(likelihood, data_names: set[str], filename: str) -> list[st
 
 
 def _where(source: str, statement: _Found, outcome: str, used: set[int], filename: str) -> str:
-    line = _user_line(source, statement, outcome, used)
-    return f"{filename}, line {line}: `{statement.statement}`" if line else f"{filename}: `{statement.statement}`"
+    """'<file>, line <k>: `<the statement as the user wrote it>`' (the canonical text when not found)."""
+    return _describe(source, statement, _user_line(source, statement, outcome, used), filename)
+
+
+def _describe(source: str, statement: _Found, line: int, filename: str) -> str:
+    if not line:
+        return f"{filename}: `{statement.statement}`"
+    return f"{filename}, line {line}: `{source.splitlines()[line - 1].split('//')[0].strip()}`"
 
 
 def _classify(statement: _Found, data_names, transformed_data, wanted, source, used_lines,
@@ -356,7 +362,7 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
              filename: str) -> tuple[Likelihood, str, list[str]]:
     """The likelihood, its model-block line and its generated-quantities lines."""
     line = _user_line(source, statement, outcome, used)
-    where = f"{filename}, line {line}: `{statement.statement}`" if line else f"{filename}: `{statement.statement}`"
+    where = _describe(source, statement, line, filename)
     translation = _TRANSLATIONS.get(statement.distribution)
     if translation is None:
         supported = ", ".join(sorted(_TRANSLATIONS))

@@ -53,9 +53,11 @@ def summary_table(variables: dict[str, np.ndarray], percentiles: tuple[float, ..
 
 def warn_if_poor_convergence(summary: pd.DataFrame, method: str, stacklevel: int = 3) -> None:
     """A RobustStanWarning when a row of ``summary`` has R-hat above 1.01 or a bulk or tail ESS
-    below 100 (Vehtari et al. 2021's limits), or is not finite."""
+    below 100 (Vehtari et al. 2021's limits), or is not finite; elements constant in every draw
+    have no R-hat and are left out."""
     r_hat, ess_bulk, ess_tail = (summary[c].astype(float) for c in ("r_hat", "ess_bulk", "ess_tail"))
     bad = ~((r_hat <= R_HAT_LIMIT) & (ess_bulk >= ESS_LIMIT) & (ess_tail >= ESS_LIMIT))  # NaN counts as bad
+    bad &= ~(summary["sd"].astype(float) == 0)  # a constant element (the 1 on a Cholesky factor's diagonal)
     if bad.any():
         names = list(summary.index[bad])
         warnings.warn(

@@ -16,3 +16,7 @@ model {
   sigma ~ student_t(3, 0, 2);
   y ~ normal(alpha + X * beta, sigma);   // the likelihood
 }
+generated quantities {
+  vector[N] log_lik;       // pointwise log likelihood, for LOO
+  for (n in 1:N) log_lik[n] = normal_lpdf(y[n] | alpha + X[n] * beta, sigma);
+}

@@ -1,0 +1,74 @@
+"""Gradient cost of a robustified program against the same model built by robust-stan (target: at
+most 1.5x), for normal, logistic and Poisson regressions, all through robust-stan's C interface.
+
+The robustified programs are tests/stan_programs/{linear,logistic}_regression.stan and
+poisson_offset.stan (exposure 1); the built-in ones rs.glm(...) with the outcome on its own
+scale. Calls alternate between the two programs so drifts of the machine hit both alike.
+
+    python benchmarks/robustify_gradient.py [--n 2000] [--p 10] [--beta 0.3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+import robust_stan as rs
+
+PROGRAMS = Path(__file__).resolve().parents[1] / "tests" / "stan_programs"
+
+
+def alternating_microseconds(natives, calls: int) -> list[float]:
+    """Median microseconds of one gradient of each native model, the models' calls alternating."""
+    theta = [np.random.default_rng(0).normal(scale=0.1, size=native.dimension) for native in natives]
+    spent = [[] for _ in natives]
+    for _ in range(calls):
+        for k, native in enumerate(natives):
+            start = time.perf_counter()
+            native.log_density_gradient(theta[k])
+            spent[k].append(time.perf_counter() - start)
+    return [1e6 * statistics.median(s) for s in spent]
+
+
+def cases(n: int, p: int):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(n, p)) / np.sqrt(p)
+    eta = 0.5 + X @ rng.normal(size=p)
+    y_normal = eta + rng.normal(size=n)
+    y_normal[: n // 10] += 10  # a tenth gross outliers
+    y_binary = (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(int)
+    y_count = rng.poisson(np.exp(eta))
+    return [
+        ("normal", "linear_regression", rs.glm("normal", standardize=False), {"X": X, "y": y_normal},
+         {"N": n, "K": p, "X": X, "y": y_normal}),
+        ("bernoulli", "logistic_regression", rs.glm("bernoulli"), {"X": X, "y": y_binary},
+         {"N": n, "K": p, "X": X, "y": y_binary}),
+        ("poisson", "poisson_offset", rs.glm("poisson"), {"X": X, "y": y_count},
+         {"N": n, "K": p, "X": X, "exposure": np.ones(n), "y": y_count}),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--p", type=int, default=10)
+    parser.add_argument("--beta", type=float, default=0.3)
+    parser.add_argument("--calls", type=int, default=2000)
+    args = parser.parse_args()
+    divergence = rs.BetaD(args.beta)
+    print(f"N = {args.n}, P = {args.p}, {divergence!r}; median microseconds per gradient")
+    print(f"{'family':10s} {'rs.glm':>8s} {'robustify':>10s} {'ratio':>6s}  (target <= 1.5)")
+    for family, program, built_in, built_in_data, program_data in cases(args.n, args.p):
+        robust = rs.robustify(PROGRAMS / f"{program}.stan", engine="httpstan")
+        natives = [built_in.compile(show_progress=False).native_model(built_in.stan_data(built_in_data, divergence)),
+                   robust.compile(show_progress=False).native_model(robust.stan_data(program_data, divergence))]
+        glm_us, robust_us = alternating_microseconds(natives, args.calls)
+        print(f"{family:10s} {glm_us:8.1f} {robust_us:10.1f} {robust_us / glm_us:6.2f}")
+
+
+if __name__ == "__main__":
+    main()

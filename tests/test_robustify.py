@@ -1,0 +1,333 @@
+"""rs.from_stan and rs.robustify on textbook Stan programs (tests/stan_programs/), compiled by the
+real engine: the KL rewrite keeps the log density up to a constant, NUTS agrees with the
+original program, the beta rewrite resists outliers, and what cannot be rewritten is refused
+with the statement and its line."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+import robust_stan as rs
+from robust_stan.api.stan_program import _read_source
+from robust_stan.building.robustify import RobustifyError
+from robust_stan.results.arviz_output import group_names
+
+from .conftest import ENGINE
+
+PROGRAMS = Path(__file__).parent / "stan_programs"
+N = 40
+
+
+def _linear_regression(rng):
+    X = rng.normal(size=(N, 3))
+    return {"N": N, "K": 3, "X": X, "y": 1 + X @ np.array([1.0, -0.5, 0.25]) + 0.5 * rng.normal(size=N)}
+
+
+def _logistic_regression(rng):
+    X = rng.normal(size=(N, 2))
+    return {"N": N, "K": 2, "X": X, "y": rng.binomial(1, expit(0.3 + X @ np.array([1.0, -1.0])))}
+
+
+def _poisson_offset(rng):
+    X = rng.normal(size=(N, 2))
+    exposure = rng.uniform(0.5, 2.0, size=N)
+    return {"N": N, "K": 2, "X": X, "exposure": exposure,
+            "y": rng.poisson(exposure * np.exp(0.5 + X @ np.array([0.4, -0.3])))}
+
+
+def _groups(rng, slopes=False):
+    J = 5
+    group = np.repeat(np.arange(1, J + 1), N // J)
+    x = rng.normal(size=N)
+    a = rng.normal(1.0, 0.7, size=J)
+    b = rng.normal(0.5, 0.3, size=J) if slopes else np.full(J, 0.5)
+    return {"N": N, "J": J, "group": group, "x": x, "y": a[group - 1] + b[group - 1] * x + 0.5 * rng.normal(size=N)}
+
+
+def _multi_normal(rng):
+    L = np.linalg.cholesky(np.array([[1.0, 0.5], [0.5, 2.0]]))
+    return {"N": N, "D": 2, "y": np.array([1.0, -1.0]) + rng.normal(size=(N, 2)) @ L.T}
+
+
+def _simple_regression(rng):
+    x = rng.normal(size=N)
+    return {"N": N, "x": x, "y": 0.5 + 1.5 * x + 0.7 * rng.standard_t(5, size=N)}
+
+
+def _two_outcomes(rng):
+    x = rng.normal(size=N)
+    return {"N": N, "x": x, "y": 1 - x + 0.5 * rng.normal(size=N), "flag": rng.binomial(1, expit(0.5 * x))}
+
+
+def _normal(rng):
+    return {"N": N, "y": 2 + rng.normal(size=N)}
+
+
+# program -> (data, NUTS adapt_delta)
+CASES = {
+    "linear_regression": (_linear_regression, 0.8),
+    "logistic_regression": (_logistic_regression, 0.8),
+    "poisson_offset": (_poisson_offset, 0.8),
+    "group_intercepts": (_groups, 0.95),
+    "varying_slopes": (lambda rng: _groups(rng, slopes=True), 0.95),
+    "multi_normal_location": (_multi_normal, 0.8),
+    "student_t_regression": (_simple_regression, 0.9),
+    "two_outcomes": (_two_outcomes, 0.8),
+    "target_lupdf": (_normal, 0.8),
+    "loop_likelihood": (_simple_regression, 0.8),
+}
+
+
+def _program(name):
+    return PROGRAMS / f"{name}.stan"
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def case(request):
+    name = request.param
+    make_data, adapt_delta = CASES[name]
+    data = make_data(np.random.default_rng(7))
+    original = rs.from_stan(_program(name), engine=ENGINE)
+    robust = rs.robustify(_program(name), engine=ENGINE)
+    original.compile(show_progress=False)
+    robust.compile(show_progress=False)
+    return name, data, adapt_delta, original, robust
+
+
+def test_kl_rewrite_keeps_the_log_density_up_to_one_constant(case):
+    name, data, _, original, robust = case
+    rng = np.random.default_rng(3)
+    d = original.dimension(original.stan_data(data))
+    assert robust.dimension(robust.stan_data(data)) == d
+    differences = []
+    for _ in range(4):
+        theta = 0.5 * rng.normal(size=d)
+        lp_original, grad_original = original.log_density_gradient(data, theta)
+        lp_robust, grad_robust = robust.log_density_gradient(data, theta, divergence=rs.KL())
+        differences.append(lp_original - lp_robust)
+        scale = max(abs(lp_original), 1.0)
+        # the gradients agree to rounding: a constant has no gradient
+        np.testing.assert_allclose(grad_robust, grad_original, rtol=1e-8, atol=1e-8 * scale)
+    assert np.ptp(differences) <= 1e-8 * max(abs(lp_original), 1.0), (name, differences)
+
+
+def test_nuts_on_the_kl_rewrite_agrees_with_the_original_program(case):
+    name, data, adapt_delta, original, robust = case
+    options = dict(chains=4, iter_warmup=500, iter_sampling=1000, seed=11, adapt_delta=adapt_delta,
+                   show_progress=False)
+    fit_original = original.sample(data, **options)
+    fit_robust = robust.sample(data, divergence=rs.KL(), **dict(options, seed=12))
+    a, b = fit_original.summary(), fit_robust.summary()
+    assert list(a.index) == list(b.index)
+    # independent chains: the difference of the means has sd sqrt(mcse_a^2 + mcse_b^2); 4.5 of those
+    # bounds every element of every program at once (about 150 comparisons, two-sided 7e-6 each)
+    constant = (a["sd"] == 0) & (b["sd"] == 0)   # e.g. the 1 and 0 of a Cholesky factor of a correlation
+    np.testing.assert_allclose(a.loc[constant, "mean"], b.loc[constant, "mean"], atol=1e-12)
+    a, b = a[~constant], b[~constant]
+    z = (a["mean"] - b["mean"]) / np.sqrt(a["mcse_mean"] ** 2 + b["mcse_mean"] ** 2)
+    assert np.all(np.abs(z) < 4.5), (name, z.abs().sort_values().tail(3))
+
+
+def test_fit_object_and_arviz_groups(case):
+    name, data, adapt_delta, original, robust = case
+    if name != "linear_regression":
+        pytest.skip("checked on one program (the others share the code path)")
+    fit = robust.sample(data, divergence=rs.BetaD(0.3), chains=2, iter_warmup=500, iter_sampling=300, seed=2,
+                        show_progress=False)
+    groups = group_names(fit.to_arviz())
+    for group in ("posterior", "sample_stats", "log_likelihood", "observed_data", "constant_data", "robust_loss"):
+        assert group in groups
+    assert fit.log_lik["y"].shape == (2, 300, N)
+    # the rewritten log likelihood is the program's own log_lik, draw for draw
+    np.testing.assert_allclose(fit.log_lik["y"], fit.draws("log_lik"), rtol=1e-10, atol=1e-10)
+    # from_stan: the program's own log_lik gives the log_likelihood group
+    plain = original.sample(data, chains=2, iter_warmup=500, iter_sampling=300, seed=2, show_progress=False)
+    assert type(plain) is type(fit)
+    assert {"posterior", "sample_stats", "log_likelihood"} <= set(group_names(plain.to_arviz()))
+
+
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 20 draws: only their values matter
+def test_robust_loss_is_the_library_loss_of_each_row():
+    """robust_loss of the rewritten normal likelihood against the beta loss in closed form."""
+    data = _linear_regression(np.random.default_rng(7))
+    robust = rs.robustify(_program("linear_regression"), engine=ENGINE)
+    fit = robust.sample(data, divergence=rs.BetaD(0.5), chains=1, iter_warmup=200, iter_sampling=20, seed=4,
+                        show_progress=False)
+    mu = fit.draws("alpha")[..., None] + np.einsum("cdk,nk->cdn", fit.draws("beta"), data["X"])
+    sigma = fit.draws("sigma")[..., None]
+    log_p = -0.5 * np.log(2 * np.pi * sigma**2) - 0.5 * ((data["y"] - mu) / sigma) ** 2
+    integral = (2 * np.pi * sigma**2) ** (-0.25) / np.sqrt(1.5)
+    np.testing.assert_allclose(fit.robust_loss["y"], -np.exp(0.5 * log_p) / 0.5 + integral / 1.5, rtol=1e-10)
+
+
+def test_beta_rewrite_resists_planted_outliers():
+    rng = np.random.default_rng(21)
+    n = 100
+    x = rng.normal(size=n)
+    y = 1.0 + 2.0 * x + 0.5 * rng.normal(size=n)
+    y[:10] = 1.0 + 2.0 * x[:10] + 8.0 + x[:10] * 4.0   # a tenth of the rows far off the line
+    data = {"N": n, "x": x, "y": y}
+    model = rs.robustify(_program("loop_likelihood"), engine=ENGINE)
+    options = dict(chains=4, iter_warmup=500, iter_sampling=1000, seed=5, show_progress=False)
+    kl = model.sample(data, divergence=rs.KL(), **options).summary()
+    beta = model.sample(data, divergence=rs.BetaD(0.5), inits={"alpha": 1.0, "beta": 2.0, "sigma": 0.5},
+                        **options).summary()
+    # the clean-data slope is 2 (its posterior sd about 0.05): KL follows the outliers, beta does not
+    assert abs(kl.loc["beta", "mean"] - 2.0) > 0.25
+    assert abs(beta.loc["beta", "mean"] - 2.0) < 3 * beta.loc["beta", "sd"] + 4 * beta.loc["beta", "mcse_mean"]
+    weights = np.ones(n)
+    weights[:10] = 0.0   # weights are data too: dropping the outliers by weight needs no compile
+    dropped = model.sample(data, divergence=rs.KL(), weights=weights, **options).summary()
+    assert abs(dropped.loc["beta", "mean"] - 2.0) < 4 * dropped.loc["beta", "sd"]
+
+
+def test_per_example_gradients_are_exact():
+    data = _linear_regression(np.random.default_rng(7))
+    model = rs.robustify(_program("linear_regression"), engine=ENGINE)
+    rng = np.random.default_rng(8)
+    theta = 0.3 * rng.normal(size=5)
+    divergence = rs.BetaD(0.3)
+    g = model.per_example_gradients(data, theta, divergence=divergence)
+    assert g.shape == (N, 5)
+    # their sum is the likelihood's whole gradient: log pi(w) = log prior - sum_i w_i l_i
+    once = model.log_density_gradient(data, theta, divergence=divergence)[1]
+    twice = model.log_density_gradient(data, theta, divergence=divergence, weights=np.full(N, 2.0))[1]
+    np.testing.assert_allclose(g.sum(axis=0), once - twice, rtol=1e-9, atol=1e-9)
+    # one row against central differences of its own loss (all weights 1, minus row i's)
+    row, h = 3, 1e-5
+    without_row = np.ones(N)
+    without_row[row] = 0.0
+
+    def loss(t):
+        return (model.log_density(data, t, divergence=divergence, weights=without_row)
+                - model.log_density(data, t, divergence=divergence))
+
+    numeric = np.array([(loss(theta + h * e) - loss(theta - h * e)) / (2 * h) for e in np.eye(5)])
+    np.testing.assert_allclose(g[row], numeric, rtol=1e-6, atol=1e-7)
+    with pytest.raises(rs.RobustStanInputError, match="exactly one"):
+        rs.robustify(_program("two_outcomes"), engine=ENGINE).per_example_gradients(
+            _two_outcomes(rng), np.zeros(5))
+
+
+def test_variational_on_a_robustified_program():
+    data = _linear_regression(np.random.default_rng(7))
+    model = rs.robustify(_program("linear_regression"), engine=ENGINE)
+    nuts = model.sample(data, chains=4, iter_warmup=500, iter_sampling=1000, seed=3, show_progress=False).summary()
+    vi = model.variational(data, seed=3, draws=4000, show_progress=False)
+    assert vi.method == "variational" and np.isfinite(vi.elbo)
+    summary = vi.summary()
+    # the posterior is close to Gaussian with weakly correlated coefficients, where mean-field VI
+    # recovers the means; allow 0.25 posterior sd for the optimiser's noise and the draws' error
+    for name in ("alpha", "beta[1]", "beta[2]", "beta[3]"):
+        assert abs(summary.loc[name, "mean"] - nuts.loc[name, "mean"]) < 0.25 * nuts.loc[name, "sd"]
+
+
+def test_rewritten_program_reads_well_and_names_its_origin():
+    code = rs.robustify(_program("loop_likelihood"), engine=ENGINE).stan_code
+    assert "#include robust_stan.stanfunctions" in code
+    assert ("target += rs_learning_rate * robust_normal_weighted_lpdf(to_vector(y[n:n]) | alpha + beta * x[n], "
+            "sigma, rs_divergence, rs_divergence_param, rs_weights_y[n:n]);") in code
+    assert "// robustified: y[n] ~ normal(alpha + beta * x[n], sigma);" in code
+    assert "y_rep[n] = normal_rng(alpha + beta * x[n], sigma);" in code   # the rest as written
+    # the original gamma form is refused where the likelihood is written row by row
+    with pytest.raises(Exception, match="one observation at a time"):
+        model = rs.robustify(_program("loop_likelihood"), engine=ENGINE)
+        model.log_density(_simple_regression(np.random.default_rng(1)), np.zeros(3),
+                          divergence=rs.GammaD(0.5, form="original"))
+
+
+# -- refusals: each names the statement and its line ----------------------------------------------
+_BASE = """data {
+  int N;
+  vector[N] y;
+  array[N] int k;
+  array[3] int idx;
+}
+transformed data {
+  vector[N] log_y = log(y);
+}
+parameters {
+  real mu;
+  real<lower=0> sigma;
+}
+model {
+  mu ~ normal(0, 1);
+  %s
+}
+"""
+
+REFUSALS = {
+    "unsupported family": ("y ~ lognormal(mu, sigma);", "'lognormal' has no robust loss"),
+    "truncation": ("y ~ normal(mu, sigma) T[0, ];", "truncation"),
+    "transformed data outcome": ("log_y ~ normal(mu, sigma);", "transformed data variable"),
+    "slice": ("y[1:3] ~ normal(mu, sigma);", "cannot be told apart"),
+    "multi-index": ("y[idx] ~ normal(mu, sigma);", "cannot be told apart"),
+    "two statements": ("y ~ normal(mu, sigma);\n  y ~ normal(mu, 2 * sigma);", "several likelihood statements"),
+    "expression outcome": ("(y - mu) / sigma ~ std_normal();", "expression of the data variable"),
+    "inside an expression": ("target += normal_lpdf(y | mu, sigma) + 0;", "part of a larger expression"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(REFUSALS))
+def test_refusals_name_the_statement_and_its_line(what):
+    statement, reason = REFUSALS[what]
+    code = _BASE % statement
+    with pytest.raises(RobustifyError) as caught:
+        rs.robustify(code, engine=ENGINE)
+    message = str(caught.value)
+    assert reason in message
+    first = statement.splitlines()[0].strip().rstrip(";")
+    assert "line 16" in message
+    assert first.split(" ~ ")[0].split(" += ")[-1].strip() in message
+
+
+def test_refusals_of_arguments_and_programs(tmp_path):
+    with pytest.raises(RobustifyError, match="not in the data block"):
+        rs.robustify(_BASE % "y ~ normal(mu, sigma);", likelihood=["mu"], engine=ENGINE)
+    with pytest.raises(RobustifyError, match=r"negative_binomial.stan, line 16: .*neg_binomial_2_log"):
+        rs.robustify(_program("negative_binomial"), engine=ENGINE)
+    with pytest.raises(rs.RobustStanInputError, match="no such Stan file"):
+        rs.from_stan(tmp_path / "missing.stan")
+    broken = tmp_path / "broken.stan"
+    broken.write_text("parameters {\n  real mu;\n}\nmodel {\n  mu ~ normal(0, 1)\n}\n")
+    with pytest.raises(rs.StanCompileError, match=r"broken.stan', line 6"):
+        rs.from_stan(broken, engine=ENGINE)
+
+
+def test_likelihood_argument_picks_the_outcomes():
+    model = rs.robustify(_program("two_outcomes"), likelihood=["flag"], engine=ENGINE)
+    assert model.outcomes == ["flag"]
+    assert "y ~ normal(a + b * x, sigma);" in model.stan_code   # left as written
+    code, name, _ = _read_source(str(_program("two_outcomes")))
+    assert name.endswith("two_outcomes.stan") and "flag" in code
+
+
+def test_bad_data_names_the_argument():
+    model = rs.robustify(_program("target_lupdf"), engine=ENGINE)
+    with pytest.raises(rs.RobustStanInputError, match=r"data: missing \['y'\]"):
+        model.stan_data({"N": 3})
+    with pytest.raises(rs.RobustStanInputError, match="weights"):
+        model.stan_data({"N": 3, "y": np.ones(3)}, weights=-np.ones(3))
+    plain = rs.from_stan(_program("target_lupdf"), engine=ENGINE)
+    with pytest.raises(rs.RobustStanInputError, match="rs.robustify"):
+        plain.stan_data({"N": 3, "y": np.ones(3)}, divergence=rs.BetaD(0.5))
+
+
+@pytest.mark.skipif(not rs.engines.cmdstan_available(), reason="CmdStan is not installed (no internet here to "
+                    "fetch it); the rewritten program is checked under httpstan's stanc and engine instead")
+def test_rewritten_program_runs_under_plain_cmdstan(tmp_path):
+    import cmdstanpy
+
+    data = _linear_regression(np.random.default_rng(7))
+    model = rs.robustify(_program("linear_regression"), engine="httpstan")
+    path = tmp_path / "robust_linear_regression.stan"
+    path.write_text(model.stan_code)
+    cmdstan_model = cmdstanpy.CmdStanModel(stan_file=str(path), stanc_options={"include-paths": [rs.stan_include_path()]})
+    stan_data = model.stan_data(data, divergence=rs.BetaD(0.3))
+    params = {"alpha": 0.5, "beta": [0.2, -0.1, 0.3], "sigma": 0.7}
+    table = cmdstan_model.log_prob(params=params, data=stan_data, jacobian=True)
+    theta = model.compile().unconstrain(stan_data, {k: np.asarray(v) for k, v in params.items()})
+    expected = model.compile().log_density(stan_data, theta, True)
+    assert abs(float(table["lp__"].iloc[0]) - expected) < 1e-8 * max(1.0, abs(expected))
