@@ -130,10 +130,10 @@ def test_nuts_on_the_kl_rewrite_agrees_with_the_original_program(case):
     assert np.all(np.abs(z) < 4.5), (name, z.abs().sort_values().tail(3))
 
 
-def test_fit_object_and_arviz_groups(case):
-    name, data, adapt_delta, original, robust = case
-    if name != "linear_regression":
-        pytest.skip("checked on one program (the others share the code path)")
+def test_fit_object_and_arviz_groups():
+    data = _linear_regression(np.random.default_rng(7))
+    original = rs.from_stan(_program("linear_regression"), engine=ENGINE)
+    robust = rs.robustify(_program("linear_regression"), engine=ENGINE)
     fit = robust.sample(data, divergence=rs.BetaD(0.3), chains=2, iter_warmup=500, iter_sampling=300, seed=2,
                         show_progress=False)
     groups = group_names(fit.to_arviz())
@@ -172,6 +172,7 @@ def test_beta_rewrite_resists_planted_outliers():
     model = rs.robustify(_program("loop_likelihood"), engine=ENGINE)
     options = dict(chains=4, iter_warmup=500, iter_sampling=1000, seed=5, show_progress=False)
     kl = model.sample(data, divergence=rs.KL(), **options).summary()
+    builds = sum(rs.COMPILE_COUNTS.values())
     beta = model.sample(data, divergence=rs.BetaD(0.5), inits={"alpha": 1.0, "beta": 2.0, "sigma": 0.5},
                         **options).summary()
     # the clean-data slope is 2 (its posterior sd about 0.05): KL follows the outliers, beta does not
@@ -181,6 +182,7 @@ def test_beta_rewrite_resists_planted_outliers():
     weights[:10] = 0.0   # weights are data too: dropping the outliers by weight needs no compile
     dropped = model.sample(data, divergence=rs.KL(), weights=weights, **options).summary()
     assert abs(dropped.loc["beta", "mean"] - 2.0) < 4 * dropped.loc["beta", "sd"]
+    assert sum(rs.COMPILE_COUNTS.values()) == builds   # another divergence and weights: no new compile
 
 
 def test_per_example_gradients_are_exact():
@@ -331,3 +333,14 @@ def test_rewritten_program_runs_under_plain_cmdstan(tmp_path):
     theta = model.compile().unconstrain(stan_data, {k: np.asarray(v) for k, v in params.items()})
     expected = model.compile().log_density(stan_data, theta, True)
     assert abs(float(table["lp__"].iloc[0]) - expected) < 1e-8 * max(1.0, abs(expected))
+
+
+def test_methods_that_need_one_call_per_example_gradients_say_so():
+    model = rs.robustify(_program("target_lupdf"), engine=ENGINE)
+    data = _normal(np.random.default_rng(1))
+    for method, call in (("rs.rob_ula", lambda: rs.rob_ula(model, data, epsilon=0.1)),
+                         ("rs.coreset", lambda: rs.coreset(model, data, size=5)),
+                         ("rs.dpvi", lambda: rs.dpvi(model, data, epsilon=1.0, clip=1.0, sampling_rate=0.1,
+                                                     steps=10))):
+        with pytest.raises(rs.RobustStanInputError, match=f"{method} needs the one-call per-example"):
+            call()

@@ -11,7 +11,7 @@ from ..common.errors import RobustStanInputError, require_count, require_positiv
 from ..methods.coreset import METHODS, OPTIMIZERS, CoresetSettings, greedy_coreset, uniform_coreset
 from ..methods.coreset_targets import INNER, SAMPLERS, CoresetTarget
 from ..results.coreset import Coreset
-from .model import Model
+from .model import Model, require_builtin_model
 
 
 def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", divergence: Divergence | None = None,
@@ -63,8 +63,7 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
     Returns a :class:`~robust_stan.results.coreset.Coreset`; ``coreset.sample()`` and
     ``coreset.variational()`` fit its posterior with the same compiled program.
     """
-    if not isinstance(model, Model):
-        raise RobustStanInputError(f"model: expected a robust_stan Model, got {type(model).__name__}")
+    require_builtin_model(model, "rs.coreset")
     if method not in METHODS:
         raise RobustStanInputError(f"method: must be one of {list(METHODS)}, got {method!r}")
     if inner not in INNER:

@@ -15,7 +15,7 @@ from ..methods.dpvi import DPVIRelease, DPVISettings, PerExampleObjective, heuri
 from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data
 from ..methods.privacy_accounting import check_privacy_arguments, solve_noise_multiplier
 from ..results.dpvi import DPVIFit, PrivatePosterior
-from .model import Model
+from .model import Model, require_builtin_model
 
 
 def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip: float = 1.0, steps: int = 10_000,
@@ -43,8 +43,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     in ``data``. Returns a :class:`~robust_stan.results.dpvi.DPVIFit` whose ``release`` is
     all that leaves: the iterates, the noisy gradients and the public settings.
     """
-    if not isinstance(model, Model):
-        raise RobustStanInputError(f"model: expected a robust_stan Model, got {type(model).__name__}")
+    require_builtin_model(model, "rs.dpvi")
     epsilon, delta, sampling_rate, steps = check_privacy_arguments(epsilon, delta, sampling_rate, steps)
     clip = require_positive("clip", clip)
     lambda_c = require_positive("lambda_c", lambda_c)

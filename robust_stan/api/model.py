@@ -13,6 +13,7 @@ import numpy as np
 
 from ..building.data import PreparedData, prepare_data
 from ..building.divergences import Divergence, as_divergence
+from ..common.errors import RobustStanInputError
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
 from ..methods.nuts import nuts_settings, run_nuts
@@ -161,3 +162,16 @@ class Model(RobustProgram):
                                         show_progress=show_progress, **options)
         return StanMethodFit(self, raw, prepared, settings)
 
+
+def require_builtin_model(model, method: str) -> None:
+    """An error naming ``model`` unless it is a built-in :class:`Model`: the methods that take
+    per-example gradients at every step need the built-in programs' one-call per-example mode."""
+    if isinstance(model, Model):
+        return
+    if hasattr(model, "likelihoods"):  # rs.from_stan / rs.robustify
+        raise RobustStanInputError(
+            f"model: {method} needs the one-call per-example gradients of a built-in model (rs.glm, rs.location, "
+            "rs.custom); a program from rs.from_stan or rs.robustify has exact per-example gradients only at one "
+            "gradient call per row (model.per_example_gradients). Rebuild the model with rs.custom to use "
+            f"{method}.")
+    raise RobustStanInputError(f"model: expected a robust_stan Model, got {type(model).__name__}")

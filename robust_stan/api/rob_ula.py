@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from ..building.divergences import Divergence
 from ..methods.rob_ula import run_rob_ula
 from ..results.method_fits import RobULAFit
-from .model import Model
+from .model import Model, require_builtin_model
 
 
 def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None = None, iters: int = 5000,
@@ -97,6 +97,7 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     if generated_quantities is not None:
         warnings.warn("rob_ula: generated_quantities is ignored (the per-observation quantities are computed on "
                       "demand) and will be removed", DeprecationWarning, stacklevel=2)
+    require_builtin_model(model, "rs.rob_ula")
     prepared = model.prepare(data, divergence, learning_rate)
     out = run_rob_ula(model, prepared.stan_data, epsilon, step_size=step_size, iters=iters, warmup=warmup, thin=thin,
                       chains=chains, estimator=estimator, init=init, init_scale=init_scale, metric=metric,
