@@ -17,7 +17,7 @@ from ..building.stanc import canonical_program, program_info
 from ..common.digest import digest
 from ..common.errors import RobustStanInputError, StanCompileError
 from ..common.resources import LIBRARY_FILE
-from ..engines import CompiledProgram, compile_program, resolve_engine
+from ..engines import ProgramOnEngine
 from ..gradients.oracles import GradientOracle, make_oracle
 from ..methods.nuts import nuts_settings
 from ..methods.variational import fit_variational
@@ -49,7 +49,7 @@ def _as_stan_value(name: str, value):
     return array
 
 
-class StanProgramModel:
+class StanProgramModel(ProgramOnEngine):
     """A Stan program you wrote, compiled once on either engine, with robust-stan's methods.
 
     Made by :func:`from_stan` (the program as written) or :func:`robustify` (its likelihood
@@ -61,32 +61,18 @@ class StanProgramModel:
 
     def __init__(self, stan_code: str, info: dict, filename: str, engine: str = "auto",
                  likelihoods: tuple[Likelihood, ...] = ()):
-        self.stan_code = stan_code
+        super().__init__(stan_code, engine)
         self.filename = filename
         self.likelihoods = likelihoods
         self.outcomes = [lik.outcome for lik in likelihoods]
         self.parameter_names = list(info["parameters"])
         self.data_names = [name for name in info["inputs"]
                            if name not in SWITCHES and not name.startswith("rs_weights_")]
-        self._engine_request = engine
-        resolve_engine(engine)
-        self._program: CompiledProgram | None = None
         self._dimensions: dict[str, int] = {}
 
     @property
     def robustified(self) -> bool:
         return bool(self.likelihoods)
-
-    @property
-    def engine(self) -> str:
-        """Name of the engine this model runs on ('cmdstan' or 'httpstan')."""
-        return self._program.engine_name if self._program else resolve_engine(self._engine_request)
-
-    def compile(self, show_progress: bool = True) -> CompiledProgram:
-        """Compile the program (once; later calls and later processes reuse the build)."""
-        if self._program is None:
-            self._program = compile_program(self.stan_code, self._engine_request, show_progress=show_progress)
-        return self._program
 
     def __repr__(self) -> str:
         kind = f"robustified, likelihood of {self.outcomes}" if self.robustified else "as written"
@@ -142,27 +128,18 @@ class StanProgramModel:
             self._dimensions[key] = self.compile().unconstrained_dimension(stan_data)
         return self._dimensions[key]
 
-    def _theta(self, stan_data: dict, theta) -> np.ndarray:
-        theta = np.asarray(theta, dtype=float).ravel()
-        expected = self.dimension(stan_data)
-        if theta.shape != (expected,):
-            raise RobustStanInputError(f"theta_unconstrained: expected {expected} values, got {theta.size}")
-        if not np.all(np.isfinite(theta)):
-            raise RobustStanInputError("theta_unconstrained: contains non-finite values")
-        return theta
-
     def log_density(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
                     learning_rate: float = 1.0, weights=None, jacobian: bool = True) -> float:
         """Log density at an unconstrained point, as Stan's log_prob (constants of `~` dropped)."""
         stan_data = self.stan_data(data, divergence, learning_rate, weights)
-        return self.compile().log_density(stan_data, self._theta(stan_data, theta_unconstrained), jacobian)
+        return self.compile().log_density(stan_data, self.check_theta(stan_data, theta_unconstrained), jacobian)
 
     def log_density_gradient(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
                              learning_rate: float = 1.0, weights=None,
                              jacobian: bool = True) -> tuple[float, np.ndarray]:
         """Log density and its gradient with respect to the unconstrained parameters."""
         stan_data = self.stan_data(data, divergence, learning_rate, weights)
-        return self.compile().log_density_gradient(stan_data, self._theta(stan_data, theta_unconstrained), jacobian)
+        return self.compile().log_density_gradient(stan_data, self.check_theta(stan_data, theta_unconstrained), jacobian)
 
     def oracle_for(self, stan_data: dict, oracle: str = "auto") -> GradientOracle:
         """A gradient oracle for these Stan data."""
@@ -186,7 +163,7 @@ class StanProgramModel:
         rows = np.arange(n) if batch is None else np.asarray(batch, dtype=int).ravel()
         if rows.size and (rows.min() < 0 or rows.max() >= n):
             raise RobustStanInputError(f"batch: rows must lie in 0..{n - 1}")
-        theta = self._theta(stan_data, theta_unconstrained)
+        theta = self.check_theta(stan_data, theta_unconstrained)
         zero = dict(stan_data, **{f"rs_weights_{y}": np.zeros(n)})
         base = self.oracle_for(zero, oracle).gradient(theta, jacobian=True)
         out = np.empty((rows.size, theta.size))

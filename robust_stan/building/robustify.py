@@ -88,9 +88,9 @@ class RobustifiedProgram:
 
 
 # -- small text tools --------------------------------------------------------------------------
-def _split_top(text: str, separator: str) -> list[str]:
-    """``text`` split at ``separator`` characters outside brackets and strings."""
-    parts, depth, start, quoted = [], 0, 0, False
+def _top_level(text: str, separator: str) -> list[int]:
+    """Positions of ``separator`` in ``text`` outside brackets and strings."""
+    found, depth, quoted = [], 0, False
     for i, ch in enumerate(text):
         if ch == '"':
             quoted = not quoted
@@ -101,10 +101,14 @@ def _split_top(text: str, separator: str) -> list[str]:
         elif ch in ")]}":
             depth -= 1
         elif ch == separator and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
-    return parts
+            found.append(i)
+    return found
+
+
+def _split_top(text: str, separator: str) -> list[str]:
+    """``text`` split at ``separator`` characters outside brackets and strings."""
+    bounds = [-1, *_top_level(text, separator), len(text)]
+    return [text[a + 1:b].strip() for a, b in zip(bounds, bounds[1:])]
 
 
 def _closing(text: str, open_at: int) -> int:
@@ -121,20 +125,9 @@ def _closing(text: str, open_at: int) -> int:
 
 
 def _statement_end(line: str) -> int:
-    """Index of the ``;`` that ends the statement on a canonical line (brackets and strings skipped)."""
-    depth, quoted = 0, False
-    for i, ch in enumerate(line):
-        if ch == '"':
-            quoted = not quoted
-        elif quoted:
-            continue
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == ";" and depth == 0:
-            return i
-    return -1
+    """Index of the ``;`` that ends the statement on a canonical line (-1 when there is none)."""
+    ends = _top_level(line, ";")
+    return ends[0] if ends else -1
 
 
 def _block(lines: list[str], name: str) -> tuple[int, int] | None:

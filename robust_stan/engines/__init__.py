@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+import numpy as np
+
 from ..common.errors import RobustStanInputError
 from .base import CompiledProgram, NutsSettings, RawDraws
 from .cmdstan_engine import cmdstan_available, compile_cmdstan
@@ -54,4 +56,40 @@ def compile_program(stan_code: str, engine: str = "auto", show_progress: bool = 
     return _LOADED[key]
 
 
-__all__ = ["COMPILE_COUNTS", "CompiledProgram", "NutsSettings", "RawDraws", "compile_program", "resolve_engine"]
+class ProgramOnEngine:
+    """A Stan program's text and the engine it runs on, compiled on first use (a base of the
+    built-in models and of your own programs). Subclasses give :meth:`dimension`."""
+
+    def __init__(self, stan_code: str, engine: str = "auto"):
+        self.stan_code = stan_code
+        self._engine_request = engine
+        resolve_engine(engine)  # an unknown engine name fails here, not at the first fit
+        self._program: CompiledProgram | None = None
+
+    @property
+    def engine(self) -> str:
+        """Name of the engine this model runs on ('cmdstan' or 'httpstan')."""
+        return self._program.engine_name if self._program else resolve_engine(self._engine_request)
+
+    def compile(self, show_progress: bool = True) -> CompiledProgram:
+        """Compile the program (once; later calls and later processes reuse the build)."""
+        if self._program is None:
+            self._program = compile_program(self.stan_code, self._engine_request, show_progress=show_progress)
+        return self._program
+
+    def dimension(self, stan_data: dict) -> int:
+        """Number of unconstrained parameters of the program for these Stan data."""
+        raise NotImplementedError
+
+    def check_theta(self, stan_data: dict, theta) -> np.ndarray:
+        """``theta_unconstrained`` as a finite vector of the program's dimension, or an error naming it."""
+        theta = np.asarray(theta, dtype=float).ravel()
+        expected = self.dimension(stan_data)
+        if theta.shape != (expected,):
+            raise RobustStanInputError(f"theta_unconstrained: expected {expected} values, got {theta.size}")
+        if not np.all(np.isfinite(theta)):
+            raise RobustStanInputError("theta_unconstrained: contains non-finite values")
+        return theta
+
+
+__all__ = ["ProgramOnEngine", "COMPILE_COUNTS", "CompiledProgram", "NutsSettings", "RawDraws", "compile_program", "resolve_engine"]

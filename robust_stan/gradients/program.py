@@ -15,7 +15,7 @@ from ..building.codegen import render_program
 from ..building.data import Scaling, to_fitted_scale
 from ..building.spec import ModelSpec, ParameterDeclaration
 from ..common.errors import RobustStanInputError
-from ..engines import CompiledProgram, compile_program, resolve_engine
+from ..engines import ProgramOnEngine
 from .oracles import GradientOracle, make_oracle
 
 # Number of trailing dimensions that belong to one element of each base type.
@@ -42,7 +42,7 @@ def _unconstrained_element_size(base: str, dims: tuple[int, ...]) -> int:
     return int(np.prod(dims)) if dims else 1
 
 
-class RobustProgram:
+class RobustProgram(ProgramOnEngine):
     """The generated program of a :class:`~robust_stan.building.spec.ModelSpec` on one engine.
 
     ``stan_code`` is the readable program; it compiles on first use and every
@@ -51,27 +51,13 @@ class RobustProgram:
     """
 
     def __init__(self, spec: ModelSpec, engine: str = "auto", kind: str = "custom"):
+        super().__init__(render_program(spec), engine)
         self.spec = spec
         self.kind = kind
-        self.stan_code = render_program(spec)
-        self._engine_request = engine
-        resolve_engine(engine)  # an unknown engine name fails here, not at the first fit
-        self._program: CompiledProgram | None = None
         if kind == "custom":
             from ..building.stanc import check_program
 
             check_program(self.stan_code, spec)
-
-    @property
-    def engine(self) -> str:
-        """Name of the engine this model runs on ('cmdstan' or 'httpstan')."""
-        return self._program.engine_name if self._program else resolve_engine(self._engine_request)
-
-    def compile(self, show_progress: bool = True) -> CompiledProgram:
-        """Compile the program (once; later calls and later processes reuse the build)."""
-        if self._program is None:
-            self._program = compile_program(self.stan_code, self._engine_request, show_progress=show_progress)
-        return self._program
 
     # -- the unconstrained parameters ---------------------------------------------
     def parameter_layout(self, stan_data: dict) -> list[tuple[ParameterDeclaration, int, int]]:
@@ -89,16 +75,6 @@ class RobustProgram:
     def dimension(self, stan_data: dict) -> int:
         """Number of unconstrained parameters of the program for these Stan data."""
         return sum(copies * size for _, copies, size in self.parameter_layout(stan_data))
-
-    def check_theta(self, stan_data: dict, theta) -> np.ndarray:
-        """``theta_unconstrained`` as a finite vector of the program's dimension, or an error naming it."""
-        theta = np.asarray(theta, dtype=float).ravel()
-        expected = self.dimension(stan_data)
-        if theta.shape != (expected,):
-            raise RobustStanInputError(f"theta_unconstrained: expected {expected} values, got {theta.size}")
-        if not np.all(np.isfinite(theta)):
-            raise RobustStanInputError("theta_unconstrained: contains non-finite values")
-        return theta
 
     def oracle_for(self, stan_data: dict, oracle: str = "auto") -> GradientOracle:
         """A gradient oracle for already prepared Stan data."""
