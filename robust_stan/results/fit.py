@@ -35,6 +35,12 @@ def _element_labels(name: str, shape: tuple[int, ...]) -> list[str]:
     return [f"{name}[{','.join(str(i + 1) for i in idx)}]" for idx in np.ndindex(*shape)]
 
 
+def sample_stats_dataset(sampler: dict[str, np.ndarray], attrs: dict):
+    """The sampler statistics as ArviZ's sample_stats group, with ArviZ's names."""
+    return draws_dataset({_SAMPLE_STATS.get(k, k): (v.astype(bool) if k == "divergent__" else v)
+                          for k, v in sampler.items()}, attrs=attrs)
+
+
 def summary_table(variables: dict[str, np.ndarray], percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
     """Per scalar element of ``variables`` (name -> (chains, draws, *shape)): mean, sd, percentiles,
     MCSE of the mean, ESS (bulk, tail) and R-hat."""
@@ -198,9 +204,7 @@ class Fit:
                  "engine": self.model.engine, "inference_library": "robust-stan", "method": self.method}
         groups = {
             "posterior": draws_dataset(self.posterior, dims, attrs),
-            "sample_stats": draws_dataset(
-                {_SAMPLE_STATS.get(k, k): (v.astype(bool) if k == "divergent__" else v)
-                 for k, v in self.raw.sampler.items()}, attrs=attrs),
+            "sample_stats": sample_stats_dataset(self.raw.sampler, attrs),
         }
         groups["log_likelihood"] = draws_dataset({"y": self.log_lik}, obs_dims, attrs)
         groups["posterior_predictive"] = draws_dataset({"y": self.y_rep}, obs_dims, attrs)

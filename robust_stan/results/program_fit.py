@@ -10,7 +10,7 @@ from ..common.errors import RobustStanInputError
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data
-from .fit import _SAMPLE_STATS, summary_table, warn_if_poor_convergence
+from .fit import sample_stats_dataset, summary_table, warn_if_poor_convergence
 
 _POINTWISE_PREFIXES = ("rs_log_lik_", "rs_robust_loss_")
 
@@ -100,9 +100,7 @@ class ProgramFit:
                  "engine": self.model.engine, "inference_library": "robust-stan", "method": self.method}
         groups = {
             "posterior": draws_dataset(self.posterior, None, attrs),
-            "sample_stats": draws_dataset(
-                {_SAMPLE_STATS.get(k, k): (v.astype(bool) if k == "divergent__" else v)
-                 for k, v in self.raw.sampler.items()}, attrs=attrs),
+            "sample_stats": sample_stats_dataset(self.raw.sampler, attrs),
         }
         outcomes = self.model.outcomes
         dims = {y: [f"{y}_obs"] for y in outcomes}
