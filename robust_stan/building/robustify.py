@@ -253,11 +253,10 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
     wanted = _wanted_outcomes(likelihood, data_names, filename)
 
     found: list[tuple[_Found, str, str | None]] = []
-    used_lines: set[int] = set()
     for k in range(model[0] + 1, model[1]):
         for statement in _statements_on(lines[k]):
             statement.line_index = k
-            target = _classify(statement, data_names, transformed_data, wanted, source, used_lines, filename)
+            target = _classify(statement, data_names, transformed_data, wanted, source, filename)
             if target is not None:
                 found.append((statement, *target))
     outcomes = [outcome for _, outcome, _ in found]
@@ -276,7 +275,7 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
                              "whose outcome is a variable of the data block)")
 
     likelihoods, rewritten, pointwise = [], {}, {}
-    used_lines = set()
+    used_lines: set[int] = set()
     for statement, outcome, index in found:
         lik, model_line, gq_lines = _rewrite(statement, outcome, index, data_types[outcome], source, used_lines,
                                              filename)
@@ -312,8 +311,8 @@ def _describe(source: str, statement: _Found, line: int, filename: str) -> str:
     return f"{filename}, line {line}: `{source.splitlines()[line - 1].split('//')[0].strip()}`"
 
 
-def _classify(statement: _Found, data_names, transformed_data, wanted, source, used_lines,
-              filename) -> tuple[str, str | None] | None:
+def _classify(statement: _Found, data_names: set[str], transformed_data: set[str], wanted: list[str] | None,
+              source: str, filename: str) -> tuple[str, str | None] | None:
     """(outcome, loop index) for a likelihood statement, None for any other statement, or an error."""
     text = statement.outcome_text
     identifiers = _IDENT.findall(text)
