@@ -233,6 +233,13 @@ def test_rewritten_program_reads_well_and_names_its_origin():
             "sigma, rs_divergence, rs_divergence_param, rs_weights_y[n:n]);") in code
     assert "// robustified: y[n] ~ normal(alpha + beta * x[n], sigma);" in code
     assert "y_rep[n] = normal_rng(alpha + beta * x[n], sigma);" in code   # the rest as written
+    # the program's own y_rep becomes the posterior_predictive group
+    model = rs.robustify(_program("loop_likelihood"), engine=ENGINE)
+    fit = model.sample(_simple_regression(np.random.default_rng(1)), divergence=rs.BetaD(0.5), chains=2,
+                       iter_warmup=500, iter_sampling=200, seed=1, show_progress=False)
+    idata = fit.to_arviz()
+    assert "posterior_predictive" in group_names(idata)
+    np.testing.assert_array_equal(np.asarray(idata["posterior_predictive"]["y"]), fit.draws("y_rep"))
     # the original gamma form is refused where the likelihood is written row by row
     with pytest.raises(Exception, match="one observation at a time"):
         model = rs.robustify(_program("loop_likelihood"), engine=ENGINE)

@@ -95,7 +95,8 @@ class ProgramFit:
 
     def to_arviz(self):
         """The fit as the installed ArviZ's object, with groups posterior, sample_stats and, where the
-        program has them, log_likelihood, observed_data, constant_data (weights) and robust_loss."""
+        program has them, log_likelihood, observed_data, constant_data (weights), robust_loss and
+        posterior_predictive (from a generated quantity ``<outcome>_rep`` of the outcome's shape)."""
         attrs = {"divergence": repr(self.divergence), "learning_rate": self.learning_rate,
                  "engine": self.model.engine, "inference_library": "robust-stan", "method": self.method}
         groups = {
@@ -115,6 +116,10 @@ class ProgramFit:
                 {f"weights_{y}": np.asarray(self.stan_data[f"rs_weights_{y}"]) for y in outcomes},
                 {f"weights_{y}": [f"{y}_obs"] for y in outcomes}, attrs, sample_dims=())
             groups["robust_loss"] = draws_dataset(self.robust_loss, dims, attrs)
+            replicated = {y: self.posterior[f"{y}_rep"] for y in outcomes
+                          if f"{y}_rep" in self.posterior and self.posterior[f"{y}_rep"].shape[2:] == observed[y].shape}
+            if replicated:  # the program's own <outcome>_rep draws, named as ArviZ expects
+                groups["posterior_predictive"] = draws_dataset(replicated, observed_dims, attrs)
         return native_inference_data(groups)
 
     def __repr__(self) -> str:
