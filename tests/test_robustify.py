@@ -351,3 +351,83 @@ def test_methods_that_need_one_call_per_example_gradients_say_so():
                                                      steps=10))):
         with pytest.raises(rs.RobustStanInputError, match=f"{method} needs the one-call per-example"):
             call()
+
+
+def test_tricky_programs_found_in_review():
+    """Programs a user may well write (each checked through stanc, no compile)."""
+    # a commented-out likelihood is not code; a data size inside a prior's index is not an outcome;
+    # two names in one declaration; the library already included
+    code = """functions {
+  #include robust_stan.stanfunctions
+}
+data {
+  int<lower=2> T;
+  vector[T] y, x;
+}
+parameters {
+  vector[T] level;
+  real<lower=0> tau;
+  real<lower=0> sigma;
+}
+model {
+  /* an older version:
+  y ~ student_t(4, level, sigma);
+  */
+  level[1] ~ normal(0, 10);
+  level[2:T] ~ normal(level[1:(T - 1)], tau);  // y ~ normal(level, 1) would be simpler
+  tau ~ exponential(1);
+  sigma ~ exponential(1);
+  y ~ normal(level + 0 * x, sigma);
+}
+"""
+    model = rs.robustify(code, engine=ENGINE)
+    assert model.outcomes == ["y"] and model.likelihoods[0].line == 21
+    assert model.stan_code.count("#include robust_stan.stanfunctions") == 1
+    assert "level[2 : T] ~ normal(level[1 : (T - 1)], tau);" in model.stan_code
+    # a GLM's arguments are combined with parentheses where they are expressions
+    glm = """data { int N; int K; matrix[N, K] X; vector[K] sd_x; vector[N] y; }
+parameters { real alpha; vector[K] b; real<lower=0> sigma; }
+model { y ~ normal_id_glm(X, alpha, b ./ sd_x, sigma); }
+"""
+    assert "robust_normal_weighted_lpdf(y | alpha + X * (b ./ sd_x), sigma," in rs.robustify(glm, engine=ENGINE).stan_code
+    # a second term on the outcome (a censored branch) is refused, not left out of the weights
+    censored = """data { int N; vector[N] y; array[N] int<lower=0, upper=1> cens; }
+parameters { real mu; real<lower=0> sigma; }
+model {
+  for (n in 1:N) {
+    if (cens[n]) target += normal_lccdf(y[n] | mu, sigma);
+    else y[n] ~ normal(mu, sigma);
+  }
+}
+"""
+    with pytest.raises(RobustifyError, match=r"line 5: .*normal_lccdf.*second term of the outcome 'y'"):
+        rs.robustify(censored, engine=ENGINE)
+
+
+def test_per_example_gradients_refuse_the_original_gamma_form():
+    model = rs.robustify(_program("target_lupdf"), engine=ENGINE)
+    with pytest.raises(rs.RobustStanInputError, match="not a sum over observations"):
+        model.per_example_gradients(_normal(np.random.default_rng(1)), np.zeros(2),
+                                    divergence=rs.GammaD(0.5, form="original"))
+
+
+def test_rows_a_loop_never_reaches_are_reported():
+    """An AR(1) likelihood from the second row on: the first row has no log_lik, and the fit says so."""
+    code = """data { int<lower=2> N; vector[N] y; }
+parameters { real<lower=-1, upper=1> phi; real<lower=0> sigma; }
+model {
+  sigma ~ exponential(1);
+  for (n in 2:N) {
+    y[n] ~ normal(phi * y[n - 1], sigma);
+  }
+}
+"""
+    rng = np.random.default_rng(2)
+    y = np.zeros(30)
+    for n in range(1, 30):
+        y[n] = 0.5 * y[n - 1] + rng.normal()
+    fit = rs.robustify(code, engine=ENGINE).sample({"N": 30, "y": y}, chains=2, iter_warmup=300, iter_sampling=100,
+                                                   seed=1, show_progress=False)
+    with pytest.warns(rs.RobustStanWarning, match=r"never reached rows \[0\]"):
+        log_lik = fit.log_lik["y"]
+    assert np.isnan(log_lik[..., 0]).all() and np.isfinite(log_lik[..., 1:]).all()

@@ -157,6 +157,9 @@ class StanProgramModel(ProgramOnEngine):
         if len(self.outcomes) != 1:
             raise RobustStanInputError("per-example gradients need a robustified program with exactly one "
                                        f"likelihood outcome; this one has {self.outcomes or 'none'}")
+        if as_divergence(divergence).code == 3:
+            raise RobustStanInputError("divergence: the original gamma form is not a sum over observations, so it "
+                                       "has no per-example gradients; use rs.GammaD(gamma) (decomposable), beta or KL")
         y = self.outcomes[0]
         stan_data = self.stan_data(data, divergence)
         n = len(stan_data[f"rs_weights_{y}"])
@@ -267,13 +270,16 @@ def robustify(stan_file_or_code, likelihood="auto", engine: str = "auto") -> Sta
     """
     code, filename, include_dirs = _read_source(stan_file_or_code)
     info = program_info(code, filename, include_dirs)
-    canonical = canonical_program(code, filename, include_dirs)
+    # the library is included once by the rewrite; a program that includes it already keeps its other text
+    without_library = re.sub(rf"^\s*#include\s*[<\"]?{re.escape(LIBRARY_FILE)}[>\"]?\s*$", "", code, flags=re.MULTILINE)
+    canonical = canonical_program(without_library, filename, include_dirs)
     rewritten = robustify_program(code, canonical, info, likelihood, filename)
     try:
         rewritten_info = program_info(rewritten.stan_code, filename, include_dirs)
     except StanCompileError as exc:
         statements = "; ".join(f"line {lik.line}: `{lik.statement}`" for lik in rewritten.likelihoods)
         raise RobustifyError(f"{filename}: the rewritten likelihood ({statements}) does not compile; an argument "
-                             f"may have a type the robust-stan library does not take (it takes a real or a vector "
-                             f"per argument).\n{exc}") from None
+                             "may have a type the robust-stan library does not take (a real or a vector per "
+                             "argument; binomial trials as an int array). stanc's message below refers to lines of "
+                             f"the rewritten program:\n{exc}") from None
     return StanProgramModel(rewritten.stan_code, rewritten_info, filename, engine, rewritten.likelihoods)

@@ -2,9 +2,12 @@
 library's weighted robust losses, with the divergence, learning rate and weights as data.
 
 stanc reads the program: ``--info`` says which variables are data, and its canonical
-printing (``--print-canonical``, one statement per line) is the text this module rewrites.
-The only parsing done here is of single statements: an outcome before ``~`` or before
-``|`` in a ``*_lpdf`` / ``*_lpmf`` call, a distribution's name and its arguments.
+printing (``--print-canonical``, one statement per line, each block opening on a line
+``<name> {`` and closing on a line ``}``) is the text this module rewrites. What is parsed
+here is only what the rewrite needs, on that canonical text with comments blanked out:
+block boundaries, top-level declarations (names and types), and single statements (an
+outcome before ``~`` or before ``|`` in a ``*_lpdf`` / ``*_lpmf`` call, a distribution's
+name and its arguments).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ class _Translation:
     family: str      # library family (robust_<family>_weighted_*)
     outcome: str     # "vector", "int_array" or "vector_array": the outcome type the library takes
     arity: int       # number of arguments the Stan distribution takes
-    rewrite: str     # the library's arguments, from the distribution's {0}, {1}, ...
+    rewrite: str     # the library's arguments, from the distribution's {0}, {1}, ... (parenthesised
+                     # where an argument is more than a name or an indexed name)
 
 
 # Each supported distribution and its exact translation (same density, reparameterised).
@@ -50,9 +54,9 @@ _TRANSLATIONS = {
     "multi_normal": _Translation("multi_normal_cholesky", "vector_array", 2, "{0}, cholesky_decompose({1})"),
 }
 _DISCRETE = {"int_array"}
-_SUFFIX = re.compile(r"^(?P<name>\w+?)_(?P<suffix>lpdf|lupdf|lpmf|lupmf)$")
 _IDENT = re.compile(r"[A-Za-z]\w*")
-_DECLARATION = re.compile(r"^\s*(?P<type>[^=;]*?)\s+(?P<name>[A-Za-z]\w*)\s*(=.*)?;")
+_DECLARATION = re.compile(r"^\s*(?P<type>[a-z_]+(\[[^\]]*\])?(\s+[a-z_]+(\[[^\]]*\])?)?)\s+(?P<names>[A-Za-z]\w*.*);")
+_TARGET_TERM = r"\b\w+_(lpdf|lupdf|lpmf|lupmf|lcdf|lccdf|cdf)\s*\(\s*{name}\b"
 
 
 class RobustifyError(RobustStanInputError):
@@ -111,6 +115,41 @@ def _split_top(text: str, separator: str) -> list[str]:
     return [text[a + 1:b].strip() for a, b in zip(bounds, bounds[1:])]
 
 
+def _without_comments(lines: list[str]) -> list[str]:
+    """The lines with ``//`` and ``/* */`` comments (across lines too) replaced by spaces, strings
+    kept, so that a commented-out statement is never read as code."""
+    out, in_block = [], False
+    for line in lines:
+        chars, i, quoted = list(line), 0, False
+        while i < len(chars):
+            if in_block:
+                if line.startswith("*/", i):
+                    chars[i:i + 2] = "  "
+                    in_block = False
+                    i += 2
+                    continue
+                chars[i] = " "
+            elif chars[i] == '"':
+                quoted = not quoted
+            elif not quoted and line.startswith("//", i):
+                chars[i:] = " " * (len(chars) - i)
+                break
+            elif not quoted and line.startswith("/*", i):
+                chars[i:i + 2] = "  "
+                in_block = True
+                i += 2
+                continue
+            i += 1
+        out.append("".join(chars))
+    return out
+
+
+def _atom(expression: str) -> str:
+    """``expression`` as one operand: unchanged when it is a name, a number or an indexed name,
+    else in parentheses."""
+    return expression if re.fullmatch(r"[\w.]+(\[[^\[\]]*\])?", expression) else f"({expression})"
+
+
 def _closing(text: str, open_at: int) -> int:
     """Index of the bracket closing the one at ``open_at``."""
     depth = 0
@@ -141,15 +180,19 @@ def _block(lines: list[str], name: str) -> tuple[int, int] | None:
 
 
 def _declarations(lines: list[str], block: tuple[int, int] | None) -> dict[str, str]:
-    """Top-level declarations of a canonical block: name -> its type text."""
+    """Top-level declarations of a canonical block (comments blanked): name -> its type text.
+    ``vector[N] y, x;`` declares both names."""
     out = {}
     if block is None:
         return out
     for line in lines[block[0] + 1:block[1]]:
         if line.startswith("  ") and not line.startswith("   "):
             match = _DECLARATION.match(re.sub(r"<[^<>]*>", "", line))
-            if match and not match.group("type").startswith(("target", "print", "reject")):
-                out[match.group("name")] = match.group("type")
+            if match and match.group("type").split("[")[0].strip() not in ("target", "print", "reject"):
+                for piece in _split_top(match.group("names"), ","):
+                    name = re.match(r"[A-Za-z]\w*", piece)
+                    if name:
+                        out[name.group(0)] = match.group("type")
     return out
 
 
@@ -179,7 +222,7 @@ class _Found:
     statement: str
 
 
-def _statements_on(line: str) -> list[_Found]:
+def _statements_on(line: str, line_index: int = -1) -> list[_Found]:
     """The distribution statements on one canonical line: a ``~`` statement or the ``*_lp?f``
     calls of a ``target +=``."""
     stripped = line.strip()
@@ -198,7 +241,7 @@ def _statements_on(line: str) -> list[_Found]:
             close = _closing(rest, match.end() - 1)
             truncated = rest[close + 1:].strip().startswith("T[")
             arguments = [a for a in _split_top(rest[match.end():close], ",") if a]
-            found.append(_Found(-1, outcome, match.group(1), arguments, truncated, True, statement))
+            found.append(_Found(line_index, outcome, match.group(1), arguments, truncated, True, statement))
         return found
     if body.startswith("target +="):
         expression = body[len("target +="):].strip()
@@ -210,7 +253,7 @@ def _statements_on(line: str) -> list[_Found]:
                 continue
             arguments = [a for a in _split_top(pieces[1], ",") if a]
             whole = match.start() == 0 and close == len(expression) - 1
-            found.append(_Found(-1, pieces[0], match.group(1), arguments, False, whole, statement))
+            found.append(_Found(line_index, pieces[0], match.group(1), arguments, False, whole, statement))
     return found
 
 
@@ -218,10 +261,10 @@ def _user_line(source: str, found: _Found, outcome: str, used: set[int]) -> int:
     """The line of the user's own text that holds the statement (0 when not found)."""
     patterns = [rf"\b{re.escape(outcome)}\b[^;~]*~\s*{re.escape(found.distribution)}\b",
                 rf"\b{re.escape(found.distribution)}_l\w*\s*\(\s*{re.escape(outcome)}\b"]
-    lines = source.splitlines()
+    lines = _without_comments(source.splitlines())
     for pattern in patterns:
         for number, text in enumerate(lines, start=1):
-            if number not in used and re.search(pattern, text.split("//")[0]):
+            if number not in used and re.search(pattern, text):
                 used.add(number)
                 return number
     return 0
@@ -237,12 +280,13 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
     statement and its line for what cannot be rewritten.
     """
     lines = canonical.splitlines()
+    code = _without_comments(lines)
     data_names = set(info["inputs"])
-    model = _block(lines, "model")
+    model = _block(code, "model")
     if model is None:
         raise RobustifyError(f"{filename}: the program has no model block, so there is no likelihood to robustify")
-    data_types = _declarations(lines, _block(lines, "data"))
-    transformed_data = set(_declarations(lines, _block(lines, "transformed data")))
+    data_types = _declarations(code, _block(code, "data"))
+    transformed_data = set(_declarations(code, _block(code, "transformed data")))
     used_names = data_names | transformed_data | set(info["parameters"]) | set(info["transformed parameters"]) \
         | set(info["generated quantities"])
     clash = sorted(n for n in used_names if n in SWITCHES or n.startswith(("rs_weights_", "rs_log_lik_",
@@ -254,17 +298,18 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
 
     found: list[tuple[_Found, str, str | None]] = []
     for k in range(model[0] + 1, model[1]):
-        for statement in _statements_on(lines[k]):
-            statement.line_index = k
+        for statement in _statements_on(code[k], k):
             target = _classify(statement, data_names, transformed_data, wanted, source, filename)
             if target is not None:
                 found.append((statement, *target))
     outcomes = [outcome for _, outcome, _ in found]
-    for outcome in set(outcomes):
+    for outcome in sorted(set(outcomes)):
         if outcomes.count(outcome) > 1:
-            where = [_where(source, s, outcome, set(), filename) for s, o, _ in found if o == outcome]
+            used: set[int] = set()
+            where = [_where(source, s, outcome, used, filename) for s, o, _ in found if o == outcome]
             raise RobustifyError(f"{'; '.join(where)}: several likelihood statements on the outcome {outcome!r}; "
-                                 "robustify needs one statement per outcome (write it as one vectorised statement)")
+                                 "robustify needs all of its likelihood in one statement")
+    _refuse_other_terms_on(outcomes, found, code, model, source, filename)
     if wanted is not None:
         missing = sorted(set(wanted) - set(outcomes))
         if missing:
@@ -282,8 +327,27 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
         likelihoods.append(lik)
         rewritten[statement.line_index] = model_line
         pointwise[statement.line_index] = gq_lines
-    code = _assemble(lines, model, likelihoods, rewritten, pointwise, filename)
-    return RobustifiedProgram(code, tuple(likelihoods))
+    return RobustifiedProgram(_assemble(lines, code, model, likelihoods, rewritten, pointwise, filename),
+                              tuple(likelihoods))
+
+
+def _refuse_other_terms_on(outcomes: list[str], found, code: list[str], model: tuple[int, int], source: str,
+                           filename: str) -> None:
+    """An error when an outcome also enters the target elsewhere (a censored branch's lccdf, a
+    second term): those rows would be left out of the robust loss and of its weights."""
+    rewritten_lines = {statement.line_index for statement, _, _ in found}
+    for outcome in outcomes:
+        term = re.compile(_TARGET_TERM.format(name=re.escape(outcome)))
+        for k in range(model[0] + 1, model[1]):
+            line = code[k].strip()
+            if k in rewritten_lines or not line.startswith("target +=") or not term.search(line):
+                continue
+            number = next((n for n, text in enumerate(_without_comments(source.splitlines()), start=1)
+                           if term.search(text)), 0)
+            where = f"{filename}, line {number}" if number else filename
+            raise RobustifyError(f"{where}: `{line}` is a second term of the outcome {outcome!r} besides its "
+                                 "likelihood statement (e.g. a censored branch); robustify cannot weight those rows. "
+                                 "Pass likelihood=[...] without it, or write the likelihood as one statement")
 
 
 def _wanted_outcomes(likelihood, data_names: set[str], filename: str) -> list[str] | None:
@@ -318,7 +382,10 @@ def _classify(statement: _Found, data_names: set[str], transformed_data: set[str
     identifiers = _IDENT.findall(text)
     base = identifiers[0] if identifiers else ""
     match = re.fullmatch(r"([A-Za-z]\w*)\s*(\[(?P<index>.*)\])?", text)
-    on_data = [n for n in identifiers if n in data_names]
+    unindexed = text
+    while re.search(r"\[[^\[\]]*\]", unindexed):  # names inside indexes (x[2:T]) are not the outcome
+        unindexed = re.sub(r"\[[^\[\]]*\]", "", unindexed)
+    on_data = [n for n in _IDENT.findall(unindexed) if n in data_names]
     if match and base in transformed_data and (wanted is None or base in wanted):
         raise RobustifyError(f"{_where(source, statement, base, set(), filename)}: the outcome {base!r} is a "
                              "transformed data variable; robustify rewrites likelihoods of data-block variables "
@@ -377,9 +444,10 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
                  "a one-dimensional int array", "vector_array": "an array of vectors"}[translation.outcome]
         raise RobustifyError(f"{where}: the outcome {outcome!r} is declared `{declared}`; the {statement.distribution} "
                              f"likelihood needs {wants}")
-    arguments = translation.rewrite.format(*statement.arguments)
+    composed = translation.rewrite != ", ".join(f"{{{i}}}" for i in range(translation.arity))
+    arguments = translation.rewrite.format(*(map(_atom, statement.arguments) if composed else statement.arguments))
     if index and translation.family == "binomial_logit":  # the library takes the trials as an array
-        trials, rest = _split_top(arguments, ",")[0], _split_top(arguments, ",")[1:]
+        trials, *rest = _split_top(arguments, ",")
         arguments = ", ".join([f"{{{trials}}}", *rest])
     suffix = "lpmf" if translation.outcome in _DISCRETE else "lpdf"
     weights = f"rs_weights_{outcome}[{index}:{index}]" if index else f"rs_weights_{outcome}"
@@ -395,26 +463,29 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     return likelihood, model_line, gq_lines
 
 
-def _assemble(lines: list[str], model: tuple[int, int], likelihoods: list[Likelihood], rewritten: dict[int, str],
-              pointwise: dict[int, list[str]], filename: str) -> str:
+def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelihoods: list[Likelihood],
+              rewritten: dict[int, str], pointwise: dict[int, list[str]], filename: str) -> str:
     """The whole rewritten program: library include, switches in the data block, the model block's
     likelihood lines replaced, the per-observation quantities first in generated quantities."""
-    body = lines[model[0] + 1:model[1]]
-    for k, line in enumerate(body, start=model[0] + 1):
-        if re.search(r"\btarget\s*\(\s*\)|\b\w+_lp\s*\(", line):
-            raise RobustifyError(f"{filename}: `{line.strip()}` reads target() or calls an _lp function, which the "
+    for k in range(model[0] + 1, model[1]):
+        if re.search(r"\btarget\s*\(\s*\)|\b\w+_lp\s*\(", code[k]):
+            raise RobustifyError(f"{filename}: `{code[k].strip()}` reads target() or calls an _lp function, which the "
                                  "generated quantities (where robustify computes log_lik) cannot do")
-    functions, data = _block(lines, "functions"), _block(lines, "data")
-    transformed_data, gq = _block(lines, "transformed data"), _block(lines, "generated quantities")
+    functions, data = _block(code, "functions"), _block(code, "data")
+    transformed_data, gq = _block(code, "transformed data"), _block(code, "generated quantities")
     per_row = [lik for lik in likelihoods if not lik.vectorised]
-    first_block = next(k for k, line in enumerate(lines) if re.match(r"[a-z]", line))
+    first_block = next(k for k, line in enumerate(code) if re.match(r"[a-z]", line))
+    replay = _pointwise_block(lines, code, model, likelihoods, pointwise)
     out = []
     for k, line in enumerate(lines):
         if k == first_block and not functions:
             out += ["functions {", f"  #include {LIBRARY_FILE}", "}"]
         if k == data[1]:
             out += _switch_declarations(likelihoods)
-        out.append(_rewritten_line(line, rewritten.get(k)))
+        if k in rewritten:
+            out.append((re.match(r"\s*", line)[0] + rewritten[k] + " " + _comment_part(line, code[k])).rstrip())
+        else:
+            out.append(line)
         if functions and k == functions[0]:
             out.append(f"  #include {LIBRARY_FILE}")
         if per_row and transformed_data and k == transformed_data[1] - 1:
@@ -422,16 +493,15 @@ def _assemble(lines: list[str], model: tuple[int, int], likelihoods: list[Likeli
         if per_row and not transformed_data and k == data[1]:
             out += ["transformed data {", *_gamma_original_guard(per_row), "}"]
         if gq and k == gq[0]:
-            out += _pointwise_block(body, model, likelihoods, pointwise)
+            out += replay
     if not gq:
-        out += ["generated quantities {", *_pointwise_block(body, model, likelihoods, pointwise), "}"]
+        out += ["generated quantities {", *replay, "}"]
     return "\n".join(out) + "\n"
 
 
-def _rewritten_line(line: str, replacement: str | None) -> str:
-    if replacement is None:
-        return line
-    return re.match(r"\s*", line)[0] + replacement
+def _comment_part(line: str, code_line: str) -> str:
+    """The comment text of a line (what comment blanking removed), kept where a statement goes."""
+    return "".join(c if blank == " " else " " for c, blank in zip(line, code_line)).strip()
 
 
 def _switch_declarations(likelihoods: list[Likelihood]) -> list[str]:
@@ -452,23 +522,26 @@ def _gamma_original_guard(per_row: list[Likelihood]) -> list[str]:
             'original gamma form is not a sum over observations; use KL, beta or gamma (decomposable)");']
 
 
-def _pointwise_block(body: list[str], model: tuple[int, int], likelihoods: list[Likelihood],
+def _pointwise_block(lines: list[str], code: list[str], model: tuple[int, int], likelihoods: list[Likelihood],
                      pointwise: dict[int, list[str]]) -> list[str]:
     """Declarations of the per-observation quantities and the model block replayed to fill them
-    (priors and target increments left out), inside its own scope so its names end there."""
+    (priors and target increments left out, their comments kept), inside its own scope so its
+    names end there."""
     out = ["  // robust-stan (added by robustify): per observation, filled when rs_pointwise = 1"]
     for lik in likelihoods:
         size = f"rs_pointwise ? size({lik.outcome}) : 0"
         out += [f"  vector[{size}] rs_log_lik_{lik.outcome};      // log p({lik.outcome}_i | theta)",
                 f"  vector[{size}] rs_robust_loss_{lik.outcome};  // l_i(theta) under the chosen divergence"]
     out.append("  if (rs_pointwise) {")
-    for k, line in enumerate(body, start=model[0] + 1):
-        indent = "  " + re.match(r"\s*", line)[0]
+    for k in range(model[0] + 1, model[1]):
+        indent = "  " + re.match(r"\s*", lines[k])[0]
         if k in pointwise:
             out += [indent + text for text in pointwise[k]]
-        elif _statements_on(line) or line.strip().startswith("target +="):
-            continue  # priors and other increments of the target
+        elif _statements_on(code[k]) or code[k].strip().startswith("target +="):
+            comment = _comment_part(lines[k], code[k])  # priors and other increments of the target are left out
+            if comment:
+                out.append(indent + comment)
         else:
-            out.append("  " + line)
+            out.append("  " + lines[k])
     out.append("  }")
     return out

@@ -3,10 +3,12 @@ diagnostics() and to_arviz() as the built-in models' fits."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
-from ..common.errors import RobustStanInputError
+from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data
@@ -48,6 +50,14 @@ class ProgramFit:
                                                                      self.raw.backend)
                 self._pointwise = {kind: {y: computed[f"rs_{kind}_{y}"] for y in outcomes}
                                    for kind in ("log_lik", "robust_loss")}
+                for y, values in self._pointwise["log_lik"].items():
+                    never = np.flatnonzero(np.all(np.isnan(values), axis=(0, 1)))
+                    if never.size:
+                        rows = [int(r) for r in never[:5]]
+                        warnings.warn(f"the likelihood statement of {y!r} never reached rows {rows}"
+                                      f"{' ...' if never.size > 5 else ''} (0-based; e.g. a loop over part of the "
+                                      "rows): their log_lik is NaN and their weights do nothing", RobustStanWarning,
+                                      stacklevel=4)
             elif "log_lik" in self.posterior:
                 self._pointwise = {"log_lik": {"log_lik": self.posterior["log_lik"]}, "robust_loss": {}}
             else:
