@@ -402,8 +402,10 @@ def _classify(statement: _Found, data_names: set[str], transformed_data: set[str
         return None
     where = _where(source, statement, base, set(), filename)
     if not statement.whole_statement:
-        raise RobustifyError(f"{where}: the likelihood term of {base!r} is part of a larger expression; write it as "
-                             f"its own statement, `target += {statement.distribution}_lpdf({base} | ...);`")
+        raise RobustifyError(f"{where}: the likelihood term of {base!r} is part of a larger expression; robustify "
+                             "rewrites a term only when it is the whole statement, "
+                             f"`target += {statement.distribution}_lpdf({base} | ...);` (a mixture such as log_mix "
+                             "has no robust loss in robust-stan)")
     if statement.truncated:
         raise RobustifyError(f"{where}: truncation T[,] is not supported (the robust loss of a truncated "
                              "distribution needs its own integral term)")
