@@ -15,7 +15,7 @@ from ..building.divergences import Divergence, as_divergence
 from ..building.robustify import SWITCHES, Likelihood, RobustifyError, robustify_program
 from ..building.stanc import canonical_program, program_info
 from ..common.digest import digest
-from ..common.errors import RobustStanInputError, StanCompileError
+from ..common.errors import RobustStanInputError, StanCompileError, require_inits
 from ..common.resources import LIBRARY_FILE
 from ..engines import ProgramOnEngine
 from ..gradients.oracles import GradientOracle, make_oracle
@@ -168,12 +168,13 @@ class StanProgramModel(ProgramOnEngine):
             raise RobustStanInputError(f"batch: rows must lie in 0..{n - 1}")
         theta = self.check_theta(stan_data, theta_unconstrained)
         zero = dict(stan_data, **{f"rs_weights_{y}": np.zeros(n)})
-        base = self.oracle_for(zero, oracle).gradient(theta, jacobian=True)
+        base = make_oracle(self.stan_code, zero, theta.size, oracle).gradient(theta, jacobian=True)
         out = np.empty((rows.size, theta.size))
-        for k, row in enumerate(rows):
+        for k, row in enumerate(rows):  # the dimension is known: no digest of the data per row
             one_hot = np.zeros(n)
             one_hot[row] = 1.0
-            out[k] = base - self.oracle_for(dict(zero, **{f"rs_weights_{y}": one_hot}), oracle).gradient(theta, True)
+            with_row = dict(zero, **{f"rs_weights_{y}": one_hot})
+            out[k] = base - make_oracle(self.stan_code, with_row, theta.size, oracle).gradient(theta, jacobian=True)
         return out
 
     # -- inference ---------------------------------------------------------------------------
@@ -187,23 +188,11 @@ class StanProgramModel(ProgramOnEngine):
         stan_data = self.stan_data(data, divergence, learning_rate, weights)
         settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
                                  show_progress)
-        raw = self.compile(show_progress).sample(stan_data, settings, self._inits(inits, settings.chains))
+        raw = self.compile(show_progress).sample(stan_data, settings,
+                                                 require_inits(inits, settings.chains, self.parameter_names))
         fit = ProgramFit(self, raw, stan_data, settings, as_divergence(divergence), learning_rate)
         fit.warn_if_not_converged()
         return fit
-
-    def _inits(self, inits, chains: int) -> list[dict] | None:
-        if inits is None:
-            return None
-        per_chain = [inits] * chains if isinstance(inits, Mapping) else list(inits)
-        if len(per_chain) != chains or not all(isinstance(i, Mapping) for i in per_chain):
-            raise RobustStanInputError(f"inits: give one dict, or a list of {chains} dicts (one per chain)")
-        for init in per_chain:
-            unknown = sorted(set(init) - set(self.parameter_names))
-            if unknown:
-                raise RobustStanInputError(f"inits: unknown parameter(s) {unknown}; the program has "
-                                           f"{self.parameter_names}")
-        return [{k: np.asarray(v, dtype=float) for k, v in init.items()} for init in per_chain]
 
     def variational(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                     weights=None, family: str = "meanfield", draws: int = 1000, seed: int | None = None,

@@ -12,6 +12,7 @@ name and its arguments).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -144,6 +145,12 @@ def _without_comments(lines: list[str]) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=4)
+def _source_code(source: str) -> tuple[str, ...]:
+    """The user's own lines with comments blanked, computed once per program."""
+    return tuple(_without_comments(source.splitlines()))
+
+
 def _atom(expression: str) -> str:
     """``expression`` as one operand: unchanged when it is a name, a number or an indexed name,
     else in parentheses."""
@@ -261,7 +268,7 @@ def _user_line(source: str, found: _Found, outcome: str, used: set[int]) -> int:
     """The line of the user's own text that holds the statement (0 when not found)."""
     patterns = [rf"\b{re.escape(outcome)}\b[^;~]*~\s*{re.escape(found.distribution)}\b",
                 rf"\b{re.escape(found.distribution)}_l\w*\s*\(\s*{re.escape(outcome)}\b"]
-    lines = _without_comments(source.splitlines())
+    lines = _source_code(source)
     for pattern in patterns:
         for number, text in enumerate(lines, start=1):
             if number not in used and re.search(pattern, text):
@@ -342,7 +349,7 @@ def _refuse_other_terms_on(outcomes: list[str], found, code: list[str], model: t
             line = code[k].strip()
             if k in rewritten_lines or not line.startswith("target +=") or not term.search(line):
                 continue
-            number = next((n for n, text in enumerate(_without_comments(source.splitlines()), start=1)
+            number = next((n for n, text in enumerate(_source_code(source), start=1)
                            if term.search(text)), 0)
             where = f"{filename}, line {number}" if number else filename
             raise RobustifyError(f"{where}: `{line}` is a second term of the outcome {outcome!r} besides its "

@@ -22,11 +22,11 @@ def stanc_binary() -> str:
     return str(Path(httpstan.__file__).parent / "stanc")
 
 
-def run_stanc(stan_code: str, options: list[str], filename: str = "program.stan",
-              include_dirs: tuple[str, ...] = ()) -> str:
-    """stanc's standard output for ``stan_code`` with ``options`` (the robust-stan library and
-    ``include_dirs`` on the include path). A program stanc rejects raises StanCompileError
-    with stanc's own message, which names ``filename`` and the line."""
+def _stanc(stan_code: str, options: list[str], filename: str = "program.stan",
+           include_dirs: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, str]:
+    """stanc run on ``stan_code`` (written to a temporary folder, which is also the working folder
+    for outputs such as ``--o``) with the library and ``include_dirs`` on the include path; the
+    finished process and its error message, if any, naming ``filename``."""
     with tempfile.TemporaryDirectory(prefix="robust_stan_") as tmp:
         path = Path(tmp) / "program.stan"
         path.write_text(stan_code)
@@ -35,8 +35,17 @@ def run_stanc(stan_code: str, options: list[str], filename: str = "program.stan"
             [stanc_binary(), "--include-paths", paths, "--filename-in-msg", filename, *options, str(path)],
             capture_output=True, text=True, timeout=60, cwd=tmp,
         )
+    message = (done.stderr.strip() or done.stdout.strip()).replace(str(path), filename) if done.returncode else ""
+    return done, message
+
+
+def run_stanc(stan_code: str, options: list[str], filename: str = "program.stan",
+              include_dirs: tuple[str, ...] = ()) -> str:
+    """stanc's standard output for ``stan_code`` with ``options`` (the robust-stan library and
+    ``include_dirs`` on the include path). A program stanc rejects raises StanCompileError
+    with stanc's own message, which names ``filename`` and the line."""
+    done, message = _stanc(stan_code, options, filename, include_dirs)
     if done.returncode != 0:
-        message = (done.stderr.strip() or done.stdout.strip()).replace(str(path), filename)
         raise StanCompileError(f"Stan cannot compile {filename}:\n{message}")
     return done.stdout
 
@@ -60,18 +69,9 @@ def check_program(stan_code: str, spec: ModelSpec | None = None) -> str:
     the message names the fragment (data, parameters, priors or an argument)
     and the line number within it.
     """
-    with tempfile.TemporaryDirectory(prefix="robust_stan_") as tmp:
-        path = Path(tmp) / "program.stan"
-        path.write_text(stan_code)
-        done = subprocess.run(
-            [stanc_binary(), "--include-paths", stan_include_path(), "--o", str(Path(tmp) / "program.hpp"), str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    done, message = _stanc(stan_code, ["--o", "program.hpp"])
     if done.returncode == 0:
         return done.stderr
-    message = done.stderr.strip() or done.stdout.strip()
     where = _user_location(stan_code, message, spec) if spec is not None else None
     if where:
         raise StanCompileError(f"Stan cannot compile your specification: {where}\n\nstanc said:\n{message}")

@@ -1,6 +1,7 @@
-"""Exceptions raised by robust-stan, and the checks of a positive number, a count and a seed."""
+"""Exceptions raised by robust-stan, and the checks of a positive number, a count, a seed and inits."""
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -44,3 +45,30 @@ def require_seed(seed) -> int | None:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise RobustStanInputError(f"seed: must be a non-negative integer or None, got {seed!r}")
     return int(seed)
+
+
+def require_inits(inits, chains: int, parameter_names) -> list[dict] | None:
+    """Starting values by parameter name -- one dict for every chain, or a list of one per chain --
+    as one dict of float arrays per chain; None stays None. Unknown names and values that are
+    not finite numbers are errors naming ``inits``."""
+    if inits is None:
+        return None
+    per_chain = [inits] * chains if isinstance(inits, Mapping) else list(inits)
+    if len(per_chain) != chains or not all(isinstance(i, Mapping) for i in per_chain):
+        raise RobustStanInputError(f"inits: give one dict, or a list of {chains} dicts (one per chain)")
+    names = list(parameter_names)
+    out = []
+    for init in per_chain:
+        unknown = sorted(set(init) - set(names))
+        if unknown:
+            raise RobustStanInputError(f"inits: unknown parameter(s) {unknown}; the model has {names}")
+        values = {}
+        for name, value in init.items():
+            try:
+                values[name] = np.asarray(value, dtype=float)
+            except (TypeError, ValueError):
+                values[name] = np.asarray(np.nan)
+            if not np.all(np.isfinite(values[name])):
+                raise RobustStanInputError(f"inits: {name} must be finite numbers, got {value!r}")
+        out.append(values)
+    return out

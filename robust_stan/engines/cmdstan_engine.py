@@ -88,8 +88,7 @@ class CmdStanProgram(CompiledProgram):
     def unconstrained_dimension(self, data):
         """The length of the gradient CmdStan's log_prob method returns at one fixed-parameter draw
         (CmdStanPy's ``CmdStanModel.log_prob`` takes the constrained values)."""
-        fit = self.model.sample(data=data, chains=1, iter_sampling=1, fixed_param=True, seed=1,
-                                show_progress=False, show_console=False)
+        fit = self._one_fixed_parameter_draw(data)
         params = {name: fit.stan_variable(name)[0] for name in fit.metadata.stan_vars}
         table = self.model.log_prob(params=params, data=data)
         return int(sum(1 for column in table.columns if column != "lp__"))
@@ -100,10 +99,14 @@ class CmdStanProgram(CompiledProgram):
             self._shapes[key] = self._shapes_from_one_draw(data)
         return self._shapes[key]
 
+    def _one_fixed_parameter_draw(self, data):
+        """One fixed-parameter draw by CmdStan (no BridgeStan needed), for shapes and sizes."""
+        return self.model.sample(data=data, chains=1, iter_sampling=1, fixed_param=True, seed=1,
+                                 show_progress=False, show_console=False)
+
     def _shapes_from_one_draw(self, data) -> dict[str, tuple[int, ...]]:
-        """Variable shapes from one fixed-parameter draw (CmdStan alone; no BridgeStan needed)."""
-        fit = self.model.sample(data=data, chains=1, iter_sampling=1, fixed_param=True, seed=1,
-                                show_progress=False, show_console=False)
+        """Variable shapes from one fixed-parameter draw."""
+        fit = self._one_fixed_parameter_draw(data)
         return {name: tuple(np.shape(fit.stan_variable(name))[1:]) for name in fit.metadata.stan_vars}
 
     def constrain(self, data, theta, include_gqs=True):

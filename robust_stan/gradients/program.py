@@ -14,7 +14,7 @@ import numpy as np
 from ..building.codegen import render_program
 from ..building.data import Scaling, to_fitted_scale
 from ..building.spec import ModelSpec, ParameterDeclaration
-from ..common.errors import RobustStanInputError
+from ..common.errors import RobustStanInputError, require_inits
 from ..engines import ProgramOnEngine
 from .oracles import GradientOracle, make_oracle
 
@@ -84,26 +84,11 @@ class RobustProgram(ProgramOnEngine):
     def chain_inits(self, inits, chains: int, scaling: Scaling) -> list[dict] | None:
         """Constrained starting values by parameter name (one dict, or one per chain) as the
         program's ``*_copies`` variables on the fitted scale; None stays None."""
-        if inits is None:
+        checked = require_inits(inits, chains, self.spec.parameter_names)
+        if checked is None:
             return None
-        per_chain = [inits] * chains if isinstance(inits, Mapping) else list(inits)
-        if len(per_chain) != chains or not all(isinstance(i, Mapping) for i in per_chain):
-            raise RobustStanInputError(f"inits: give one dict, or a list of {chains} dicts (one per chain)")
-        out = []
-        for init in per_chain:
-            unknown = sorted(set(init) - set(self.spec.parameter_names))
-            if unknown:
-                raise RobustStanInputError(f"inits: unknown parameter(s) {unknown}; the model has {self.spec.parameter_names}")
-            for name, value in init.items():
-                try:
-                    finite = np.all(np.isfinite(np.asarray(value, dtype=float)))
-                except (TypeError, ValueError):
-                    finite = False
-                if not finite:
-                    raise RobustStanInputError(f"inits: {name} must be finite numbers, got {value!r}")
-            out.append({f"{k}_copies": np.asarray([to_fitted_scale(self.spec.rescale.get(k), v, scaling)])
-                        for k, v in init.items()})
-        return out
+        return [{f"{k}_copies": np.asarray([to_fitted_scale(self.spec.rescale.get(k), v, scaling)])
+                 for k, v in init.items()} for init in checked]
 
     def unconstrain_init(self, init: Mapping, stan_data: dict, scaling: Scaling) -> np.ndarray:
         """A dict of every parameter's value (original scale) as an unconstrained vector."""

@@ -41,6 +41,14 @@ def sample_stats_dataset(sampler: dict[str, np.ndarray], attrs: dict):
                           for k, v in sampler.items()}, attrs=attrs)
 
 
+def nuts_diagnostics(sampler: dict[str, np.ndarray], settings) -> dict:
+    """Divergent transitions and tree-depth hits of a NUTS run (empty for other samplers)."""
+    if "divergent__" not in sampler:
+        return {}
+    return {"divergent": int(sampler["divergent__"].sum()),
+            "max_treedepth_hits": int((sampler["treedepth__"] >= settings.max_treedepth).sum())}
+
+
 def summary_table(variables: dict[str, np.ndarray], percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
     """Per scalar element of ``variables`` (name -> (chains, draws, *shape)): mean, sd, percentiles,
     MCSE of the mean, ESS (bulk, tail) and R-hat."""
@@ -158,12 +166,7 @@ class Fit:
 
     def diagnostics(self) -> dict:
         """Divergent transitions, tree-depth hits and the largest R-hat."""
-        summary = self.summary()
-        return {
-            "divergent": int(self.raw.sampler["divergent__"].sum()),
-            "max_treedepth_hits": int((self.raw.sampler["treedepth__"] >= self.settings.max_treedepth).sum()),
-            "max_r_hat": float(summary["r_hat"].max()),
-        }
+        return {**nuts_diagnostics(self.raw.sampler, self.settings), "max_r_hat": float(self.summary()["r_hat"].max())}
 
     def warn_if_not_converged(self) -> None:
         """A RobustStanWarning when any parameter has R-hat above 1.01 or a bulk or tail ESS

@@ -12,7 +12,7 @@ from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data
-from .fit import sample_stats_dataset, summary_table, warn_if_poor_convergence
+from .fit import nuts_diagnostics, sample_stats_dataset, summary_table, warn_if_poor_convergence
 
 _POINTWISE_PREFIXES = ("rs_log_lik_", "rs_robust_loss_")
 
@@ -93,11 +93,7 @@ class ProgramFit:
 
     def diagnostics(self) -> dict:
         """Divergent transitions, tree-depth hits (NUTS) and the largest R-hat."""
-        out = {"max_r_hat": float(self.summary()["r_hat"].max())}
-        if "divergent__" in self.raw.sampler:
-            out["divergent"] = int(self.raw.sampler["divergent__"].sum())
-            out["max_treedepth_hits"] = int((self.raw.sampler["treedepth__"] >= self.settings.max_treedepth).sum())
-        return out
+        return {**nuts_diagnostics(self.raw.sampler, self.settings), "max_r_hat": float(self.summary()["r_hat"].max())}
 
     def warn_if_not_converged(self) -> None:
         """A RobustStanWarning when a parameter has R-hat above 1.01 or a bulk or tail ESS below 100."""
