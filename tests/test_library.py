@@ -39,6 +39,7 @@ import pytest
 from scipy import integrate, special, stats
 from scipy.special import logsumexp
 
+from robust_stan.building.families import FAMILIES
 from robust_stan.building.library import render_library
 from robust_stan.common.resources import LIBRARY_FILE, library_code
 from robust_stan.engines import compile_program
@@ -93,6 +94,7 @@ class Overload:
 
     y: str
     args: str
+    tail: str = ""  # arguments after the divergence's (and weights'): ", integral_table"
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,8 @@ class HarnessFamily:
 
 def _family_table() -> list[HarnessFamily]:
     def fam(code, name, suffix, y, *variants):
-        return HarnessFamily(code, name, suffix, Overload(y, variants[0]), tuple(Overload(y, v) for v in variants))
+        overloads = tuple(Overload(y, *v) if isinstance(v, tuple) else Overload(y, v) for v in variants)
+        return HarnessFamily(code, name, suffix, overloads[0], overloads)
 
     return [
         # normal and student_t: every shared/per-observation combination
@@ -115,7 +118,9 @@ def _family_table() -> list[HarnessFamily]:
             "nu, loc, scale_s"),
         fam(3, "bernoulli_logit", "lpmf", "y_int", "eta", "eta_s"),
         fam(4, "binomial_logit", "lpmf", "y_int", "trials, eta", "trials, eta_s"),
-        fam(5, "poisson_log", "lpmf", "y_int", "eta", "eta_s"),
+        # variants 2 and 3: the tabled fast path (last argument integral_table)
+        fam(5, "poisson_log", "lpmf", "y_int", "eta", "eta_s", ("eta", ", integral_table"),
+            ("eta_s", ", integral_table")),
         fam(6, "categorical_logit", "lpmf", "y_int", "eta_mat", "eta_row"),
         fam(7, "multi_normal_cholesky", "lpdf", "y_mv", "mu_mv, L", "mu_mv_s, L"),
         fam(8, "exponential", "lpdf", "y_real", "scale", "scale_s"),
@@ -123,6 +128,7 @@ def _family_table() -> list[HarnessFamily]:
 
 
 FAMILY_TABLE = {f.stan_name: f for f in _family_table()}
+FAMILIES_WITH_TABLES = {fam.stan_name for fam in FAMILIES.values() if fam.integral_table}
 
 # Model-block checks: `tilde` selects one statement in the parameter theta.
 TILDE = {
@@ -131,6 +137,7 @@ TILDE = {
     3: "y_real ~ gammaorig_student_t(nu, theta, scale, a);",
     4: "y_int ~ robust_binomial_logit_weighted(trials, theta, divergence, a, w);",
     5: "target += betad_categorical_logit_weighted_lpmf(y_int | eta_row + theta * one_hot_row_vector(K, 1), a, w);",
+    6: "y_int ~ betad_poisson_log(eta + theta, a, integral_table);",
 }
 
 _HARNESS_HEAD = """\
@@ -142,7 +149,7 @@ data {
   int<lower=1, upper=8> family;  // 1 normal, 2 student_t, 3 bernoulli_logit, 4 binomial_logit,
                                  // 5 poisson_log, 6 categorical_logit, 7 multi_normal_cholesky, 8 exponential
   int<lower=0> variant;          // which overload (argument list) of the public functions
-  int<lower=0, upper=5> tilde;   // model-block statement (0: none)
+  int<lower=0, upper=6> tilde;   // model-block statement (0: none)
   int<lower=0, upper=3> divergence;  // divergence code of the tilde = 4 statement
   int<lower=1> N;
   real a;
@@ -166,6 +173,11 @@ data {
   vector[D] mu_mv_s;
   matrix[D, D] L;
 }
+transformed data {
+  // the poisson_log fast path's table of log I_a (a header alone where a is not in (0, 4])
+  real table_a = family == 5 && a > 0 ? a : 0;
+  matrix[robust_poisson_log_integral_table_rows(table_a), 5] integral_table = robust_poisson_log_integral_table(table_a);
+}
 parameters {
   real theta;
 }
@@ -183,6 +195,7 @@ def harness_code() -> str:
 generated quantities {
   vector[N] log_density = rep_vector(not_a_number(), N);
   vector[N] log_integral = rep_vector(not_a_number(), N);
+  vector[N] log_integral_tabled = rep_vector(not_a_number(), N);  // poisson_log from integral_table
   vector[3] total = rep_vector(not_a_number(), 3);        // betad, gammad, gammaorig: F_lpdf
   vector[3] weighted = rep_vector(not_a_number(), 3);     // F_weighted_lpdf
   matrix[3, N] pointwise = rep_matrix(not_a_number(), 3, N);  // F_pointwise_loss
@@ -194,15 +207,19 @@ generated quantities {
         lines.append(f"  if (family == {fam.code}) {{\n")
         lines.append(f"    log_density = rs_{f}_log_density({fam.core.y}, {fam.core.args});\n")
         lines.append(f"    log_integral = rs_{f}_log_integral({fam.core.y}, {fam.core.args}, a);\n")
+        if f in FAMILIES_WITH_TABLES:
+            lines.append(f"    if (a > 0) log_integral_tabled = rs_{f}_log_integral({fam.core.y}, {fam.core.args}, a, integral_table);\n")
+            # variant 9: a table built for a, called with 2a (must be refused)
+            lines.append(f"    if (variant == 9) log_integral_tabled = rs_{f}_log_integral({fam.core.y}, {fam.core.args}, 2 * a, integral_table);\n")
         for v, o in enumerate(fam.overloads):
             lines.append(f"    if (variant == {v}) {{\n")
             for row, prefix in enumerate(("betad", "gammad", "gammaorig"), start=1):
-                lines.append(f"      total[{row}] = {prefix}_{f}_{s}({o.y} | {o.args}, a);\n")
-                lines.append(f"      weighted[{row}] = {prefix}_{f}_weighted_{s}({o.y} | {o.args}, a, w);\n")
-                lines.append(f"      pointwise[{row}] = {prefix}_{f}_pointwise_loss({o.y}, {o.args}, a)';\n")
+                lines.append(f"      total[{row}] = {prefix}_{f}_{s}({o.y} | {o.args}, a{o.tail});\n")
+                lines.append(f"      weighted[{row}] = {prefix}_{f}_weighted_{s}({o.y} | {o.args}, a, w{o.tail});\n")
+                lines.append(f"      pointwise[{row}] = {prefix}_{f}_pointwise_loss({o.y}, {o.args}, a{o.tail})';\n")
             lines.append("      for (d in 0:3) {\n")
-            lines.append(f"        dispatch_weighted[d + 1] = robust_{f}_weighted_{s}({o.y} | {o.args}, d, a, w);\n")
-            lines.append(f"        dispatch_pointwise[d + 1] = robust_{f}_pointwise_loss({o.y}, {o.args}, d, a)';\n")
+            lines.append(f"        dispatch_weighted[d + 1] = robust_{f}_weighted_{s}({o.y} | {o.args}, d, a, w{o.tail});\n")
+            lines.append(f"        dispatch_pointwise[d + 1] = robust_{f}_pointwise_loss({o.y}, {o.args}, d, a{o.tail})';\n")
             lines.append("      }\n    }\n")
         lines.append("  }\n")
     lines.append("}\n")
@@ -491,7 +508,7 @@ def random_case(family: str, a: float, seed: int, n: int = 9, D: int = 2, K: int
         y = rng.poisson(lam)
         y[0] = int(lam[0] + 6 * np.sqrt(lam[0]) + 6)
         data = base_data(n, a, family=code, y_int=y, eta=eta, eta_s=eta_s)
-        rates = (np.exp(eta), np.exp(eta_s))  # what Stan sees
+        rates = (np.exp(eta), np.exp(eta_s)) * 2  # what Stan sees; variants 2, 3 repeat 0, 1 with the table
         return Case(family, data, [stats.poisson.logpmf(y, r) for r in rates], [_rows(n, r) for r in rates])
     if family == "categorical_logit":
         eta_mat, eta_row = rng.normal(0, 1.5, (n, K)), rng.normal(0, 1.5, K)
@@ -627,6 +644,40 @@ def test_poisson_integral_huge_mean_is_finite_and_gaussian(harness):
     gaussian = -0.5 * a * (np.log(2 * np.pi) + eta) - 0.5 * np.log1p(a)
     out = check_integrals(harness, "poisson_log", a, {"eta": eta}, [], reference=gaussian)
     assert np.all(np.isfinite(out["log_integral"]))
+
+
+def _poisson_table_step(a: float) -> float:
+    """The library's grid step for log I_a (its comment derives it from the error bound)."""
+    return (3.84e-9 / (0.15 * (1 + a) ** 4)) ** 0.25
+
+
+@pytest.mark.parametrize("a", (1e-6, 0.05, 0.3, 1.0, 2.0, 4.0, 6.0))
+def test_poisson_tabled_integral_matches_direct_sums(harness, a):
+    """The fast path's table (cubic pieces through exact values and slopes) against 30-digit
+    direct sums: at pieces' midpoints (where the interpolation error peaks), at random eta,
+    at the grid's ends and outside it (there the sum runs). The library bounds the error of a
+    piece by 1e-11; the float64 sums at the nodes add up to (1 + a) lambda log(lambda) 1e-16,
+    at most 3.5e-12 at lambda = 1000, so 2e-11 (the table's own midpoint check) is the bound.
+    At a = 6 the table is its header alone and every row takes the sum."""
+    rng = np.random.default_rng(int(a * 1000) + 7)
+    lo, hi = -10.0, math.log(1e3)
+    h = _poisson_table_step(a)
+    pieces = rng.integers(0, int((hi - lo) / h), 40)
+    eta = np.concatenate([lo + (pieces + 0.5) * h, rng.uniform(lo, hi, 40),
+                          [lo, lo + 1e-9, hi - 1e-9, hi + 0.05, lo - 0.5, -12.0, 7.5]])
+    reference = np.array([poisson_log_integral_mp(math.exp(e), a) for e in eta])
+    out = run(harness, base_data(len(eta), a, family=FAMILY_TABLE["poisson_log"].code, eta=eta))
+    err = np.abs(out["log_integral_tabled"] - reference)
+    record("tabled integral", "poisson_log", err / np.maximum(1.0, np.abs(reference)))
+    assert err.max() < 2e-11, (a, eta[np.argmax(err)], err.max())
+    # and the series the table replaces agrees with the same sums (its own 1e-12 relative bound)
+    assert log_rel_err(out["log_integral"], reference).max() < INTEGRAL_RTOL
+
+
+def test_poisson_table_built_for_another_a_is_refused(harness):
+    data = base_data(3, 0.3, family=FAMILY_TABLE["poisson_log"].code, variant=9, eta=np.zeros(3))
+    with pytest.raises(Exception, match=r"integral_table was built for a = 0.3, not for the divergence parameter 0.6"):
+        run(harness, data)
 
 
 def _in_a_forked_child(function, *args, timeout=120):
@@ -902,6 +953,17 @@ def _tilde_case(tilde: int):
             log_i = np.array([ref_log_integral("binomial_logit", a, int(t), theta) for t in trials])
             return reference_losses(stats.binom.logpmf(y, trials, special.expit(theta)), log_i, a, w)["betad"][1]
         return data, (-0.7, 0.2, 1.1), loss
+    if tilde == 6:  # y ~ betad_poisson_log(eta + theta, a, integral_table): rows on and off the table
+        eta = np.array([-11.0, -3.2, -0.4, 0.9, 2.3, 4.1, 6.95])
+        y = rng.poisson(np.exp(eta))
+        y[2] = 25
+        data = base_data(n, a, tilde=6, family=FAMILY_TABLE["poisson_log"].code, y_int=y, eta=eta)
+
+        def loss(theta):
+            lam = np.exp(eta + theta)
+            log_i = np.array([poisson_log_integral_mp(x, a) for x in lam])
+            return reference_losses(stats.poisson.logpmf(y, lam), log_i, a, ones)["betad"][2]
+        return data, (-0.3, 0.0, 0.2), loss
     # target += betad_categorical_logit_weighted_lpmf(y | eta_row + theta * e_1, a, w)
     K = 3
     eta_row = np.array([0.0, 1.0, -0.5])

@@ -54,6 +54,8 @@ class Family:
     links: tuple[str, ...]
     continuous: bool
     extra_data: tuple[str, ...] = field(default_factory=tuple)
+    # the library has robust_<stan_name>_integral_table(a) and overloads taking it (a fast path)
+    integral_table: bool = False
 
     # --- facts used by the library template -------------------------------
     @property
@@ -199,6 +201,7 @@ _register(
         default_link="log",
         links=("log",),
         continuous=False,
+        integral_table=True,
     )
 )
 _register(
