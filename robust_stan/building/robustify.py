@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ..common.errors import RobustStanInputError
 from ..common.resources import LIBRARY_FILE
+from .families import FAMILIES
 
 #: Names the rewritten program adds; a program that already uses one is refused.
 SWITCHES = ("rs_divergence", "rs_divergence_param", "rs_learning_rate", "rs_pointwise")
@@ -55,6 +56,7 @@ _TRANSLATIONS = {
     "multi_normal": _Translation("multi_normal_cholesky", "vector_array", 2, "{0}, cholesky_decompose({1})"),
 }
 _DISCRETE = {"int_array"}
+_TABLED_FAMILIES = {family.stan_name for family in FAMILIES.values() if family.integral_table}
 _IDENT = re.compile(r"[A-Za-z]\w*")
 _DECLARATION = re.compile(r"^\s*(?P<type>[a-z_]+(\[[^\]]*\])?(\s+[a-z_]+(\[[^\]]*\])?)?)\s+(?P<names>[A-Za-z]\w*.*);")
 _TARGET_TERM = r"\b\w+_(lpdf|lupdf|lpmf|lupmf|lcdf|lccdf|cdf)\s*\(\s*{name}\b"
@@ -461,13 +463,14 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     suffix = "lpmf" if translation.outcome in _DISCRETE else "lpdf"
     weights = f"rs_weights_{outcome}[{index}:{index}]" if index else f"rs_weights_{outcome}"
     function = f"robust_{translation.family}"
+    table = f", {_table_name(translation.family)}" if translation.family in _TABLED_FAMILIES else ""
     model_line = (f"target += rs_learning_rate * {function}_weighted_{suffix}({outcome_expression} | {arguments}, "
-                  f"rs_divergence, rs_divergence_param, {weights});  // robustified: {statement.statement}")
+                  f"rs_divergence, rs_divergence_param, {weights}{table});  // robustified: {statement.statement}")
     pick = "[1]" if index else ""
     slot = f"[{index}]" if index else ""
     gq_lines = [f"rs_log_lik_{outcome}{slot} = -{function}_pointwise_loss({outcome_expression}, {arguments}, 0, 1){pick};",
                 f"rs_robust_loss_{outcome}{slot} = {function}_pointwise_loss({outcome_expression}, {arguments}, "
-                f"rs_divergence, rs_divergence_param){pick};"]
+                f"rs_divergence, rs_divergence_param{table}){pick};"]
     likelihood = Likelihood(outcome, statement.distribution, translation.family, index, line, statement.statement)
     return likelihood, model_line, gq_lines
 
@@ -483,6 +486,7 @@ def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelih
     functions, data = _block(code, "functions"), _block(code, "data")
     transformed_data, gq = _block(code, "transformed data"), _block(code, "generated quantities")
     per_row = [lik for lik in likelihoods if not lik.vectorised]
+    added_transformed_data = (_gamma_original_guard(per_row) if per_row else []) + _integral_tables(likelihoods)
     first_block = next(k for k, line in enumerate(code) if re.match(r"[a-z]", line))
     replay = _pointwise_block(lines, code, model, likelihoods, pointwise)
     out = []
@@ -497,10 +501,10 @@ def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelih
             out.append(line)
         if functions and k == functions[0]:
             out.append(f"  #include {LIBRARY_FILE}")
-        if per_row and transformed_data and k == transformed_data[1] - 1:
-            out += _gamma_original_guard(per_row)
-        if per_row and not transformed_data and k == data[1]:
-            out += ["transformed data {", *_gamma_original_guard(per_row), "}"]
+        if added_transformed_data and transformed_data and k == transformed_data[1] - 1:
+            out += added_transformed_data
+        if added_transformed_data and not transformed_data and k == data[1]:
+            out += ["transformed data {", *added_transformed_data, "}"]
         if gq and k == gq[0]:
             out += replay
     if not gq:
@@ -522,6 +526,20 @@ def _switch_declarations(likelihoods: list[Likelihood]) -> list[str]:
         lines.append(f"  vector<lower=0>[size({lik.outcome})] rs_weights_{lik.outcome};  // v_i of {lik.outcome}")
     lines.append("  int<lower=0, upper=1> rs_pointwise;     // 1: rs_log_lik_* and rs_robust_loss_* filled")
     return lines
+
+
+def _table_name(family: str) -> str:
+    return f"rs_integral_table_{family}"
+
+
+def _integral_tables(likelihoods: list[Likelihood]) -> list[str]:
+    """The library's tables of log I_a (its fast path) for the families that have one, built once."""
+    out = []
+    for family in sorted({lik.family for lik in likelihoods} & _TABLED_FAMILIES):
+        a = "rs_divergence == 0 ? 0 : rs_divergence_param"
+        out.append(f"  matrix[robust_{family}_integral_table_rows({a}), 5] {_table_name(family)} "
+                   f"= robust_{family}_integral_table({a});  // added by robustify: log I_a tabled once")
+    return out
 
 
 def _gamma_original_guard(per_row: list[Likelihood]) -> list[str]:
