@@ -1,5 +1,9 @@
 """Gradient cost of a robustified program against the same model built by robust-stan (target: at
-most 1.5x), for normal, logistic and Poisson regressions, all through robust-stan's C interface.
+most 1.5x), for normal, logistic and Poisson regressions, all through robust-stan's C interface;
+then the cost of all N per-example gradients of the robustified program (weights as parameters,
+mixed second derivatives by forward over reverse mode: d sweeps), against one gradient of it,
+against the built-in model's per-example call (one call of its linear-predictor mode), and
+against the method it replaces (one gradient per row; timed on 20 rows, scaled to N).
 
 The robustified programs are tests/stan_programs/{linear,logistic}_regression.stan and
 poisson_offset.stan (exposure 1); the built-in ones rs.glm(...) with the outcome on its own
@@ -52,12 +56,44 @@ def cases(n: int, p: int):
     ]
 
 
+def median_seconds_of(call, repeats: int) -> float:
+    spent = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        spent.append(time.perf_counter() - start)
+    return statistics.median(spent)
+
+
+def per_example_costs(args, divergence) -> None:
+    print(f"\nall N = {args.n} per-example gradients, {divergence!r}; milliseconds (median of {args.repeats})")
+    print(f"{'family':10s} {'one gradient':>12s} {'mixed':>8s} {'built-in':>9s} {'per row':>9s}   "
+          "mixed/gradient  mixed/built-in  per-row method/mixed")
+    for family, program, built_in, built_in_data, program_data in cases(args.n, args.p):
+        robust = rs.robustify(PROGRAMS / f"{program}.stan", engine="httpstan")
+        stan_data = robust.stan_data(program_data, divergence)
+        theta = np.random.default_rng(0).normal(scale=0.1, size=robust.dimension(stan_data))
+        native = robust.compile(show_progress=False).native_model(stan_data)
+        mixed = robust.per_example(stan_data)
+        theirs = built_in.per_example(built_in_data, divergence)
+        built_theta = np.random.default_rng(0).normal(scale=0.1, size=theirs.dimension)
+        gradient = median_seconds_of(lambda: native.log_density_gradient(theta), 20 * args.repeats)
+        ours = median_seconds_of(lambda: mixed.gradients(theta), args.repeats)
+        built = median_seconds_of(lambda: theirs.gradients(built_theta), args.repeats)
+        rows = np.arange(20)
+        per_row = median_seconds_of(lambda: robust.per_example_gradients(program_data, theta, divergence, batch=rows,
+                                                                         method="difference"), 3) * args.n / rows.size
+        print(f"{family:10s} {1e3 * gradient:12.3f} {1e3 * ours:8.2f} {1e3 * built:9.2f} {1e3 * per_row:9.0f}   "
+              f"{ours / gradient:14.1f}  {ours / built:14.1f}  {per_row / ours:20.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--p", type=int, default=10)
     parser.add_argument("--beta", type=float, default=0.3)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=20, help="timed repeats of each per-example call")
     args = parser.parse_args()
     divergence = rs.BetaD(args.beta)
     print(f"N = {args.n}, P = {args.p}, {divergence!r}; median microseconds per gradient")
@@ -68,6 +104,7 @@ def main() -> None:
                    robust.compile(show_progress=False).native_model(robust.stan_data(program_data, divergence))]
         glm_us, robust_us = alternating_microseconds(natives, args.calls)
         print(f"{family:10s} {glm_us:8.1f} {robust_us:10.1f} {robust_us / glm_us:6.2f}")
+    per_example_costs(args, divergence)
 
 
 if __name__ == "__main__":

@@ -164,14 +164,14 @@ class Model(RobustProgram):
 
 
 def require_builtin_model(model, method: str) -> None:
-    """An error naming ``model`` unless it is a built-in :class:`Model`: the methods that take
-    per-example gradients at every step need the built-in programs' one-call per-example mode."""
+    """An error naming ``model`` unless it is a built-in :class:`Model`: coresets restrict the
+    program to chosen rows and private VI takes the built-in programs' per-example mode, which
+    your own programs do not have."""
     if isinstance(model, Model):
         return
     if hasattr(model, "likelihoods"):  # rs.from_stan / rs.robustify
         raise RobustStanInputError(
-            f"model: {method} needs the one-call per-example gradients of a built-in model (rs.glm, rs.location, "
-            "rs.custom); a program from rs.from_stan or rs.robustify has exact per-example gradients only at one "
-            "gradient call per row (model.per_example_gradients). Rebuild the model with rs.custom to use "
-            f"{method}.")
+            f"model: {method} works on the built-in models (rs.glm, rs.location, rs.custom), whose programs it can "
+            "restrict to any set of rows; a program from rs.from_stan or rs.robustify runs sample, variational, "
+            f"per_example_gradients and rs.rob_ula. Rebuild the model with rs.custom to use {method}.")
     raise RobustStanInputError(f"model: expected a robust_stan Model, got {type(model).__name__}")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 
-from ..building.divergences import Divergence
-from ..methods.rob_ula import run_rob_ula
+from ..building.divergences import Divergence, as_divergence
+from ..methods.rob_ula import builtin_target, run_rob_ula
 from ..results.method_fits import RobULAFit
+from ..results.program_fit import ProgramFit
 from .model import Model, require_builtin_model
+from .stan_program import StanProgramModel
 
 
 def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None = None, iters: int = 5000,
@@ -18,6 +20,11 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
             oracle: str = "auto", generated_quantities: bool | None = None, log_density: bool = True,
             gradient_total: str = "n") -> RobULAFit:
     """Sample with Rob-ULA; returns a fit like :meth:`Model.sample`'s.
+
+    ``model`` is a built-in model (its per-example mode gives the gradients in one call) or a
+    program from :func:`robust_stan.robustify` with one likelihood outcome (gradients by mixed
+    second derivatives, :mod:`robust_stan.gradients.weight_derivatives`; the fit is then a
+    :class:`~robust_stan.results.program_fit.ProgramFit`).
 
     ``epsilon`` in [0, 0.5) is the assumed fraction of corrupted observations
     (:func:`robust_stan.tune_rob_ula` chooses it on held-out rows, as the paper does);
@@ -97,13 +104,23 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     if generated_quantities is not None:
         warnings.warn("rob_ula: generated_quantities is ignored (the per-observation quantities are computed on "
                       "demand) and will be removed", DeprecationWarning, stacklevel=2)
-    require_builtin_model(model, "rs.rob_ula")
-    prepared = model.prepare(data, divergence, learning_rate)
-    out = run_rob_ula(model, prepared.stan_data, epsilon, step_size=step_size, iters=iters, warmup=warmup, thin=thin,
-                      chains=chains, estimator=estimator, init=init, init_scale=init_scale, metric=metric,
-                      seed=seed, show_progress=show_progress, oracle=oracle,
-                      log_density=log_density, gradient_total=gradient_total)
-    fit = RobULAFit(model, out.raw, prepared, out.settings, inverse_metric=out.inverse_metric,
-                    unconstrained_draws=out.unconstrained_draws)
+    own_program = isinstance(model, StanProgramModel)
+    if own_program:
+        stan_data = model.stan_data(data, divergence, learning_rate)
+        target = model.langevin_target(stan_data, oracle)
+    else:
+        require_builtin_model(model, "rs.rob_ula")
+        prepared = model.prepare(data, divergence, learning_rate)
+        target = builtin_target(model, prepared.stan_data, oracle)
+    out = run_rob_ula(target, epsilon, step_size=step_size, iters=iters, warmup=warmup, thin=thin, chains=chains,
+                      estimator=estimator, init=init, init_scale=init_scale, metric=metric, seed=seed,
+                      show_progress=show_progress, log_density=log_density, gradient_total=gradient_total)
+    if own_program:
+        fit = ProgramFit(model, out.raw, stan_data, out.settings, as_divergence(divergence), learning_rate,
+                         method="rob_ula", inverse_metric=out.inverse_metric,
+                         unconstrained_draws=out.unconstrained_draws)
+    else:
+        fit = RobULAFit(model, out.raw, prepared, out.settings, inverse_metric=out.inverse_metric,
+                        unconstrained_draws=out.unconstrained_draws)
     fit.warn_if_not_converged()
     return fit

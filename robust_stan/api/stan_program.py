@@ -12,14 +12,16 @@ import numpy as np
 
 from ..building.data import check_learning_rate, check_weights
 from ..building.divergences import Divergence, as_divergence
-from ..building.robustify import SWITCHES, Likelihood, RobustifyError, robustify_program
+from ..building.robustify import SWITCHES, WEIGHT_PARAMETERS, Likelihood, RobustifyError, robustify_program
 from ..building.stanc import canonical_program, program_info
 from ..common.digest import digest
 from ..common.errors import RobustStanInputError, StanCompileError, require_inits
 from ..common.resources import LIBRARY_FILE
 from ..engines import ProgramOnEngine
 from ..gradients.oracles import GradientOracle, make_oracle
+from ..gradients.weight_derivatives import WeightDerivativeGradients, second_order_available
 from ..methods.nuts import nuts_settings
+from ..methods.rob_ula import LangevinTarget
 from ..methods.variational import fit_variational
 from ..results.program_fit import ProgramFit
 
@@ -65,10 +67,12 @@ class StanProgramModel(ProgramOnEngine):
         self.filename = filename
         self.likelihoods = likelihoods
         self.outcomes = [lik.outcome for lik in likelihoods]
-        self.parameter_names = list(info["parameters"])
+        # robustify's weight parameters (size 0 unless robust-stan asks) are not the user's
+        self.parameter_names = [name for name in info["parameters"] if not name.startswith(WEIGHT_PARAMETERS)]
         self.data_names = [name for name in info["inputs"]
                            if name not in SWITCHES and not name.startswith("rs_weights_")]
         self._dimensions: dict[str, int] = {}
+        self._per_example: dict[str, WeightDerivativeGradients] = {}
 
     @property
     def robustified(self) -> bool:
@@ -99,7 +103,7 @@ class StanProgramModel(ProgramOnEngine):
             return out
         switches = divergence.stan_data()
         out.update(rs_divergence=switches["divergence"], rs_divergence_param=switches["divergence_param"],
-                   rs_learning_rate=check_learning_rate(learning_rate), rs_pointwise=0)
+                   rs_learning_rate=check_learning_rate(learning_rate), rs_pointwise=0, rs_weights_are_parameters=0)
         out.update(self._weights(out, weights))
         return out
 
@@ -146,27 +150,79 @@ class StanProgramModel(ProgramOnEngine):
         return make_oracle(self.stan_code, stan_data, self.dimension(stan_data), oracle)
 
     def per_example_gradients(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
-                              batch=None, oracle: str = "auto") -> np.ndarray:
+                              batch=None, oracle: str = "auto", method: str = "auto") -> np.ndarray:
         """Gradients of each observation's loss l_i at a shared unconstrained point, (rows, d).
 
-        Exact, by linearity of the target in the weights: with learning rate 1,
-        grad l_i = grad log pi(weights = 0) - grad log pi(weights = e_i), one gradient call per
-        row plus one (the cost is rows x one full gradient; the built-in models' per-example
-        mode is far cheaper). Needs a robustified program with one outcome.
+        Needs a robustified program with one outcome. Both methods are exact:
+
+        - ``"mixed"`` (``"auto"`` where httpstan is installed): the weights become parameters
+          and the mixed second derivatives d^2 log pi / (d w_i d theta) = -grad l_i come from
+          d sweeps of forward over reverse mode, whatever the number of rows
+          (:mod:`robust_stan.gradients.weight_derivatives`; the first call builds the program
+          once more, with second-order autodiff);
+        - ``"difference"``: by linearity of the target in the weights, grad l_i =
+          grad log pi(weights = 0) - grad log pi(weights = e_i), one gradient call per row plus
+          one on the model's own engine (rows x one full gradient).
         """
-        if len(self.outcomes) != 1:
-            raise RobustStanInputError("per-example gradients need a robustified program with exactly one "
-                                       f"likelihood outcome; this one has {self.outcomes or 'none'}")
+        self._require_one_outcome("per_example_gradients")
+        if method not in ("auto", "mixed", "difference"):
+            raise RobustStanInputError(f"method: must be 'auto', 'mixed' or 'difference', got {method!r}")
         if as_divergence(divergence).code == 3:
             raise RobustStanInputError("divergence: the original gamma form is not a sum over observations, so it "
                                        "has no per-example gradients; use rs.GammaD(gamma) (decomposable), beta or KL")
-        y = self.outcomes[0]
         stan_data = self.stan_data(data, divergence)
+        theta = self.check_theta(stan_data, theta_unconstrained)
+        if method == "mixed" or (method == "auto" and second_order_available()):
+            return self.per_example(stan_data).gradients(theta, batch)
+        return self._gradients_by_differences(stan_data, theta, batch, oracle)
+
+    def per_example(self, stan_data: dict) -> WeightDerivativeGradients:
+        """The per-example gradients of one outcome's rows for these Stan data (a robustified program
+        with one outcome), by mixed second derivatives; built once per data and divergence."""
+        y = self.outcomes[0]
+        key = digest(stan_data)
+        if key not in self._per_example:
+            self._per_example.clear()  # one data set at a time: each holds a model with its data
+            self._per_example[key] = WeightDerivativeGradients(self.stan_code, stan_data, y, self.dimension(stan_data))
+        return self._per_example[key]
+
+    def langevin_target(self, stan_data: dict, oracle: str = "auto") -> LangevinTarget:
+        """What rs.rob_ula needs of this robustified program with these Stan data: per-example gradients
+        by mixed second derivatives (:meth:`per_example`), the prior alone (every weight 0: the
+        library's weighted loss is then exactly 0) and the likelihood reweighted, all as data."""
+        self._require_one_outcome("rs.rob_ula")
+        y = self.outcomes[0]
+        d = self.dimension(stan_data)
+
+        def with_weights(weights) -> GradientOracle:
+            return make_oracle(self.stan_code, dict(stan_data, **{f"rs_weights_{y}": np.asarray(weights, float)}), d,
+                               oracle)
+
+        family = self.likelihoods[0].family
+        return LangevinTarget(
+            per_example=self.per_example(stan_data),
+            prior=with_weights(np.zeros(len(stan_data[f"rs_weights_{y}"]))),
+            posterior=make_oracle(self.stan_code, stan_data, d, oracle),
+            weighted=with_weights,
+            output=lambda: make_oracle(self.stan_code, stan_data, d, oracle),
+            learning_rate=float(stan_data["rs_learning_rate"]),
+            default_estimator="lrv_once" if family == "multi_normal_cholesky" else "trimmed_mean",
+        )
+
+    def _require_one_outcome(self, method: str) -> None:
+        if len(self.outcomes) != 1:
+            what = (f"{len(self.outcomes)} outcomes {self.outcomes}" if self.outcomes
+                    else "no robustified likelihood (make one with rs.robustify)")
+            raise RobustStanInputError(f"model: {method} needs per-example gradients, which robust-stan computes for "
+                                       f"a robustified program with exactly one likelihood outcome; this one has "
+                                       f"{what}")
+
+    def _gradients_by_differences(self, stan_data: dict, theta: np.ndarray, batch, oracle: str) -> np.ndarray:
+        y = self.outcomes[0]
         n = len(stan_data[f"rs_weights_{y}"])
         rows = np.arange(n) if batch is None else np.asarray(batch, dtype=int).ravel()
         if rows.size and (rows.min() < 0 or rows.max() >= n):
             raise RobustStanInputError(f"batch: rows must lie in 0..{n - 1}")
-        theta = self.check_theta(stan_data, theta_unconstrained)
         zero = dict(stan_data, **{f"rs_weights_{y}": np.zeros(n)})
         base = make_oracle(self.stan_code, zero, theta.size, oracle).gradient(theta, jacobian=True)
         out = np.empty((rows.size, theta.size))

@@ -21,7 +21,9 @@ from ..common.resources import LIBRARY_FILE
 from .families import FAMILIES
 
 #: Names the rewritten program adds; a program that already uses one is refused.
-SWITCHES = ("rs_divergence", "rs_divergence_param", "rs_learning_rate", "rs_pointwise")
+SWITCHES = ("rs_divergence", "rs_divergence_param", "rs_learning_rate", "rs_pointwise", "rs_weights_are_parameters")
+#: Parameters robustify adds (size 0 unless rs_weights_are_parameters = 1): rs_weight_parameters_<outcome>.
+WEIGHT_PARAMETERS = "rs_weight_parameters_"
 
 
 @dataclass(frozen=True)
@@ -299,7 +301,7 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
     used_names = data_names | transformed_data | set(info["parameters"]) | set(info["transformed parameters"]) \
         | set(info["generated quantities"])
     clash = sorted(n for n in used_names if n in SWITCHES or n.startswith(("rs_weights_", "rs_log_lik_",
-                                                                            "rs_robust_loss_")))
+                                                                            "rs_robust_loss_", WEIGHT_PARAMETERS)))
     if clash:
         raise RobustifyError(f"{filename}: the program already uses the name(s) {clash}, which robustify adds; "
                              "rename them")
@@ -464,8 +466,12 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     weights = f"rs_weights_{outcome}[{index}:{index}]" if index else f"rs_weights_{outcome}"
     function = f"robust_{translation.family}"
     table = f", {_table_name(translation.family)}" if translation.family in _TABLED_FAMILIES else ""
-    model_line = (f"target += rs_learning_rate * {function}_weighted_{suffix}({outcome_expression} | {arguments}, "
-                  f"rs_divergence, rs_divergence_param, {weights}{table});  // robustified: {statement.statement}")
+    weight_parameters = f"{WEIGHT_PARAMETERS}{outcome}[{index}:{index}]" if index else f"{WEIGHT_PARAMETERS}{outcome}"
+    call = (f"rs_learning_rate * {function}_weighted_{suffix}({outcome_expression} | {arguments}, "
+            f"rs_divergence, rs_divergence_param, {{}}{table})")
+    # the weights as parameters only serve robust-stan's per-example gradients (DESIGN.md section 3)
+    model_line = (f"if (rs_weights_are_parameters) target += {call.format(weight_parameters)};\n"
+                  f"else target += {call.format(weights)};  // robustified: {statement.statement}")
     pick = "[1]" if index else ""
     slot = f"[{index}]" if index else ""
     gq_lines = [f"rs_log_lik_{outcome}{slot} = -{function}_pointwise_loss({outcome_expression}, {arguments}, 0, 1){pick};",
@@ -483,7 +489,7 @@ def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelih
         if re.search(r"\btarget\s*\(\s*\)|\b\w+_lp\s*\(", code[k]):
             raise RobustifyError(f"{filename}: `{code[k].strip()}` reads target() or calls an _lp function, which the "
                                  "generated quantities (where robustify computes log_lik) cannot do")
-    functions, data = _block(code, "functions"), _block(code, "data")
+    functions, data, parameters = _block(code, "functions"), _block(code, "data"), _block(code, "parameters")
     transformed_data, gq = _block(code, "transformed data"), _block(code, "generated quantities")
     per_row = [lik for lik in likelihoods if not lik.vectorised]
     added_transformed_data = (_gamma_original_guard(per_row) if per_row else []) + _integral_tables(likelihoods)
@@ -495,8 +501,11 @@ def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelih
             out += ["functions {", f"  #include {LIBRARY_FILE}", "}"]
         if k == data[1]:
             out += _switch_declarations(likelihoods)
+        if parameters and k == parameters[1]:
+            out += _weight_parameters(likelihoods)
         if k in rewritten:
-            out.append((re.match(r"\s*", line)[0] + rewritten[k] + " " + _comment_part(line, code[k])).rstrip())
+            indent = re.match(r"\s*", line)[0]
+            out.append((indent + rewritten[k].replace("\n", "\n" + indent) + " " + _comment_part(line, code[k])).rstrip())
         else:
             out.append(line)
         if functions and k == functions[0]:
@@ -525,7 +534,15 @@ def _switch_declarations(likelihoods: list[Likelihood]) -> list[str]:
     for lik in likelihoods:
         lines.append(f"  vector<lower=0>[size({lik.outcome})] rs_weights_{lik.outcome};  // v_i of {lik.outcome}")
     lines.append("  int<lower=0, upper=1> rs_pointwise;     // 1: rs_log_lik_* and rs_robust_loss_* filled")
+    lines.append("  int<lower=0, upper=1> rs_weights_are_parameters;  // 1: weights from rs_weight_parameters_* "
+                 "(per-example gradients)")
     return lines
+
+
+def _weight_parameters(likelihoods: list[Likelihood]) -> list[str]:
+    return ["  // added by robustify: the weights as parameters, for robust-stan's per-example gradients only",
+            *(f"  vector[rs_weights_are_parameters ? size({lik.outcome}) : 0] {WEIGHT_PARAMETERS}{lik.outcome};"
+              for lik in likelihoods)]
 
 
 def _table_name(family: str) -> str:

@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 from ..common.errors import StanCompileError
-from .native_model import INTERFACE_HEADER
+from .native_model import INTERFACE_HEADER, SECOND_ORDER_MARK
 
 #: Headers compiled into every module: robust-stan's C interface.
 FORCED_HEADERS = (INTERFACE_HEADER,)
@@ -135,9 +135,12 @@ def _compile_services(hs, extension, include_dirs: list[str], work: Path, built:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _add_our_parts(hs, services_for_this_python: bool) -> None:
+def _add_our_parts(hs, services_for_this_python: bool, second_order: bool = False) -> None:
     """Make httpstan's build add robust-stan's headers to its own compiler arguments and, if
-    ``services_for_this_python``, link with :func:`_services_object_for_this_python`."""
+    ``services_for_this_python``, link with :func:`_services_object_for_this_python`. With
+    ``second_order`` the model also gets its fvar<var> log_prob (STAN_MODEL_FVAR_VAR): Stan's
+    model_base declares those virtual functions after all the others, so httpstan's services,
+    built without them, see the same table of virtual functions."""
     run_build_ext = hs.build_ext.run_build_ext
 
     def run_with_our_parts(extensions, build_lib):
@@ -147,7 +150,8 @@ def _add_our_parts(hs, services_for_this_python: bool) -> None:
                 own = _services_object_for_this_python(hs, extension)
                 extension.extra_objects = [o for o in extension.extra_objects if o not in shipped] + [str(own)]
             extension.extra_compile_args = list(extension.extra_compile_args or []) + [
-                flag for header in FORCED_HEADERS for flag in ("-include", str(header))]
+                flag for header in FORCED_HEADERS for flag in ("-include", str(header))] + (
+                ["-DSTAN_MODEL_FVAR_VAR"] if second_order else [])
         return run_build_ext(extensions, build_lib)
 
     hs.build_ext.run_build_ext = run_with_our_parts
@@ -168,9 +172,10 @@ def main() -> None:
     if foreign:
         print(f"robust-stan: httpstan's stan_services.o was built for Python {shipped_for}, "
               f"this is {running}: linking with one built here", file=sys.stderr)
-    _add_our_parts(httpstan, services_for_this_python=foreign)
+    program = sys.stdin.read()
+    _add_our_parts(httpstan, services_for_this_python=foreign, second_order=SECOND_ORDER_MARK in program)
     try:
-        asyncio.run(httpstan.models.build_services_extension_module(sys.stdin.read()))
+        asyncio.run(httpstan.models.build_services_extension_module(program))
     except Exception as exc:  # the compiler's own messages are already on standard error
         print(f"httpstan's build stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -21,6 +21,10 @@ _MESSAGE = ctypes.POINTER(ctypes.c_char_p)
 
 INTERFACE_HEADER = Path(__file__).with_name("oracle_interface.hpp")
 
+#: A line that, anywhere in a program's text, makes the httpstan build define STAN_MODEL_FVAR_VAR
+#: (the model's fvar<var> log_prob, for :meth:`NativeModel.mixed_second_derivatives`).
+SECOND_ORDER_MARK = "// robust-stan: built with second-order autodiff (STAN_MODEL_FVAR_VAR)"
+
 
 @lru_cache(maxsize=None)
 def _library(path: str) -> ctypes.CDLL:
@@ -50,6 +54,9 @@ def _library(path: str) -> ctypes.CDLL:
     lib.robust_stan_generated_quantities.restype = ctypes.c_int
     lib.robust_stan_generated_quantities.argtypes = [ctypes.c_void_p, ctypes.c_size_t, _BUFFER, ctypes.c_uint,
                                                      ctypes.c_uint, _BUFFER, _MESSAGE]
+    lib.robust_stan_mixed_second_derivatives.restype = ctypes.c_int
+    lib.robust_stan_mixed_second_derivatives.argtypes = [ctypes.c_void_p, ctypes.c_int, _BUFFER, ctypes.c_size_t,
+                                                         _BUFFER, _MESSAGE]
     return lib
 
 
@@ -164,4 +171,21 @@ class NativeModel:
                                                       int(seed) % 2**32, int(chain), out.ctypes.data,
                                                       ctypes.byref(error)):
             raise RuntimeError(_take_message(self._lib, error))
+        return out
+
+    def mixed_second_derivatives(self, theta: np.ndarray, n_first: int, jacobian: bool = True) -> np.ndarray:
+        """(dimension - n_first, n_first): d^2 log density / (d theta_j d theta_k) for j past the first
+        ``n_first`` coordinates and k among them, by forward over reverse mode (n_first sweeps).
+        Needs a program built with second-order autodiff (:data:`SECOND_ORDER_MARK`); raises
+        RuntimeError otherwise, ValueError where Stan raises a domain error."""
+        theta = self._point(theta)
+        if not 0 <= n_first <= self.dimension:
+            raise ValueError(f"n_first: must lie in 0..{self.dimension}, got {n_first}")
+        out = np.empty((self.dimension - n_first, n_first))
+        error = ctypes.c_char_p()
+        status = self._lib.robust_stan_mixed_second_derivatives(self._handle, int(bool(jacobian)), theta.ctypes.data,
+                                                                int(n_first), out.ctypes.data, ctypes.byref(error))
+        if status:
+            message = _take_message(self._lib, error)
+            raise (ValueError if status == 1 else RuntimeError)(message)
         return out

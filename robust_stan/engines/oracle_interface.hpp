@@ -9,6 +9,9 @@
 // buffers. robust_stan/engines/native_model.py binds it with ctypes.
 #include <stan/io/array_var_context.hpp>
 #include <stan/math/rev.hpp>
+#ifdef STAN_MODEL_FVAR_VAR
+#include <stan/math/mix.hpp>
+#endif
 #include <stan/model/model_base.hpp>
 #include <stan/services/util/create_rng.hpp>
 
@@ -181,6 +184,54 @@ int robust_stan_generated_quantities(void *handle, size_t n_draws, const double 
     return 2;
   }
   return 0;
+}
+
+// Mixed second derivatives of the log density, forward mode over reverse mode
+// (stan::math::fvar<var>): for each of the first `n_first` coordinates k of theta,
+// one sweep with the tangent e_k gives d/d theta_j (d log density / d theta_k) for
+// every j; out[(j - n_first) * n_first + k] receives it for j >= n_first. With a
+// program whose likelihood weights w are its last parameters (target linear in w),
+// row j of `out` is then the gradient of observation j's weighted term: all
+// per-example gradients from n_first sweeps, whatever the number of rows.
+// Needs the program built with STAN_MODEL_FVAR_VAR (the fvar<var> log_prob);
+// returns 3 with *error set when it was not, else as
+// robust_stan_log_density_gradient.
+int robust_stan_mixed_second_derivatives(void *handle, int jacobian, const double *theta, size_t n_first,
+                                         double *out, char **error) {
+  *error = nullptr;
+#ifdef STAN_MODEL_FVAR_VAR
+  using stan::math::fvar;
+  using stan::math::var;
+  auto &model = *static_cast<stan::model::model_base *>(handle);
+  const size_t n = model.num_params_r();
+  int status = 0;
+  try {
+    if (n_first > n) throw std::invalid_argument("n_first is larger than the number of parameters");
+    for (size_t k = 0; k < n_first; ++k) {
+      Eigen::Matrix<fvar<var>, -1, 1> params(n);
+      for (size_t i = 0; i < n; ++i) params.coeffRef(i) = fvar<var>(var(theta[i]), var(i == k ? 1.0 : 0.0));
+      std::ostringstream messages;
+      fvar<var> lp = jacobian ? model.template log_prob<true, true>(params, &messages)
+                              : model.template log_prob<true, false>(params, &messages);
+      lp.d_.grad();
+      for (size_t j = n_first; j < n; ++j) out[(j - n_first) * n_first + k] = params.coeff(j).val_.adj();
+      stan::math::recover_memory();
+    }
+  } catch (const std::domain_error &ex) {
+    *error = robust_stan_interface::copy_message(ex.what());
+    status = 1;
+  } catch (const std::exception &ex) {
+    *error = robust_stan_interface::copy_message(ex.what());
+    status = 2;
+  }
+  stan::math::recover_memory();
+  return status;
+#else
+  (void)handle, (void)jacobian, (void)theta, (void)n_first, (void)out;
+  *error = robust_stan_interface::copy_message(
+      "this program was built without second-order autodiff (STAN_MODEL_FVAR_VAR)");
+  return 3;
+#endif
 }
 
 }  // extern "C"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,7 @@ from tqdm.auto import tqdm
 from ..building.data import with_switches
 from ..common.errors import RobustStanInputError, RobustStanWarning, require_count, require_positive, require_seed
 from ..engines import RawDraws
-from ..gradients.oracles import constrained_draws
+from ..gradients.oracles import GradientOracle, constrained_draws
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
 from .estimators import get_estimator, mean as plain_mean, outlier_truncation
@@ -207,13 +208,48 @@ def trimmed_mode(weighted_oracle, per_example, start: np.ndarray, epsilon: float
     return point, converged
 
 
-def run_rob_ula(program: RobustProgram, stan_data: dict, epsilon: float, step_size: float | None = None,
+@dataclass(frozen=True)
+class LangevinTarget:
+    """What Rob-ULA needs of a model with its data (the built-in models: :func:`builtin_target`;
+    robustified programs: ``StanProgramModel.langevin_target``).
+
+    ``per_example`` gives grad l_i (``n``, ``dimension``, ``gradients(theta, batch=None)``,
+    ``gradients_many(thetas)``); ``prior`` is the prior alone (Jacobian included), ``posterior``
+    the model as prepared; ``weighted(w)`` the prior plus the likelihood with weights w per row;
+    ``output()`` the oracle whose constrained values become the draws; ``learning_rate`` the
+    loss's scale w; ``default_estimator`` what ``estimator="auto"`` means for this likelihood.
+    """
+
+    per_example: object
+    prior: GradientOracle
+    posterior: GradientOracle
+    weighted: Callable[[np.ndarray], GradientOracle]
+    output: Callable[[], GradientOracle]
+    learning_rate: float
+    default_estimator: str
+
+
+def builtin_target(program: RobustProgram, stan_data: dict, oracle: str = "auto") -> LangevinTarget:
+    """The :class:`LangevinTarget` of a built-in model's program with prepared ``stan_data``: its
+    per-example mode, its prior-only mode, and weights and per-observation output chosen by data."""
+    return LangevinTarget(
+        per_example=PerExampleGradients(program, stan_data, oracle),
+        prior=program.oracle_for(with_switches(stan_data, mode="prior"), oracle),
+        posterior=program.oracle_for(stan_data, oracle),
+        weighted=lambda weights: program.oracle_for(with_switches(stan_data, weights=weights), oracle),
+        output=lambda: program.oracle_for(with_switches(stan_data, pointwise=False), oracle),
+        learning_rate=float(stan_data["learning_rate"]),
+        default_estimator=default_estimator(program.spec.family),
+    )
+
+
+def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None = None,
                 iters: int = 5000, warmup: int = 500, thin: int = 1, chains: int = 4, estimator="auto",
                 init: str = "mode", init_scale: float = 1.0, metric: str = "dense", seed: int | None = None,
-                show_progress: bool = True, oracle: str = "auto", log_density: bool = True,
+                show_progress: bool = True, log_density: bool = True,
                 gradient_total: str = "n") -> RobULAOutput:
-    """Rob-ULA on prepared ``stan_data`` (its learning rate included): the warmup and the chains
-    that :func:`robust_stan.rob_ula` describes, whose options these are.
+    """Rob-ULA on a model with its data (``target``, learning rate included): the warmup and the
+    chains that :func:`robust_stan.rob_ula` describes, whose options these are.
     """
     if not (isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool) and 0 <= epsilon < 0.5):
         raise RobustStanInputError(f"epsilon: must lie in [0, 0.5), got {epsilon!r}")
@@ -228,13 +264,11 @@ def run_rob_ula(program: RobustProgram, stan_data: dict, epsilon: float, step_si
         raise RobustStanInputError(f"init: must be one of {', '.join(INITS)}, got {init!r}")
     if metric not in METRICS:
         raise RobustStanInputError(f"metric: must be one of {', '.join(METRICS)}, got {metric!r}")
-    estimate = get_estimator(default_estimator(program.spec.family) if estimator == "auto" else estimator)
+    estimate = get_estimator(target.default_estimator if estimator == "auto" else estimator)
     if gradient_total not in ("n", "clean"):
         raise RobustStanInputError(f"gradient_total: must be 'n' or 'clean', got {gradient_total!r}")
-    learning_rate = float(stan_data["learning_rate"])
-    per_example = PerExampleGradients(program, stan_data, oracle)
-    prior = program.oracle_for(with_switches(stan_data, mode="prior"), oracle)
-    posterior = program.oracle_for(stan_data, oracle)
+    learning_rate = target.learning_rate
+    per_example, prior, posterior = target.per_example, target.prior, target.posterior
     n, d = per_example.n, per_example.dimension
     total = n if gradient_total == "n" else (1 - epsilon) * n
     plain = estimate is plain_mean  # ULA follows every row
@@ -246,7 +280,7 @@ def run_rob_ula(program: RobustProgram, stan_data: dict, epsilon: float, step_si
     def weighted_oracle(rows: np.ndarray):
         weights = np.zeros(n)
         weights[rows] = total / rows.size
-        return program.oracle_for(with_switches(stan_data, weights=weights), oracle)
+        return target.weighted(weights)
 
     def z_drift(G: np.ndarray, theta: np.ndarray, L: np.ndarray) -> tuple[np.ndarray, float]:
         """The drift the chain follows in the coordinates z of theta = L z, from the per-example
@@ -326,7 +360,7 @@ def run_rob_ula(program: RobustProgram, stan_data: dict, epsilon: float, step_si
                     lp[c, j // thin] = posterior.log_density(theta[c], jacobian=True)
             bar.update()
 
-    variables = constrained_draws(program.oracle_for(with_switches(stan_data, pointwise=False), oracle), thetas)
+    variables = constrained_draws(target.output(), thetas)
     sampler = {"lp__": lp} if log_density else {}
     sampler.update(step_size=np.full((chains, kept_draws), eta), kept_fraction=kept)
     settings = RobULASettings(chains, warmup, iters, thin, int(seed or 0), float(epsilon),

@@ -8,13 +8,15 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from ..building.robustify import WEIGHT_PARAMETERS
 from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data
 from .fit import nuts_diagnostics, sample_stats_dataset, summary_table, warn_if_poor_convergence
 
-_POINTWISE_PREFIXES = ("rs_log_lik_", "rs_robust_loss_")
+# robustify's per-observation quantities and its weight parameters (size 0 outside per-example work)
+_POINTWISE_PREFIXES = ("rs_log_lik_", "rs_robust_loss_", WEIGHT_PARAMETERS)
 
 
 class ProgramFit:

@@ -1,0 +1,87 @@
+"""Per-example gradients of a robustified program from its weights as parameters.
+
+A program made by :func:`robust_stan.robustify` adds
+``rs_learning_rate * sum_i w_i * (-l_i(theta))`` to its target, linear in the
+weights w. With its switch ``rs_weights_are_parameters = 1`` the weights become
+its last parameters, and the mixed second derivative
+
+    d^2 log density / (d w_i d theta) = -rs_learning_rate * grad l_i(theta)
+
+holds every per-example gradient. Forward mode over reverse mode (Stan's
+``fvar<var>``) gives the whole block from one sweep per coordinate of theta:
+d sweeps of a few gradients' cost each, whatever the number of rows, and exact
+(automatic differentiation, no differencing). The prior and the Jacobian do not
+depend on w, so they drop out.
+
+The weights are set to 2 for the sweeps. Any value gives the same derivatives
+(the target is linear in w), but at unit weights the library calls Stan's own
+fused density, which does not see w, and a zero weight would put log(0) on the
+tape.
+
+It needs the program built with second-order autodiff (``STAN_MODEL_FVAR_VAR``),
+a second build of the same text that only httpstan's back end makes; the first
+use compiles it once (cached like every build).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..common.errors import RobustStanInputError
+from ..engines import compile_program
+from ..engines.httpstan_engine import httpstan_available
+from ..engines.native_model import SECOND_ORDER_MARK
+
+#: The weights' value during the sweeps (see the module docstring).
+SWEEP_WEIGHT = 2.0
+
+
+def second_order_available() -> bool:
+    """Whether this machine can build programs with second-order autodiff (httpstan is installed)."""
+    return httpstan_available()
+
+
+class WeightDerivativeGradients:
+    """grad l_i(theta) for every row of one outcome of a robustified program, from mixed derivatives.
+
+    ``stan_data`` are the program's data with its switches (the learning rate is
+    set to 1 here); ``outcome`` names the likelihood's outcome; ``dimension`` is
+    the number of unconstrained parameters without the weights. ``gradients`` and
+    ``gradients_many`` have :class:`~robust_stan.gradients.per_example.PerExampleGradients`'
+    signatures.
+    """
+
+    def __init__(self, stan_code: str, stan_data: dict, outcome: str, dimension: int, show_progress: bool = False):
+        if int(stan_data["rs_divergence"]) == 3:
+            raise RobustStanInputError("divergence: the original gamma form is not a sum over observations, so it "
+                                       "has no per-example gradients; use rs.GammaD(gamma) (decomposable), beta or KL")
+        if not second_order_available():
+            raise RuntimeError("per-example gradients of a robustified program need httpstan (pip install httpstan), "
+                               "which builds the program with second-order autodiff")
+        self.n = len(np.atleast_1d(stan_data[f"rs_weights_{outcome}"]))
+        self.dimension = int(dimension)
+        program = compile_program(f"{SECOND_ORDER_MARK}\n{stan_code}", engine="httpstan", show_progress=show_progress)
+        data = dict(stan_data, rs_weights_are_parameters=1, rs_learning_rate=1.0)
+        self._native = program.native_model(data)
+        if self._native.dimension != self.dimension + self.n:
+            raise RuntimeError(f"the program has {self._native.dimension} parameters with its weights as parameters; "
+                               f"expected {self.dimension} + {self.n} (is {outcome!r} its only likelihood outcome?)")
+
+    def _rows(self, batch) -> np.ndarray:
+        rows = np.arange(self.n) if batch is None else np.asarray(batch).ravel()
+        if rows.size == 0 or not np.issubdtype(rows.dtype, np.integer):
+            raise RobustStanInputError("batch: must be a non-empty 1-D array of row indices (0-based)")
+        if rows.min() < 0 or rows.max() >= self.n:
+            raise RobustStanInputError(f"batch: row indices must lie in 0..{self.n - 1}")
+        return rows
+
+    def gradients(self, theta: np.ndarray, batch=None) -> np.ndarray:
+        """(rows, d): grad l_i at ``theta`` (unconstrained) for the rows of ``batch`` (all by default)."""
+        rows = self._rows(batch)
+        point = np.concatenate([np.asarray(theta, dtype=float).ravel(), np.full(self.n, SWEEP_WEIGHT)])
+        mixed = self._native.mixed_second_derivatives(point, self.dimension)
+        return -mixed[rows]
+
+    def gradients_many(self, thetas: np.ndarray, batch=None) -> np.ndarray:
+        """(points, rows, d): :meth:`gradients` at each row of ``thetas``."""
+        return np.stack([self.gradients(theta, batch) for theta in np.atleast_2d(thetas)])
