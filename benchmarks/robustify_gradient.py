@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 import robust_stan as rs
+from _timing import median_seconds  # the script's own folder is on the path
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "tests" / "stan_programs"
 
@@ -56,15 +57,6 @@ def cases(n: int, p: int):
     ]
 
 
-def median_seconds_of(call, repeats: int) -> float:
-    spent = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        spent.append(time.perf_counter() - start)
-    return statistics.median(spent)
-
-
 def per_example_costs(args, divergence) -> None:
     print(f"\nall N = {args.n} per-example gradients, {divergence!r}; milliseconds (median of {args.repeats})")
     print(f"{'family':10s} {'one gradient':>12s} {'mixed':>8s} {'built-in':>9s} {'per row':>9s}   "
@@ -77,11 +69,11 @@ def per_example_costs(args, divergence) -> None:
         mixed = robust.per_example(stan_data)
         theirs = built_in.per_example(built_in_data, divergence)
         built_theta = np.random.default_rng(0).normal(scale=0.1, size=theirs.dimension)
-        gradient = median_seconds_of(lambda: native.log_density_gradient(theta), 20 * args.repeats)
-        ours = median_seconds_of(lambda: mixed.gradients(theta), args.repeats)
-        built = median_seconds_of(lambda: theirs.gradients(built_theta), args.repeats)
+        gradient = median_seconds(lambda: native.log_density_gradient(theta), 20 * args.repeats)
+        ours = median_seconds(lambda: mixed.gradients(theta), args.repeats)
+        built = median_seconds(lambda: theirs.gradients(built_theta), args.repeats)
         rows = np.arange(20)
-        per_row = median_seconds_of(lambda: robust.per_example_gradients(program_data, theta, divergence, batch=rows,
+        per_row = median_seconds(lambda: robust.per_example_gradients(program_data, theta, divergence, batch=rows,
                                                                          method="difference"), 3) * args.n / rows.size
         print(f"{family:10s} {1e3 * gradient:12.3f} {1e3 * ours:8.2f} {1e3 * built:9.2f} {1e3 * per_row:9.0f}   "
               f"{ours / gradient:14.1f}  {ours / built:14.1f}  {per_row / ours:20.0f}")

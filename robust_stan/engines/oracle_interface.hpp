@@ -57,6 +57,22 @@ inline std::vector<std::vector<size_t>> split_dims(const size_t *ndims, const si
   return out;
 }
 
+// Runs `body`: 0 when it returns, 1 for a std::domain_error (a value outside a distribution's
+// support) and 2 for any other error, with *error set to its message.
+template <typename Body>
+int status_of(char **error, Body &&body) {
+  try {
+    body();
+  } catch (const std::domain_error &ex) {
+    *error = copy_message(ex.what());
+    return 1;
+  } catch (const std::exception &ex) {
+    *error = copy_message(ex.what());
+    return 2;
+  }
+  return 0;
+}
+
 }  // namespace robust_stan_interface
 
 extern "C" {
@@ -99,8 +115,7 @@ int robust_stan_log_density_gradient(void *handle, int jacobian, const double *t
   auto &model = *static_cast<stan::model::model_base *>(handle);
   *error = nullptr;
   const size_t n = model.num_params_r();
-  int status = 0;
-  try {
+  const int status = robust_stan_interface::status_of(error, [&] {
     Eigen::Matrix<var, -1, 1> params(n);
     for (size_t i = 0; i < n; ++i) params.coeffRef(i) = theta[i];
     std::ostringstream messages;
@@ -111,13 +126,7 @@ int robust_stan_log_density_gradient(void *handle, int jacobian, const double *t
       lp.grad();
       for (size_t i = 0; i < n; ++i) grad[i] = params.coeff(i).adj();
     }
-  } catch (const std::domain_error &ex) {
-    *error = robust_stan_interface::copy_message(ex.what());
-    status = 1;
-  } catch (const std::exception &ex) {
-    *error = robust_stan_interface::copy_message(ex.what());
-    status = 2;
-  }
+  });
   stan::math::recover_memory();
   return status;
 }
@@ -204,8 +213,7 @@ int robust_stan_mixed_second_derivatives(void *handle, int jacobian, const doubl
   using stan::math::var;
   auto &model = *static_cast<stan::model::model_base *>(handle);
   const size_t n = model.num_params_r();
-  int status = 0;
-  try {
+  const int status = robust_stan_interface::status_of(error, [&] {
     if (n_first > n) throw std::invalid_argument("n_first is larger than the number of parameters");
     for (size_t k = 0; k < n_first; ++k) {
       Eigen::Matrix<fvar<var>, -1, 1> params(n);
@@ -217,13 +225,7 @@ int robust_stan_mixed_second_derivatives(void *handle, int jacobian, const doubl
       for (size_t j = n_first; j < n; ++j) out[(j - n_first) * n_first + k] = params.coeff(j).val_.adj();
       stan::math::recover_memory();
     }
-  } catch (const std::domain_error &ex) {
-    *error = robust_stan_interface::copy_message(ex.what());
-    status = 1;
-  } catch (const std::exception &ex) {
-    *error = robust_stan_interface::copy_message(ex.what());
-    status = 2;
-  }
+  });
   stan::math::recover_memory();
   return status;
 #else
