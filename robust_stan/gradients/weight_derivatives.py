@@ -9,9 +9,11 @@ its last parameters, and the mixed second derivative
 
 holds every per-example gradient. Forward mode over reverse mode (Stan's
 ``fvar<var>``) gives the whole block from one sweep per coordinate of theta:
-d sweeps of a few gradients' cost each, whatever the number of rows, and exact
-(automatic differentiation, no differencing). The prior and the Jacobian do not
-depend on w, so they drop out.
+d sweeps, whatever the number of rows, and exact (automatic differentiation, no
+differencing). The prior and the Jacobian do not depend on w, so they drop out.
+Measured at N = 2000, d = 12 (``benchmarks/robustify_gradient.py``): a sweep costs
+6 to 13 gradients of the program, all N gradients 71 to 161, against N + 1 for
+one gradient per row.
 
 The weights are set to 2 for the sweeps. Any value gives the same derivatives
 (the target is linear in w), but at unit weights the library calls Stan's own
