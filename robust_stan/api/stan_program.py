@@ -12,6 +12,7 @@ import numpy as np
 
 from ..building.data import check_learning_rate, check_weights
 from ..building.divergences import Divergence, as_divergence
+from ..building.families import FAMILIES
 from ..building.robustify import SWITCHES, WEIGHT_PARAMETERS, Likelihood, RobustifyError, robustify_program
 from ..building.stanc import canonical_program, program_info
 from ..common.digest import digest
@@ -21,7 +22,7 @@ from ..engines import ProgramOnEngine
 from ..gradients.oracles import GradientOracle, make_oracle
 from ..gradients.weight_derivatives import WeightDerivativeGradients, second_order_available
 from ..methods.nuts import nuts_settings
-from ..methods.rob_ula import LangevinTarget
+from ..methods.rob_ula import LangevinTarget, default_estimator
 from ..methods.variational import fit_variational
 from ..results.program_fit import ProgramFit
 
@@ -198,7 +199,7 @@ class StanProgramModel(ProgramOnEngine):
             return make_oracle(self.stan_code, dict(stan_data, **{f"rs_weights_{y}": np.asarray(weights, float)}), d,
                                oracle)
 
-        family = self.likelihoods[0].family
+        family = next(f for f in FAMILIES.values() if f.stan_name == self.likelihoods[0].family)
         return LangevinTarget(
             per_example=self.per_example(stan_data),
             prior=with_weights(np.zeros(len(stan_data[f"rs_weights_{y}"]))),
@@ -206,7 +207,7 @@ class StanProgramModel(ProgramOnEngine):
             weighted=with_weights,
             output=lambda: make_oracle(self.stan_code, stan_data, d, oracle),
             learning_rate=float(stan_data["rs_learning_rate"]),
-            default_estimator="lrv_once" if family == "multi_normal_cholesky" else "trimmed_mean",
+            default_estimator=default_estimator(family),
         )
 
     def _require_one_outcome(self, method: str) -> None:
