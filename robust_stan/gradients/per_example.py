@@ -35,6 +35,16 @@ from .oracles import GradientOracle, make_oracle
 from .program import RobustProgram
 
 
+def checked_rows(batch, n: int) -> np.ndarray:
+    """``batch`` (0-based row indices; None: all ``n`` rows) as an array, or an error naming it."""
+    rows = np.arange(n) if batch is None else np.asarray(batch)
+    if rows.ndim != 1 or rows.size == 0 or not np.issubdtype(rows.dtype, np.integer):
+        raise RobustStanInputError("batch: must be a non-empty 1-D array of row indices (0-based)")
+    if rows.min() < 0 or rows.max() >= n:
+        raise RobustStanInputError(f"batch: row indices must lie in 0..{n - 1}")
+    return rows
+
+
 class PerExampleGradients:
     """grad l_i(theta) for the rows of a data set, for one model and divergence.
 
@@ -70,14 +80,6 @@ class PerExampleGradients:
         self._copy_size = sum(self._per_copy_sizes[i] for i in self._copied)
         self._oracle_kind = oracle
         self._oracles: dict[bytes, GradientOracle] = {}
-
-    def _check_rows(self, batch) -> np.ndarray:
-        rows = np.arange(self.n) if batch is None else np.asarray(batch)
-        if rows.ndim != 1 or rows.size == 0 or not np.issubdtype(rows.dtype, np.integer):
-            raise RobustStanInputError("batch: must be a non-empty 1-D array of row indices (0-based)")
-        if rows.min() < 0 or rows.max() >= self.n:
-            raise RobustStanInputError(f"batch: row indices must lie in 0..{self.n - 1}")
-        return rows
 
     def _oracle(self, rows: np.ndarray) -> GradientOracle:
         key = rows.astype(np.int64).tobytes()
@@ -121,7 +123,7 @@ class PerExampleGradients:
         thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
         if thetas.shape[1] != self.dimension:
             raise RobustStanInputError(f"theta: expected {self.dimension} unconstrained values, got {thetas.shape[1]}")
-        rows = self._check_rows(batch)
+        rows = checked_rows(batch, self.n)
         points, n_rows = thetas.shape[0], rows.size
         oracle = self._oracle(np.tile(rows, points))
         if self.strategy == "linear_predictor":

@@ -33,6 +33,7 @@ from ..common.errors import RobustStanInputError
 from ..engines import compile_program
 from ..engines.httpstan_engine import httpstan_available
 from ..engines.native_model import SECOND_ORDER_MARK
+from .per_example import checked_rows
 
 #: The weights' value during the sweeps (see the module docstring).
 SWEEP_WEIGHT = 2.0
@@ -69,17 +70,9 @@ class WeightDerivativeGradients:
             raise RuntimeError(f"the program has {self._native.dimension} parameters with its weights as parameters; "
                                f"expected {self.dimension} + {self.n} (is {outcome!r} its only likelihood outcome?)")
 
-    def _rows(self, batch) -> np.ndarray:
-        rows = np.arange(self.n) if batch is None else np.asarray(batch).ravel()
-        if rows.size == 0 or not np.issubdtype(rows.dtype, np.integer):
-            raise RobustStanInputError("batch: must be a non-empty 1-D array of row indices (0-based)")
-        if rows.min() < 0 or rows.max() >= self.n:
-            raise RobustStanInputError(f"batch: row indices must lie in 0..{self.n - 1}")
-        return rows
-
     def gradients(self, theta: np.ndarray, batch=None) -> np.ndarray:
         """(rows, d): grad l_i at ``theta`` (unconstrained) for the rows of ``batch`` (all by default)."""
-        rows = self._rows(batch)
+        rows = checked_rows(batch, self.n)
         point = np.concatenate([np.asarray(theta, dtype=float).ravel(), np.full(self.n, SWEEP_WEIGHT)])
         mixed = self._native.mixed_second_derivatives(point, self.dimension)
         return -mixed[rows]
