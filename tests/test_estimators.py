@@ -82,6 +82,42 @@ def test_lrv_once_is_the_literal_recursion_without_deeper_truncation():
     assert not np.allclose(result.mean, lrv(G, 0.2).mean)  # the literal version truncates again
 
 
+def _literal_lrv(G, epsilon):
+    """Algorithm 2 as written, for reference: every column's shortest interval found on its own,
+    the covariance's full eigenbasis split into V (top floor(d/2)) and W, and both parts formed."""
+    n, d = G.shape
+    keep = max(1, min(n, int(np.ceil((1 - epsilon) ** 2 * n - 1e-9))))
+    if keep == n:
+        kept = np.ones(n, dtype=bool)
+    elif d == 1:
+        kept = shortest_interval(G[:, 0], keep)
+    else:
+        centre = np.array([G[shortest_interval(G[:, j], keep), j].mean() for j in range(d)])
+        distances = ((G - centre) ** 2).sum(axis=1)
+        kept = np.zeros(n, dtype=bool)
+        kept[np.argsort(distances, kind="stable")[:keep]] = True
+    X = G[kept]
+    if d == 1:
+        return X.mean(axis=0)
+    _, vectors = np.linalg.eigh(np.cov(X, rowvar=False))
+    V, W = vectors[:, d - d // 2:], vectors[:, : d - d // 2]
+    return V @ _literal_lrv(X @ V, epsilon) + W @ (W.T @ X.mean(axis=0))
+
+
+@pytest.mark.parametrize("n,d", [(1250, 200), (2000, 20), (301, 9), (101, 3), (40, 1)])
+def test_lrv_equals_the_literal_algorithm(n, d):
+    """The fast lrv (one sort for all columns, window sums, W never formed) against the
+    algorithm as written, on gross outliers, on values of order 1e6 and on rounded values
+    (ties): equal to 1e-10 relative."""
+    rng = np.random.default_rng(n + d)
+    for scale, rounded in ((1.0, False), (1e6, False), (1.0, True)):
+        G = rng.normal(size=(n, d))
+        G[: n // 5] += rng.uniform(0, 10, size=(n // 5, d))
+        G = np.round(G * 4) / 4 if rounded else G * scale
+        expected = _literal_lrv(G, 0.2)
+        np.testing.assert_allclose(lrv(G, 0.2).mean, expected, rtol=0, atol=1e-10 * np.abs(expected).max())
+
+
 def test_shortest_interval_against_brute_force():
     rng = np.random.default_rng(4)
     for _ in range(20):
@@ -101,6 +137,18 @@ def test_truncation_keeps_the_right_fraction():
     G = np.random.default_rng(5).normal(size=(100, 3))
     assert outlier_truncation(G, 0.2).sum() == 64
     assert outlier_truncation(G, 0.0).all()
+
+
+def test_truncation_breaks_ties_at_the_cut_by_row_order():
+    """280 rows at the origin and 720 at distance 1 on the axes (180 on each half-axis): each
+    coordinate has 640 zeros, so the centre is (0, 0); keep = 640 takes the 280 and the first
+    360 of the 720 tied rows in row order (a plain argpartition takes others at this size)."""
+    axes = np.tile([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]], (180, 1))
+    G = np.vstack([axes[:30], np.zeros((280, 2)), axes[30:]])
+    kept = outlier_truncation(G, 0.2)
+    on_axes = np.flatnonzero(np.abs(G).sum(axis=1) > 0)
+    assert kept.sum() == 640 and kept[30:310].all()
+    assert np.array_equal(np.flatnonzero(kept[on_axes]), np.arange(360))
 
 
 def test_lrv_with_no_corruption_is_the_mean():

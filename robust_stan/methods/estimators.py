@@ -57,11 +57,17 @@ def shortest_interval(x: np.ndarray, keep: int) -> np.ndarray:
 def shortest_interval_means(G: np.ndarray, keep: int) -> np.ndarray:
     """For each column of G, the mean of its ``keep`` values in the shortest interval
     containing that many (the values :func:`shortest_interval` selects; all columns in one sort)."""
-    sorted_columns = np.sort(G.T, axis=1)                  # (d, n), each row ascending
-    widths = sorted_columns[:, keep - 1:] - sorted_columns[:, : G.shape[0] - keep + 1]
+    n, d = G.shape
+    sorted_columns = G.T.copy(order="C")                   # (d, n): each row contiguous, sorted in place
+    sorted_columns.sort(axis=1)
+    widths = sorted_columns[:, keep - 1:] - sorted_columns[:, : n - keep + 1]
     starts = np.argmin(widths, axis=1)                     # the first shortest, as shortest_interval
-    window = starts[:, None] + np.arange(keep)
-    return np.take_along_axis(sorted_columns, window, axis=1).mean(axis=1)
+    # every window's sum in one pass over the flat array: reduceat sums [start, start + keep) of
+    # each row (and the stretches between windows, dropped); the last window may end the array
+    bounds = (np.arange(d)[:, None] * n + np.stack([starts, starts + keep], axis=1)).ravel()
+    if bounds[-1] == n * d:
+        bounds = bounds[:-1]
+    return np.add.reduceat(sorted_columns.ravel(), bounds)[::2] / keep
 
 
 def outlier_truncation(G: np.ndarray, epsilon: float) -> np.ndarray:
@@ -79,24 +85,26 @@ def outlier_truncation(G: np.ndarray, epsilon: float) -> np.ndarray:
         return shortest_interval(G[:, 0], keep)
     offsets = G - shortest_interval_means(G, keep)
     distances = np.einsum("ij,ij->i", offsets, offsets)
-    mask = np.zeros(n, dtype=bool)
-    mask[np.argpartition(distances, keep - 1)[:keep]] = True
+    cut = np.partition(distances, keep - 1)[keep - 1]     # the keep-th smallest distance
+    mask = distances < cut
+    at_cut = np.flatnonzero(distances == cut)              # ties at the cut: the first rows in order
+    mask[at_cut[: keep - mask.sum()]] = True
     return mask
 
 
 def _lrv_mean(G: np.ndarray, epsilon: float) -> tuple[np.ndarray, float]:
     kept = outlier_truncation(G, epsilon)
-    X = G[kept]
-    if G.shape[1] == 1:
-        return X.mean(axis=0), kept.mean()
+    X = G if kept.all() else G[kept]
+    mean = X.mean(axis=0)
     d = G.shape[1]
-    centred = X - X.mean(axis=0)
-    cov = centred.T @ centred / max(X.shape[0] - 1, 1)
-    _, vectors = np.linalg.eigh(cov)           # ascending eigenvalues
-    top = vectors[:, d - d // 2:]              # V: the top floor(d/2) principal directions
-    rest = vectors[:, : d - d // 2]            # W: the other ceil(d/2)
-    mean_top, _ = _lrv_mean(X @ top, epsilon)  # recurse on the projection onto V
-    return top @ mean_top + rest @ (rest.T @ X.mean(axis=0)), kept.mean()
+    if d == 1:
+        return mean, kept.mean()
+    centred = X - mean
+    _, vectors = np.linalg.eigh(centred.T @ centred)  # the covariance's eigenvectors, ascending
+    top = vectors[:, d - d // 2:]                      # V: the top floor(d/2) principal directions
+    mean_top, _ = _lrv_mean(X @ top, epsilon)          # recurse on the projection onto V
+    # W = the other directions: W W^T mean = mean - V V^T mean, so W itself is never formed
+    return mean + top @ (mean_top - top.T @ mean), kept.mean()
 
 
 def lrv(G, epsilon: float) -> EstimateResult:
