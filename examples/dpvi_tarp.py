@@ -98,7 +98,7 @@ def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
     data, truth = simulate(rng, args.rows)
     _, reference = simulate(rng, 1)
     fit = rs.dpvi(model, data, epsilon=epsilon, clip=args.clip or CLIP[name], steps=args.steps, sampling_rate=args.kappa,
-                  precondition=args.precondition, initial_variance=1 / args.rows, seed=k, show_progress=False)
+                  precondition=args.precondition, lambda_c=args.lambda_c, initial_variance=1 / args.rows, seed=k, show_progress=False)
     release = fit.release
     draws = {
         "noise-aware NUTS": rs.noise_aware(release, method="nuts", draws=4000, warmup=1000, seed=k),
@@ -131,6 +131,7 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--kappa", type=float, default=0.1)
     parser.add_argument("--precondition", type=float, default=100.0)
+    parser.add_argument("--lambda-c", type=float, default=1.0, help="lambda_c of the step size lambda_heur (eq. A58)")
     parser.add_argument("--models", nargs="+", default=None, help="a subset of the experiment's models")
     parser.add_argument("--clip", type=float, default=None, help="C for every model (default: CLIP, per model)")
     parser.add_argument("--workers", type=int, default=2)

@@ -14,6 +14,7 @@ import robust_stan as rs
 from robust_stan.api.stan_program import _read_source
 from robust_stan.building.robustify import RobustifyError
 from robust_stan.results.arviz_output import group_names
+from robust_stan.results.coreset import ProgramCoreset
 from robust_stan.results.program_fit import ProgramFit
 
 from .conftest import ENGINE
@@ -407,11 +408,44 @@ def test_rob_ula_needs_one_robustified_outcome():
 def test_methods_that_need_the_built_in_models_say_so():
     model = rs.robustify(_program("target_lupdf"), engine=ENGINE)
     data = _normal(np.random.default_rng(1))
-    for method, call in (("rs.coreset", lambda: rs.coreset(model, data, size=5)),
-                         ("rs.dpvi", lambda: rs.dpvi(model, data, epsilon=1.0, clip=1.0, sampling_rate=0.1,
-                                                     steps=10))):
-        with pytest.raises(rs.RobustStanInputError, match=f"{method} works on the built-in models"):
-            call()
+    with pytest.raises(rs.RobustStanInputError, match="rs.dpvi works on the built-in models"):
+        rs.dpvi(model, data, epsilon=1.0, clip=1.0, sampling_rate=0.1, steps=10)
+
+
+def test_coreset_on_a_robustified_program_is_the_built_in_models_coreset():
+    """target_lupdf.stan robustified is rs.location("normal", standardize=False) written by hand (mu ~
+    normal(0, 10), sigma ~ exponential(1); log densities equal up to a constant). rs.coreset restricts
+    the program by zero weights on all its rows where it slices the built-in's rows; the two compute
+    the same functions, so beta-Cores (Laplace draws, the same seed) takes the same path: the same
+    unit at every step and weights equal to 1e-6 relative (they differ by rounding only; the Laplace
+    modes are found to L-BFGS's gtol 1e-9). The coreset posteriors then agree under NUTS within 4
+    combined Monte Carlo errors."""
+    rng = np.random.default_rng(5)
+    data = _normal(rng)
+    data["y"][:4] += 15.0  # gross outliers
+    program = rs.robustify(_program("target_lupdf"), engine=ENGINE)
+    built_in = rs.location("normal", standardize=False, engine=ENGINE)
+    options = dict(size=8, divergence=rs.BetaD(0.5), draws=50, iters_per_point=20, select_batch=N, opt_batch=N,
+                   start=np.arange(10, 13), seed=3, show_progress=False)  # 3 clean rows: sigma has a mode
+    ours = rs.coreset(program, data, **options)
+    theirs = rs.coreset(built_in, {"y": data["y"]}, **options)
+    assert isinstance(ours, ProgramCoreset)
+    assert ours.trace["chosen"].tolist() == theirs.trace["chosen"].tolist()
+    assert np.array_equal(ours.indices, theirs.indices) and ours.indices.size > 3
+    np.testing.assert_allclose(ours.weights, theirs.weights, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(ours.trace["kl_estimate"], theirs.trace["kl_estimate"], rtol=1e-6)
+
+    fit = ours.sample(chains=4, iter_warmup=500, iter_sampling=1000, seed=4, show_progress=False)
+    reference = theirs.sample(chains=4, iter_warmup=500, iter_sampling=1000, seed=4, show_progress=False)
+    assert isinstance(fit, ProgramFit)
+    a, b = fit.summary().loc[["mu", "sigma"]], reference.summary().loc[["mu", "sigma"]]
+    assert np.all(np.abs(a["mean"] - b["mean"]) < 4 * np.hypot(a["mcse_mean"], b["mcse_mean"])), (a, b)
+
+
+def test_coreset_needs_one_robustified_outcome():
+    model = rs.robustify(_program("two_outcomes"), engine=ENGINE)
+    with pytest.raises(rs.RobustStanInputError, match="rs.coreset needs each observation's own loss.*exactly one"):
+        rs.coreset(model, _two_outcomes(np.random.default_rng(1)), size=3, divergence=rs.BetaD(0.3))
 
 
 def test_tricky_programs_found_in_review():

@@ -9,9 +9,11 @@ import numpy as np
 from ..building.divergences import BetaD, Divergence, GammaD, as_divergence
 from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
 from ..methods.coreset import METHODS, OPTIMIZERS, CoresetSettings, greedy_coreset, uniform_coreset
+from ..building.data import PreparedData
 from ..methods.coreset_targets import INNER, SAMPLERS, CoresetTarget
-from ..results.coreset import Coreset
+from ..results.coreset import Coreset, ProgramCoreset
 from .model import Model, require_builtin_model
+from .stan_program import StanProgramModel
 
 
 def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", divergence: Divergence | None = None,
@@ -60,10 +62,21 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
     standalone generated quantities on the B + M rows at the S draws (S x (B + M)
     pointwise losses, one engine call). Nothing costs O(N).
 
-    Returns a :class:`~robust_stan.results.coreset.Coreset`; ``coreset.sample()`` and
-    ``coreset.variational()`` fit its posterior with the same compiled program.
+    Your own program (``rs.robustify``, one likelihood outcome) works too, with one difference:
+    robust-stan cannot cut its rows out (its transformed data may use every row), so the
+    weighted posterior is the program on all rows with the outcome's weights as data (0 off
+    the coreset) and the gains come from its ``rs_robust_loss_<y>`` and ``rs_log_lik_<y>``;
+    each draw and each gains call then costs O(N) rows. ``refresh`` returns the program's
+    data (its data block's variables).
+
+    Returns a :class:`~robust_stan.results.coreset.Coreset` (a
+    :class:`~robust_stan.results.coreset.ProgramCoreset` for your own program);
+    ``coreset.sample()`` and ``coreset.variational()`` fit its posterior with the same
+    compiled program.
     """
-    require_builtin_model(model, "rs.coreset")
+    own_program = isinstance(model, StanProgramModel)
+    if not own_program:
+        require_builtin_model(model, "rs.coreset")
     if method not in METHODS:
         raise RobustStanInputError(f"method: must be one of {list(METHODS)}, got {method!r}")
     if inner not in INNER:
@@ -85,8 +98,8 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
         select_batch=require_count("select_batch", select_batch), opt_batch=require_count("opt_batch", opt_batch),
         step_size=require_positive("step_size", step_size), optimizer=optimizer,
         seed=_seed(seed), show_progress=bool(show_progress))
-    prepared = model.prepare(data, divergence, learning_rate)
-    n_rows = int(prepared.stan_data["N"])
+    prepared = _prepared(model, data, divergence, learning_rate)
+    n_rows = int(prepared.stan_data["N"]) if not own_program else model.rows_of_outcome(prepared.stan_data)
     unit_rows, labels = _units(groups, n_rows)
     n_units = len(unit_rows)
     if size > n_units:
@@ -100,26 +113,40 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
         raise RobustStanInputError("start, refresh: only for the greedy methods 'beta_cores' and 'sparse_vi'")
     if refresh is not None and not callable(refresh):
         raise RobustStanInputError(f"refresh: must be a function of the row weights, got {type(refresh).__name__}")
-    target = CoresetTarget(model, prepared.stan_data, divergence, inner, sampler, unit_rows)
+
+    def target_for(stan_data: dict):
+        if own_program:
+            return model.coreset_target(stan_data, divergence, inner, sampler, unit_rows)
+        return CoresetTarget(model, stan_data, divergence, inner, sampler, unit_rows)
+
+    result = ProgramCoreset if own_program else Coreset
+    target = target_for(prepared.stan_data)
     if method == "uniform":
         out = uniform_coreset(target, size, settings.seed)
-        return Coreset(model, prepared, method, out.unit_weights, unit_rows, out.trace, out.seconds, labels, out.path)
+        return result(model, prepared, method, out.unit_weights, unit_rows, out.trace, out.seconds, labels, out.path)
     latest = [prepared]
 
     def refreshed_target(units, weights):
         rows, row_weights = target.rows_of(units, weights)
         all_weights = np.zeros(n_rows)
         all_weights[rows] = row_weights
-        new = model.prepare(refresh(all_weights), divergence, learning_rate)
-        if int(new.stan_data["N"]) != n_rows:
-            raise RobustStanInputError(f"refresh: must return data for the same {n_rows} rows, "
-                                       f"got {int(new.stan_data['N'])}")
+        new = _prepared(model, refresh(all_weights), divergence, learning_rate)
+        new_rows = model.rows_of_outcome(new.stan_data) if own_program else int(new.stan_data["N"])
+        if new_rows != n_rows:
+            raise RobustStanInputError(f"refresh: must return data for the same {n_rows} rows, got {new_rows}")
         latest[0] = new
-        return CoresetTarget(model, new.stan_data, divergence, inner, sampler, unit_rows)
+        return target_for(new.stan_data)
 
     out = greedy_coreset(target, settings, "beta" if method == "beta_cores" else "classical", start_units,
                          refreshed_target if refresh is not None else None)
-    return Coreset(model, latest[0], method, out.unit_weights, unit_rows, out.trace, out.seconds, labels, out.path)
+    return result(model, latest[0], method, out.unit_weights, unit_rows, out.trace, out.seconds, labels, out.path)
+
+
+def _prepared(model, data: Mapping, divergence: Divergence, learning_rate: float) -> PreparedData:
+    """A built-in model's prepared data, or your program's Stan data in the same holder (no scaling)."""
+    if isinstance(model, StanProgramModel):
+        return PreparedData(data, model.stan_data(data, divergence, learning_rate), None, divergence)
+    return model.prepare(data, divergence, learning_rate)
 
 
 def _seed(seed) -> int:

@@ -22,6 +22,7 @@ from ..engines import ProgramOnEngine
 from ..gradients.oracles import GradientOracle, make_oracle
 from ..gradients.weight_derivatives import WeightDerivativeGradients, second_order_available
 from ..methods.nuts import nuts_settings
+from ..methods.coreset_targets import ProgramCoresetTarget
 from ..methods.rob_ula import LangevinTarget, default_estimator
 from ..methods.variational import fit_variational
 from ..results.program_fit import ProgramFit
@@ -210,13 +211,24 @@ class StanProgramModel(ProgramOnEngine):
             default_estimator=default_estimator(family),
         )
 
-    def _require_one_outcome(self, method: str) -> None:
+    def coreset_target(self, stan_data: dict, divergence: Divergence, inner: str, sampler: str,
+                       unit_rows: list[np.ndarray] | None = None) -> ProgramCoresetTarget:
+        """What rs.coreset needs of this robustified program with these Stan data: weighted posteriors
+        (the outcome's weights as data) and each row's gains (its pointwise generated quantities)."""
+        self._require_one_outcome("rs.coreset", "each observation's own loss")
+        return ProgramCoresetTarget(self, stan_data, divergence, inner, sampler, unit_rows)
+
+    def rows_of_outcome(self, stan_data: dict) -> int:
+        """How many observations the (one) robustified outcome has in these Stan data."""
+        self._require_one_outcome("rs.coreset", "each observation's own loss")
+        return len(stan_data[f"rs_weights_{self.outcomes[0]}"])
+
+    def _require_one_outcome(self, method: str, need: str = "per-example gradients") -> None:
         if len(self.outcomes) != 1:
             what = (f"{len(self.outcomes)} outcomes {self.outcomes}" if self.outcomes
                     else "no robustified likelihood (make one with rs.robustify)")
-            raise RobustStanInputError(f"model: {method} needs per-example gradients, which robust-stan computes for "
-                                       f"a robustified program with exactly one likelihood outcome; this one has "
-                                       f"{what}")
+            raise RobustStanInputError(f"model: {method} needs {need}, which robust-stan computes for a "
+                                       f"robustified program with exactly one likelihood outcome; this one has {what}")
 
     def _gradients_by_differences(self, stan_data: dict, theta: np.ndarray, batch, oracle: str) -> np.ndarray:
         y = self.outcomes[0]

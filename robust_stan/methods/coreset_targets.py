@@ -34,7 +34,7 @@ import numpy as np
 from ..building.data import slice_rows, with_switches
 from ..building.divergences import KL, Divergence
 from ..common.errors import RobustStanInputError
-from ..engines import NutsSettings
+from ..engines import NutsSettings, RawDraws
 from ..engines.base import parameter_columns
 from ..gradients.oracles import constrained_draws
 from ..gradients.program import RobustProgram
@@ -45,35 +45,43 @@ INNER = ("beta", "classical")
 SAMPLERS = ("laplace", "nuts", "exact")
 
 
-class CoresetTarget:
-    """Weighted posteriors and gains of ``program`` with prepared posterior-mode ``stan_data``.
+class CoresetTargetBase:
+    """What beta-Cores needs of a model, whatever restricts it to weighted rows: draws of pi_w
+    (Laplace or NUTS through the program's own oracle and engine) and the gains of units.
 
-    ``divergence`` is the robust loss of the gains ``"beta"``; ``inner`` chooses the loss of
-    the weighted posterior drawn from (``"beta"``: that divergence, ``"classical"``: KL);
-    ``unit_rows`` lists each unit's rows (None: one unit per row)."""
+    Subclasses say how pi_w's Stan data are made (:meth:`posterior_data`) and how each row's
+    robust loss and log-likelihood come out of the program (:meth:`row_losses`)."""
 
-    def __init__(self, program: RobustProgram, stan_data: dict, divergence: Divergence, inner: str,
-                 sampler: str, unit_rows: list[np.ndarray] | None = None, nuts_warmup: int = 300):
+    def __init__(self, program, divergence: Divergence, inner: str, sampler: str, n_rows: int,
+                 learning_rate: float, parameter_names: list[str], unit_rows: list[np.ndarray] | None = None,
+                 nuts_warmup: int = 300):
         self.program = program
-        self.spec = program.spec
-        self.stan_data = with_switches(stan_data, pointwise=False, divergence=divergence)
         self.divergence = divergence
         self.inner = inner
         self.inner_divergence = divergence if inner == "beta" else KL()
         self.sampler = sampler
-        self.learning_rate = float(stan_data["learning_rate"])
-        n_rows = int(stan_data["N"])
-        self.unit_rows = unit_rows if unit_rows is not None else [np.array([n]) for n in range(n_rows)]
+        self.learning_rate = float(learning_rate)
+        self.n_rows = int(n_rows)
+        self.unit_rows = unit_rows if unit_rows is not None else [np.array([n]) for n in range(self.n_rows)]
         self.n_units = len(self.unit_rows)
         self.nuts_warmup = nuts_warmup
-        self._parameter_names = [f"{p.name}_copies" for p in self.spec.parameters]
+        self._parameter_names = parameter_names
         self._compiled = program.compile(show_progress=False)
         self._last_mode: np.ndarray | None = None
         self._last_laplace: tuple[tuple, LaplaceApproximation] | None = None
-        self.exact = ExactGaussianMean.for_program(self.spec, stan_data) if sampler == "exact" else None
-        if sampler == "exact" and inner != "classical":
-            raise RobustStanInputError("sampler: 'exact' draws from the conjugate classical posterior; "
-                                       "use inner='classical' with it (the beta posterior has no closed form)")
+
+    # -- what a subclass provides -------------------------------------------------------
+    def posterior_data(self, units, weights) -> dict:
+        """Stan data of the weighted posterior on the rows of ``units`` (the prior if no weight is positive)."""
+        raise NotImplementedError
+
+    def row_losses(self, rows: np.ndarray, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(robust loss, log p), each (S, len(rows)): every row's at each constrained draw."""
+        raise NotImplementedError
+
+    def sample_nuts(self, data: dict, settings: NutsSettings) -> RawDraws:
+        """One NUTS chain of the program on ``data``."""
+        return self._compiled.sample(data, settings, None)
 
     # -- the rows of a set of units ------------------------------------------------
     def rows_of(self, units: np.ndarray, weights: np.ndarray | None = None):
@@ -84,29 +92,14 @@ class CoresetTarget:
             return rows
         return rows, np.repeat(np.asarray(weights, dtype=float), [self.unit_rows[u].size for u in units])
 
-    def posterior_data(self, units, weights) -> dict:
-        """Stan data of the weighted posterior on the rows of ``units`` (the prior if no weight is positive)."""
-        units, weights = np.asarray(units, dtype=int), np.asarray(weights, dtype=float)
-        keep = weights > 0
-        if not keep.any():
-            return with_switches(slice_rows(self.spec, self.stan_data, np.array([0])), mode="prior")
-        rows, row_weights = self.rows_of(units[keep], weights[keep])
-        return with_switches(slice_rows(self.spec, self.stan_data, rows), weights=row_weights,
-                             divergence=self.inner_divergence)
-
     # -- draws --------------------------------------------------------------------
     def draw(self, units, weights, count: int, rng: np.random.Generator) -> np.ndarray:
         """``count`` draws of pi_w as constrained parameter columns (count, k), Stan's order."""
-        if self.sampler == "exact":
-            rows, row_weights = self.rows_of(np.asarray(units, dtype=int), weights)
-            mean, cov = self.exact.posterior(rows, row_weights)
-            return rng.multivariate_normal(mean, cov, size=count, method="cholesky")
         data = self.posterior_data(units, weights)
         if self.sampler == "nuts":
             settings = NutsSettings(chains=1, iter_warmup=self.nuts_warmup, iter_sampling=count,
                                     seed=int(rng.integers(1, 2**31 - 1)), show_progress=False)
-            raw = run_nuts(self.program, data, settings, None)
-            return parameter_columns(raw.variables, self._parameter_names)[0]
+            return parameter_columns(self.sample_nuts(data, settings).variables, self._parameter_names)[0]
         approx = self.laplace(units, weights, data)
         return self.constrained(approx.draws(count, rng), data)
 
@@ -137,11 +130,8 @@ class CoresetTarget:
         """{"beta": f, "classical": f}, each (S, len(units)): every unit's gain at each draw
         (a unit's rows summed), from one generated-quantities call of the program."""
         units = np.asarray(units, dtype=int)
-        rows = self.rows_of(units)
-        data = with_switches(slice_rows(self.spec, self.stan_data, rows), pointwise=True)
-        computed = self._compiled.generated_quantities(data, np.asarray(columns, dtype=float)[None], seed=1)
-        per_row = {"beta": -self.learning_rate * computed["robust_loss"][0],
-                   "classical": self.learning_rate * computed["log_lik"][0]}
+        robust_loss, log_lik = self.row_losses(self.rows_of(units), np.asarray(columns, dtype=float))
+        per_row = {"beta": -self.learning_rate * robust_loss, "classical": self.learning_rate * log_lik}
         sizes = np.array([self.unit_rows[u].size for u in units])
         if np.all(sizes == 1):
             return per_row
@@ -149,11 +139,101 @@ class CoresetTarget:
         return {kind: np.add.reduceat(values, starts, axis=1) for kind, values in per_row.items()}
 
     def exact_kl(self, units, weights) -> float | None:
+        """KL(pi_w || pi_1) in closed form where the target knows it; else None."""
+        return None
+
+
+class CoresetTarget(CoresetTargetBase):
+    """Weighted posteriors and gains of a built-in model's ``program`` with prepared posterior-mode
+    ``stan_data``, on the chosen rows only (the data sliced to them).
+
+    ``divergence`` is the robust loss of the gains ``"beta"``; ``inner`` chooses the loss of
+    the weighted posterior drawn from (``"beta"``: that divergence, ``"classical"``: KL);
+    ``unit_rows`` lists each unit's rows (None: one unit per row)."""
+
+    def __init__(self, program: RobustProgram, stan_data: dict, divergence: Divergence, inner: str,
+                 sampler: str, unit_rows: list[np.ndarray] | None = None, nuts_warmup: int = 300):
+        super().__init__(program, divergence, inner, sampler, int(stan_data["N"]), float(stan_data["learning_rate"]),
+                         [f"{p.name}_copies" for p in program.spec.parameters], unit_rows, nuts_warmup)
+        self.spec = program.spec
+        self.stan_data = with_switches(stan_data, pointwise=False, divergence=divergence)
+        self.exact = ExactGaussianMean.for_program(self.spec, stan_data) if sampler == "exact" else None
+        if sampler == "exact" and inner != "classical":
+            raise RobustStanInputError("sampler: 'exact' draws from the conjugate classical posterior; "
+                                       "use inner='classical' with it (the beta posterior has no closed form)")
+
+    def posterior_data(self, units, weights) -> dict:
+        units, weights = np.asarray(units, dtype=int), np.asarray(weights, dtype=float)
+        keep = weights > 0
+        if not keep.any():
+            return with_switches(slice_rows(self.spec, self.stan_data, np.array([0])), mode="prior")
+        rows, row_weights = self.rows_of(units[keep], weights[keep])
+        return with_switches(slice_rows(self.spec, self.stan_data, rows), weights=row_weights,
+                             divergence=self.inner_divergence)
+
+    def draw(self, units, weights, count: int, rng: np.random.Generator) -> np.ndarray:
+        if self.sampler != "exact":
+            return super().draw(units, weights, count, rng)
+        rows, row_weights = self.rows_of(np.asarray(units, dtype=int), weights)
+        mean, cov = self.exact.posterior(rows, row_weights)
+        return rng.multivariate_normal(mean, cov, size=count, method="cholesky")
+
+    def sample_nuts(self, data: dict, settings: NutsSettings) -> RawDraws:
+        return run_nuts(self.program, data, settings, None)
+
+    def row_losses(self, rows: np.ndarray, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        data = with_switches(slice_rows(self.spec, self.stan_data, rows), pointwise=True)
+        computed = self._compiled.generated_quantities(data, columns[None], seed=1)
+        return computed["robust_loss"][0], computed["log_lik"][0]
+
+    def exact_kl(self, units, weights) -> float | None:
         """KL(pi_w || pi_1) in closed form (classical posteriors), for the exact sampler; else None."""
         if self.exact is None:
             return None
         rows, row_weights = self.rows_of(np.asarray(units, dtype=int), weights)
-        return self.exact.kl(rows, row_weights, np.arange(int(self.stan_data["N"])), np.ones(int(self.stan_data["N"])))
+        return self.exact.kl(rows, row_weights, np.arange(self.n_rows), np.ones(self.n_rows))
+
+
+class ProgramCoresetTarget(CoresetTargetBase):
+    """Weighted posteriors and gains of a robustified Stan program (``rs.robustify``, one outcome)
+    with its Stan data ``stan_data``.
+
+    Your program's rows cannot be cut out safely (its transformed data may use every row), so the
+    weights do the restricting: pi_w is the program on all its data with the outcome's weight
+    vector w (0 off the coreset; every weight 0 leaves the prior, as the library's weighted loss
+    is then 0), and the gains come from its ``rs_robust_loss_<y>`` and ``rs_log_lik_<y>``
+    generated quantities. Each draw and each gains call therefore costs O(N) rows, not O(M)."""
+
+    def __init__(self, program, stan_data: dict, divergence: Divergence, inner: str, sampler: str,
+                 unit_rows: list[np.ndarray] | None = None, nuts_warmup: int = 300):
+        if sampler == "exact":
+            raise RobustStanInputError("sampler: 'exact' is for rs.location('multi_normal', covariance='known'); "
+                                       "use 'laplace' or 'nuts' with your own program")
+        (self.outcome,) = program.outcomes
+        n_rows = len(stan_data[f"rs_weights_{self.outcome}"])
+        super().__init__(program, divergence, inner, sampler, n_rows, float(stan_data["rs_learning_rate"]),
+                         list(program.parameter_names), unit_rows, nuts_warmup)
+        self.stan_data = dict(stan_data, rs_pointwise=0)
+
+    def _with(self, divergence: Divergence, weights: np.ndarray, pointwise: int) -> dict:
+        switches = divergence.stan_data()
+        return dict(self.stan_data, rs_divergence=switches["divergence"],
+                    rs_divergence_param=switches["divergence_param"], rs_pointwise=pointwise,
+                    **{f"rs_weights_{self.outcome}": weights})
+
+    def posterior_data(self, units, weights) -> dict:
+        units, weights = np.asarray(units, dtype=int), np.asarray(weights, dtype=float)
+        row_weights = np.zeros(self.n_rows)
+        if units.size:
+            rows, on_rows = self.rows_of(units, weights)
+            row_weights[rows] = on_rows
+        return self._with(self.inner_divergence, row_weights, pointwise=0)
+
+    def row_losses(self, rows: np.ndarray, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        data = self._with(self.divergence, np.ones(self.n_rows), pointwise=1)
+        computed = self._compiled.generated_quantities(data, columns[None], seed=1)
+        return (computed[f"rs_robust_loss_{self.outcome}"][0][:, rows],
+                computed[f"rs_log_lik_{self.outcome}"][0][:, rows])
 
 
 _NORMAL_PRIOR = re.compile(r"^\s*mu\s*~\s*normal\(\s*([-+0-9.eE]+)\s*,\s*([-+0-9.eE]+)\s*\)\s*;\s*$")

@@ -36,7 +36,7 @@ class Coreset:
         self.divergence: Divergence = prepared.divergence
         self.unit_weights = np.asarray(unit_weights, dtype=float)
         self.group_labels = group_labels
-        self.weights = np.zeros(int(prepared.stan_data["N"]))
+        self.weights = np.zeros(sum(rows.size for rows in unit_rows))
         for unit in np.flatnonzero(self.unit_weights):
             self.weights[unit_rows[unit]] = self.unit_weights[unit]
         self.indices = np.flatnonzero(self.weights)
@@ -52,7 +52,7 @@ class Coreset:
         units, weights = self.path[step]
         unit_weights = np.zeros(self.unit_weights.size)
         unit_weights[units] = weights
-        return Coreset(self.program, self.prepared, self.method, unit_weights, self.unit_rows,
+        return type(self)(self.program, self.prepared, self.method, unit_weights, self.unit_rows,
                        self.trace.iloc[:step + 1], self.trace["seconds"].iloc[step], self.group_labels,
                        self.path[:step + 1])
 
@@ -61,14 +61,19 @@ class Coreset:
         return (f"<robust_stan.Coreset {self.method}: {np.count_nonzero(self.unit_weights)} {units}, "
                 f"{self.indices.size} rows, total weight {self.weights.sum():.4g}>")
 
-    def prepared_for(self, posterior: str) -> PreparedData:
-        """The coreset rows as prepared data: weights as data, the beta or the classical loss."""
+    def divergence_of(self, posterior: str) -> Divergence:
+        """The loss of the coreset posterior ``posterior``: "beta" (the coreset's divergence) or
+        "classical" (KL); an error when no row has a weight yet."""
         if posterior not in ("beta", "classical"):
             raise RobustStanInputError(f"posterior: must be 'beta' or 'classical', got {posterior!r}")
-        divergence = self.divergence if posterior == "beta" else KL()
-        rows = self.indices
-        if rows.size == 0:
+        if self.indices.size == 0:
             raise RobustStanInputError("coreset: no row has a positive weight yet; there is no posterior to fit")
+        return self.divergence if posterior == "beta" else KL()
+
+    def prepared_for(self, posterior: str) -> PreparedData:
+        """The coreset rows as prepared data: weights as data, the beta or the classical loss."""
+        divergence = self.divergence_of(posterior)
+        rows = self.indices
         stan_data = with_switches(slice_rows(self.program.spec, self.prepared.stan_data, rows),
                                   weights=self.weights[rows], divergence=divergence)
         return PreparedData({"y": outcome_values(self.prepared.data)[rows]}, stan_data, self.prepared.scaling, divergence)
@@ -94,3 +99,33 @@ class Coreset:
                               show_progress=show_progress, **options)
         return VariationalFit(self.program, out.raw, prepared, out.settings, q=out.q, elbo=out.elbo,
                               elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
+
+
+class ProgramCoreset(Coreset):
+    """The result of :func:`robust_stan.coreset` on your own robustified program: the same
+    weights, rows and trace; :meth:`sample` and :meth:`variational` run the program on all its
+    data with the coreset's weights on the outcome (0 off the coreset) and return ProgramFits."""
+
+    def _fit_arguments(self, posterior: str) -> dict:
+        return {"divergence": self.divergence_of(posterior),
+                "learning_rate": float(self.prepared.stan_data["rs_learning_rate"]), "weights": self.weights}
+
+    def prepared_for(self, posterior: str):
+        raise RobustStanInputError("prepared_for: your own program's coreset posterior is the program on all its "
+                                   "rows with the coreset's weights; use sample() or variational()")
+
+    def sample(self, posterior: str = "beta", chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
+               thin: int = 1, seed: int | None = None, adapt_delta: float = 0.8, max_treedepth: int = 10,
+               show_progress: bool = True):
+        """NUTS on the coreset posterior (``posterior="beta"``: the coreset's divergence;
+        ``"classical"``: KL); returns a ProgramFit."""
+        return self.program.sample(self.prepared.data, chains=chains, iter_warmup=iter_warmup,
+                                   iter_sampling=iter_sampling, thin=thin, seed=seed, adapt_delta=adapt_delta,
+                                   max_treedepth=max_treedepth, show_progress=show_progress,
+                                   **self._fit_arguments(posterior))
+
+    def variational(self, posterior: str = "beta", family: str = "meanfield", draws: int = 1000,
+                    seed: int | None = None, show_progress: bool = True, **options):
+        """robust-stan's variational approximation of the coreset posterior; returns a ProgramFit."""
+        return self.program.variational(self.prepared.data, family=family, draws=draws, seed=seed,
+                                        show_progress=show_progress, **self._fit_arguments(posterior), **options)
