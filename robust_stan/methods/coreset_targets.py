@@ -1,8 +1,10 @@
 """What beta-Cores asks of a model: draws from a weighted posterior, and the gains of rows at them.
 
-A :class:`CoresetTarget` serves one program and its prepared data. Its units
-are rows, or groups of rows (``unit_rows``): a unit's gain is the sum of its
-rows' gains and a unit's weight applies to each of its rows.
+A target serves one program and its data: :class:`CoresetTarget` a built-in model's
+program (the data cut to the chosen rows), :class:`ProgramCoresetTarget` a robustified
+program of yours (all rows kept, the outcome's weights 0 off the coreset); both share
+:class:`CoresetTargetBase`. Its units are rows, or groups of rows (``unit_rows``): a
+unit's gain is the sum of its rows' gains and a unit's weight applies to each of its rows.
 
 - :meth:`CoresetTarget.draw` returns draws of the weighted posterior
   pi_w(theta) propto prior(theta) exp(-learning_rate sum_n w_n l_n(theta)),
