@@ -97,9 +97,6 @@ def built_for_python(object_file: Path) -> str | None:
 def _services_object_for_this_python(hs, extension) -> Path:
     """httpstan's ``stan_services.cpp`` compiled for the running Python with the settings httpstan gives
     the model's ``extension`` (its own folder left out), built once and cached."""
-    import setuptools
-    from setuptools.command.build_ext import build_ext
-
     model_folder = str(Path(extension.sources[0]).parent)
     include_dirs = [folder for folder in extension.include_dirs if folder != model_folder]
     settings = repr((sys.version, hs.__version__, extension.define_macros, include_dirs,
