@@ -15,6 +15,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..methods.importance import psis
+
 #: Dims of the Monte Carlo draws, first in every array of draws.
 SAMPLE_DIMS = ("chain", "draw")
 
@@ -105,13 +107,7 @@ def mcse_sd(draws: np.ndarray) -> float:
 
 def pareto_khat(log_weights: np.ndarray) -> float:
     """Pareto k-hat of PSIS on a vector of log importance ratios (ArviZ's own estimate)."""
-    log_weights = np.asarray(log_weights, dtype=float).ravel()
-    if arviz_major() >= 1:
-        import arviz  # noqa: F401  (registers the azstats accessor)
-        import xarray as xr
-
-        _, khat = xr.DataArray(log_weights, dims=["sample"]).azstats.psislw(dim="sample")
-        return float(khat)
+    return psis(np.asarray(log_weights, dtype=float).ravel())[1]
     import arviz
 
     _, khat = arviz.psislw(log_weights)
