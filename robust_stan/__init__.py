@@ -16,6 +16,7 @@ from .api.model import Model
 from .api.neural_network import mlp, network_output
 from .api.rob_ula import rob_ula
 from .api.rob_ula_tuning import RobULATuning, tune_rob_ula
+from .api.select_divergence import select_divergence
 from .api.stan_program import StanProgramModel, from_stan, robustify
 from .building.divergences import KL, BetaD, Divergence, GammaD
 from .building.families import FAMILIES
@@ -28,6 +29,7 @@ from .results.dpvi import DPVIFit, PrivatePosterior
 from .results.fit import Fit
 from .results.influence import plot_influence
 from .results.method_fits import RobULAFit
+from .results.selection import Selection
 
 __all__ = [
     "COMPILE_COUNTS",
@@ -66,6 +68,8 @@ __all__ = [
     "tune_rob_ula",
     "RobULATuning",
     "RobULAFit",
+    "select_divergence",
+    "Selection",
     "resolve_engine",
     "stan_include_path",
 ]

@@ -303,8 +303,8 @@ def with_switches(stan_data: dict, *, mode: str | None = None, learning_rate: fl
     out = dict(stan_data)
     if divergence is not None:
         out.update(divergence.stan_data())
-    if pointwise is not None:
-        out["pointwise"] = int(bool(pointwise))
+    if pointwise is not None:  # False / True, or 2: also the y-derivatives (y_score) where the family has them
+        out["pointwise"] = 2 if pointwise == 2 and not isinstance(pointwise, bool) else int(bool(pointwise))
     if mode is not None:
         out["mode"] = mode_code(mode)
     if learning_rate is not None:

@@ -56,6 +56,9 @@ class Family:
     extra_data: tuple[str, ...] = field(default_factory=tuple)
     # the library has robust_<stan_name>_integral_table(a) and overloads taking it (a fast path)
     integral_table: bool = False
+    # the library has robust_<stan_name>_pointwise_y_score (d/dy and d^2/dy^2 of log p, for the
+    # H-score): a univariate density on the whole real line
+    y_score: bool = False
 
     # --- facts used by the library template -------------------------------
     @property
@@ -137,6 +140,7 @@ _register(
         default_link="identity",
         links=("identity",),
         continuous=True,
+        y_score=True,
     )
 )
 _register(
@@ -152,6 +156,7 @@ _register(
         default_link="identity",
         links=("identity",),
         continuous=True,
+        y_score=True,
     )
 )
 _register(

@@ -16,7 +16,7 @@ from .library import render_library
 
 _DOC = re.compile(r"/\*\* @family (?P<family>\w+)\n(?P<body>.*?)\*/", re.DOTALL)
 _TAG = re.compile(r"^\s*@(\w+) (.*)$", re.MULTILINE)
-_FUNCTION = re.compile(r"^(?:real|vector) ((?:robust|betad|gammad|gammaorig)_\w+)\((.*)\) \{$", re.MULTILINE)
+_FUNCTION = re.compile(r"^(?:real|vector|matrix) ((?:robust|betad|gammad|gammaorig)_\w+)\((.*)\) \{$", re.MULTILINE)
 
 # What each public function returns, by its name's pattern (F is the family).
 _LOSSES = [
@@ -24,6 +24,8 @@ _LOSSES = [
                            "`divergence` (0 KL, 1 beta, 2 gamma decomposable, 3 gamma original) with parameter `a`"),
     ("robust_F_pointwise_loss", "the vector of per-observation losses l_i under the divergence `divergence` "
                                 "(gamma original: the gradient-equivalent split of its total)"),
+    ("robust_F_pointwise_y_score", "a matrix with one row per observation: d/dy log p(y_i | theta) and "
+                                   "d^2/dy^2 log p(y_i | theta), in closed form (the H-score's ingredients)"),
     ("betad_F_weighted_", "minus the weighted beta loss, -sum_i w_i l_i, l_i = -(1/beta) p_i^beta + I_beta / (1 + beta)"),
     ("betad_F_pointwise_loss", "the beta losses l_i"),
     ("betad_F_", "minus the beta loss, -sum_i l_i, l_i = -(1/beta) p_i^beta + I_beta / (1 + beta)"),

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..building.data import PreparedData, log_density_on_outcome_scale, outcome_values, to_original_scale, with_switches
+from ..building.divergences import Divergence
 from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
@@ -120,9 +121,7 @@ class Fit:
         (one engine call per chain, Stan's standalone generated quantities) and then kept."""
         if self._pointwise is None:
             spec = self.model.spec
-            parameters = parameter_columns(self.raw.variables, [f"{p.name}_copies" for p in spec.parameters])
-            computed = self.model.compile().generated_quantities(with_switches(self.stan_data, pointwise=True),
-                                                                 parameters, self.settings.seed, self.raw.backend)
+            computed = self.generated_quantities_at()
             y_rep = computed["y_rep"]
             if spec.standardize and spec.family.continuous:  # back in the outcome's units
                 y_rep = self.scaling.center + self.scaling.scale * y_rep
@@ -132,6 +131,15 @@ class Fit:
                 "y_rep": y_rep,
             }
         return self._pointwise
+
+    def generated_quantities_at(self, divergence: Divergence | None = None, y_score: bool = False) -> dict:
+        """The program's per-observation generated quantities at every draw, on the program's own
+        scale of y (standardised where the model standardises): log_lik, robust_loss under
+        ``divergence`` (default: the fit's own), y_rep and, with ``y_score`` (families that have
+        it), d/dy and d^2/dy^2 of log p. One engine call per chain; nothing is kept."""
+        data = with_switches(self.stan_data, pointwise=2 if y_score else True, divergence=divergence)
+        parameters = parameter_columns(self.raw.variables, [f"{p.name}_copies" for p in self.model.spec.parameters])
+        return self.model.compile().generated_quantities(data, parameters, self.settings.seed, self.raw.backend)
 
     @property
     def log_lik(self) -> np.ndarray:

@@ -1,0 +1,118 @@
+"""rs.select_divergence: beta (or gamma) chosen from the data by the H-score, in a few NUTS fits."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..building.divergences import KL, BetaD, Divergence, GammaD
+from ..common.errors import RobustStanInputError
+from ..methods.divergence_selection import Evaluation, default_grid, grid_value, hscore_per_draw, walk_grid
+from ..results.selection import Selection
+from .model import Model, require_builtin_model
+
+CRITERIA = ("hscore",)
+FITS = ("reweight", "full")
+
+
+def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "hscore", fits: str = "reweight",
+                      learning_rate: float = 1.0, pilot=None, **sample_options) -> Selection:
+    """Choose the divergence (beta, or gamma) that minimises a criterion over a grid.
+
+    ``criterion="hscore"``: the Hyvarinen score of the pseudo-model exp(-w l(y; theta)) in y,
+    summed over the rows and averaged over the generalized posterior's draws (Yonekura and
+    Sugasawa 2023; Jewson and Rossell 2022 for the H-score of improper models); the
+    y-derivatives come in closed form from the program (``y_score``, robust_stan.stanfunctions'
+    ``robust_<family>_pointwise_y_score``). It needs a continuous outcome on the whole real line:
+    normal and student_t models (``rs.glm``, ``rs.location``, ``rs.custom``); on the outcome's
+    own scale when the model standardises.
+
+    ``grid``: divergences (``rs.KL()``, ``rs.BetaD(b)``, or decomposable ``rs.GammaD(g)``; one
+    kind besides KL) or positive numbers (beta values); default KL and beta = 0.05, ..., 1.00.
+    ``fits="reweight"``: one NUTS fit at ``pilot`` (default: the middle grid value), every other
+    value from the nearest fit's draws by Pareto-smoothed importance sampling, and a new fit
+    (warm-started from the nearest one's posterior means) where k-hat exceeds 0.7;
+    ``fits="full"``: a fit at every grid value (for checking). ``sample_options`` go to
+    :meth:`Model.sample` (chains, iter_warmup, iter_sampling, seed, ...). No grid value needs a
+    new compile. Returns a :class:`~robust_stan.results.selection.Selection`.
+    """
+    require_builtin_model(model, "rs.select_divergence")
+    if criterion not in CRITERIA:
+        raise RobustStanInputError(f"criterion: must be one of {list(CRITERIA)}, got {criterion!r}")
+    if fits not in FITS:
+        raise RobustStanInputError(f"fits: must be one of {list(FITS)}, got {fits!r}")
+    family = model.spec.family
+    if not family.y_score:
+        reason = ("its outcome is discrete" if not family.continuous else
+                  "its outcome is a vector" if family.name == "multi_normal" else
+                  "its density does not vanish at the edge of its support (y = 0), where the H-score's "
+                  "integration by parts needs it to")
+        raise RobustStanInputError(f"criterion: 'hscore' needs a continuous outcome on the whole real line "
+                                   f"(normal, student_t); this model's family is {family.name} and {reason}")
+    divergences = _grid(grid)
+    pilot_index = _pilot(pilot, divergences)
+    sample_options.setdefault("show_progress", False)
+
+    def fit_at(divergence: Divergence, nearest):
+        inits = None if nearest is None else {name: values.mean(axis=(0, 1))
+                                              for name, values in nearest.posterior.items()}
+        return model.sample(data, divergence=divergence, learning_rate=learning_rate, inits=inits, **sample_options)
+
+    def evaluate(fit, divergence: Divergence) -> Evaluation:
+        computed = fit.generated_quantities_at(divergence, y_score=True)
+        per_draw = hscore_per_draw(computed["log_lik"], computed["robust_loss"], computed["y_score"], divergence,
+                                   learning_rate)
+        # on the outcome's own scale: each y-derivative of the standardised outcome divides by its scale
+        scale = fit.scaling.scale if model.spec.standardize else 1.0
+        return Evaluation(learning_rate * computed["robust_loss"].sum(axis=-1), per_draw / scale**2)
+
+    points, fitted = walk_grid(divergences, pilot_index, fit_at, evaluate, reweight=fits == "reweight")
+    positions = np.array([grid_value(d) for d in divergences])
+
+    def fit_chosen(divergence: Divergence):
+        nearest = min(fitted, key=lambda j: abs(positions[j] - grid_value(divergence)))
+        return fit_at(divergence, fitted[nearest])
+
+    return Selection(criterion, points, {divergences[k]: fit for k, fit in fitted.items()}, fit_chosen)
+
+
+def _grid(grid) -> list[Divergence]:
+    """The grid as divergences in increasing order of their parameter (KL first)."""
+    if grid is None:
+        return default_grid()
+    values = list(grid) if not isinstance(grid, (str, bytes)) and np.ndim(grid) == 1 else None
+    if not values:
+        raise RobustStanInputError(f"grid: give a non-empty list of divergences or positive beta values, got {grid!r}")
+    out = []
+    for value in values:
+        if isinstance(value, Divergence):
+            if value.code == 3:
+                raise RobustStanInputError("grid: the original gamma form is not a sum over rows and has no H-score "
+                                           "per row; use rs.GammaD(gamma) (decomposable) or rs.BetaD")
+            out.append(value)
+        elif isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
+                and np.isfinite(value) and value > 0:
+            out.append(BetaD(float(value)))
+        else:
+            raise RobustStanInputError(f"grid: every value must be a divergence or a positive number, got {value!r}")
+    kinds = {type(d) for d in out} - {KL}
+    if len(kinds) > 1:
+        raise RobustStanInputError("grid: mixes beta and gamma divergences; choose one kind (KL may join either)")
+    if kinds == {GammaD} and not all(d.code == 2 for d in out if isinstance(d, GammaD)):
+        raise RobustStanInputError("grid: gamma divergences must be the decomposable form")
+    out.sort(key=grid_value)
+    if len({grid_value(d) for d in out}) != len(out):
+        raise RobustStanInputError(f"grid: repeats a value: {[repr(d) for d in out]}")
+    return out
+
+
+def _pilot(pilot, divergences: list[Divergence]) -> int:
+    """The grid index of ``pilot`` (a divergence or a number of the grid; default the middle value)."""
+    if pilot is None:
+        return len(divergences) // 2
+    position = grid_value(pilot) if isinstance(pilot, Divergence) else pilot
+    matches = [k for k, d in enumerate(divergences) if np.isclose(grid_value(d), position, rtol=0, atol=1e-12)]
+    if not matches:
+        raise RobustStanInputError(f"pilot: must be a value of the grid, got {pilot!r}")
+    return matches[0]

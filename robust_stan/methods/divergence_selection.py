@@ -1,0 +1,146 @@
+"""Choosing the divergence's beta (or gamma) by the H-score, from few fits (Yonekura and Sugasawa 2023).
+
+The pseudo-model of a loss is f(y; theta) propto exp(-w l(y; theta)); its Hyvarinen score at
+an observation is H_i = 2 d^2/dy^2 log f + (d/dy log f)^2, which needs no normalising
+constant (Hyvarinen 2005; Jewson and Rossell 2022 for improper models). The criterion of a
+divergence is the posterior mean of sum_i H_i(theta) under that divergence's generalized
+posterior, minimised over a grid. With s = d/dy log p(y_i | theta) and s2 = d^2/dy^2 log p
+(the program's ``y_score``), -l's derivatives are, per divergence (DESIGN.md section 2's losses):
+
+- KL:    s,                          s2
+- beta:  p^b s,                      p^b (b s^2 + s2)
+- gamma: g (-l) s,                   g (-l) (g s^2 + s2)     (decomposable form; -l = c p^g)
+
+and H_i = 2 w (second) + w^2 (first)^2.
+
+Reweighting (``fits="reweight"``): draws of the posterior at divergence f stand in for the
+one at g through importance ratios exp(-w (L_g(theta) - L_f(theta))), L = sum_i l_i (the
+prior cancels), Pareto-smoothed (:mod:`robust_stan.methods.importance`); where k-hat
+exceeds 0.7 a new fit is made at g. The grid is walked outwards from the pilot, so each
+value is reweighted from the nearest value fitted so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..building.divergences import KL, BetaD, Divergence, GammaD
+from .importance import psis
+
+#: Above this Pareto k-hat an importance-sampling estimate is not trusted (Vehtari et al. 2024).
+K_HAT_LIMIT = 0.7
+
+
+def grid_value(divergence: Divergence) -> float:
+    """A grid point's position: beta or gamma, and 0 for KL."""
+    return 0.0 if divergence.code == 0 else float(divergence.stan_data()["divergence_param"])
+
+
+def loss_y_derivatives(log_lik: np.ndarray, robust_loss: np.ndarray, y_score: np.ndarray,
+                       divergence: Divergence) -> tuple[np.ndarray, np.ndarray]:
+    """d/dy and d^2/dy^2 of -l(y_i; theta) per row, from log p, the loss and the y_score pairs
+    (..., N, 2) of the program (module docstring)."""
+    s, s2 = y_score[..., 0], y_score[..., 1]
+    if divergence.code == 0:
+        return s, s2
+    if divergence.code == 1:
+        b = grid_value(divergence)
+        power = np.exp(b * log_lik)
+        return power * s, power * (b * s**2 + s2)
+    g = grid_value(divergence)  # decomposable gamma: -l = c p^g
+    return g * -robust_loss * s, g * -robust_loss * (g * s**2 + s2)
+
+
+def hscore_per_draw(log_lik: np.ndarray, robust_loss: np.ndarray, y_score: np.ndarray, divergence: Divergence,
+                    learning_rate: float) -> np.ndarray:
+    """sum_i H_i at each draw: (chains, draws) from per-row (chains, draws, N) log p, loss and the
+    y_score pairs (chains, draws, N, 2), all on the program's own (fitted) scale of y."""
+    first, second = loss_y_derivatives(log_lik, robust_loss, y_score, divergence)
+    return (2 * learning_rate * second + learning_rate**2 * first**2).sum(axis=-1)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What a set of draws says at one divergence: the total loss L (chains, draws) and the
+    criterion's value at each draw (chains, draws)."""
+
+    total_loss: np.ndarray
+    criterion: np.ndarray
+
+
+@dataclass
+class GridPoint:
+    """One grid value's criterion: its estimate and Monte Carlo standard error, where it came from
+    (``source``: "fit", or the grid value whose draws were reweighted) and the k-hat of that."""
+
+    divergence: Divergence
+    criterion: float
+    mcse: float
+    source: str
+    pareto_k: float = float("nan")
+
+
+def direct_estimate(values: np.ndarray) -> tuple[float, float]:
+    """The mean of per-draw values (chains, draws) and its Monte Carlo standard error (ArviZ's)."""
+    import arviz
+
+    return float(values.mean()), float(arviz.mcse(np.asarray(values, dtype=float), method="mean"))
+
+
+def reweighted_estimate(values: np.ndarray, log_ratios: np.ndarray) -> tuple[float, float, float]:
+    """Self-normalised PSIS estimate of the mean of ``values`` under the target, its standard
+    error and k-hat. The error is the importance-sampling one, sqrt(sum w^2 (v - mean)^2), times
+    sqrt(S / ESS) of the values under the proposal (the draws' autocorrelation)."""
+    import arviz
+
+    log_weights, khat = psis(log_ratios)
+    weights = np.exp(log_weights)
+    estimate = float(np.sum(weights * values))
+    spread = float(np.sqrt(np.sum(weights**2 * (values - estimate) ** 2)))
+    ess = float(arviz.ess(np.asarray(values, dtype=float), method="bulk"))
+    return estimate, spread * float(np.sqrt(values.size / max(ess, 1.0))), khat
+
+
+def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, object], object],
+              evaluate: Callable[[object, Divergence], Evaluation], reweight: bool) -> tuple[list[GridPoint], dict]:
+    """Each grid value's criterion: a fit at ``grid[pilot]``, then the other values in order of their
+    distance from it, each reweighted from the nearest fitted value (a new fit where k-hat > 0.7,
+    or always with ``reweight=False``). ``fit_at(divergence, nearest_fit)`` fits (warm-started
+    from the nearest fit, None for the pilot); ``evaluate(fit, divergence)`` gives an
+    :class:`Evaluation`. Returns the points in grid order and the fits by grid index."""
+    positions = np.array([grid_value(d) for d in grid])
+    fits: dict[int, object] = {}
+    own: dict[int, Evaluation] = {}  # each fit's evaluation at its own divergence
+    points: dict[int, GridPoint] = {}
+
+    def fit_here(k: int, nearest) -> None:
+        fits[k] = fit_at(grid[k], nearest)
+        own[k] = evaluate(fits[k], grid[k])
+        points[k] = GridPoint(grid[k], *direct_estimate(own[k].criterion), "fit")
+
+    fit_here(pilot, None)
+    for k in sorted(range(len(grid)), key=lambda j: (abs(positions[j] - positions[pilot]), j)):
+        if k in points:
+            continue
+        base = min(fits, key=lambda j: (abs(positions[j] - positions[k]), j))
+        if reweight:
+            there = evaluate(fits[base], grid[k])
+            log_ratios = -(there.total_loss - own[base].total_loss)
+            estimate, mcse, khat = reweighted_estimate(there.criterion, log_ratios)
+            if khat <= K_HAT_LIMIT:
+                points[k] = GridPoint(grid[k], estimate, mcse, f"reweighted from {grid[base]!r}", khat)
+                continue
+            fit_here(k, fits[base])
+            points[k].pareto_k = khat  # the reweighting's k-hat, which called for this fit
+            continue
+        fit_here(k, fits[base])
+    return [points[k] for k in range(len(grid))], fits
+
+
+def default_grid(kind: str = "beta") -> list[Divergence]:
+    """KL and beta (or gamma) = 0.05, 0.10, ..., 1.00: 21 values."""
+    make = BetaD if kind == "beta" else GammaD
+    return [KL()] + [make(round(0.05 * j, 2)) for j in range(1, 21)]

@@ -1,0 +1,133 @@
+"""rs.select_divergence by the H-score on real Stan fits: the program's y-derivatives against finite
+differences, the H-score of the KL loss against its closed form, reweighted grid values against
+full fits, the refit when k-hat is large, and bad input."""
+
+import numpy as np
+import pytest
+
+import robust_stan as rs
+from robust_stan.building.data import with_switches
+from robust_stan.engines.base import parameter_columns
+from robust_stan.methods.divergence_selection import loss_y_derivatives
+
+from .conftest import ENGINE
+
+SAMPLE = dict(chains=4, iter_warmup=400, iter_sampling=500, seed=3)
+
+
+def _contaminated(n=100, seed=0):
+    rng = np.random.default_rng(seed)
+    y = 1.0 + 0.7 * rng.normal(size=n)
+    y[: n // 10] += 6.0
+    return {"y": y}
+
+
+def _quantities_at(model, stan_data, columns, y, divergence):
+    """The program's generated quantities at constrained ``columns`` with the outcome replaced by ``y``."""
+    data = with_switches(dict(stan_data, y=y), pointwise=2, divergence=divergence)
+    return model.compile().generated_quantities(data, columns, 1)
+
+
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 20 draws: points to differentiate at
+@pytest.mark.parametrize("family, known", [("normal", {}), ("student_t", {"nu": 4.0})])
+def test_y_derivatives_against_finite_differences(family, known):
+    """The program's closed-form d/dy and d^2/dy^2 of log p (robust_<family>_pointwise_y_score), and
+    the loss derivatives built from them for beta and gamma, against central differences of the
+    program's own log_lik and robust_loss in y, at h = 1e-4: truncation h^2 |f'''| / 6 and
+    h^2 |f''''| / 12 are below 1e-7 for these densities, rounding 2 eps |f| / h^2 below 2e-7 (|f| < 5)."""
+    model = rs.location(family, known=known, standardize=False, engine=ENGINE)
+    data = _contaminated(40)
+    fit = model.sample(data, chains=1, iter_warmup=200, iter_sampling=20, seed=1, show_progress=False)
+    columns = parameter_columns(fit.raw.variables, [f"{p.name}_copies" for p in model.spec.parameters])
+    y, h = data["y"], 1e-4
+    for divergence in (rs.KL(), rs.BetaD(0.4), rs.GammaD(0.3)):
+        at = {shift: _quantities_at(model, fit.stan_data, columns, y + shift, divergence) for shift in (-h, 0.0, h)}
+        if divergence.code == 0:
+            log_p = {shift: q["log_lik"] for shift, q in at.items()}
+            score = at[0.0]["y_score"]
+            np.testing.assert_allclose(score[..., 0], (log_p[h] - log_p[-h]) / (2 * h), rtol=0, atol=1e-6)
+            np.testing.assert_allclose(score[..., 1], (log_p[h] - 2 * log_p[0.0] + log_p[-h]) / h**2, rtol=0, atol=1e-5)
+        minus_loss = {shift: -q["robust_loss"] for shift, q in at.items()}
+        first, second = loss_y_derivatives(at[0.0]["log_lik"], at[0.0]["robust_loss"], at[0.0]["y_score"], divergence)
+        np.testing.assert_allclose(first, (minus_loss[h] - minus_loss[-h]) / (2 * h), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(second, (minus_loss[h] - 2 * minus_loss[0.0] + minus_loss[-h]) / h**2,
+                                   rtol=0, atol=1e-5)
+
+
+def test_hscore_of_the_kl_loss_is_its_closed_form():
+    """For a normal model and the KL loss, H_i = -2 / sigma^2 + (y_i - mu)^2 / sigma^4; the criterion
+    is its sum over rows averaged over the draws, on the outcome's own scale (the model
+    standardises y, so this also checks the change of scale), to 1e-9 relative."""
+    model = rs.location("normal", engine=ENGINE)
+    data = _contaminated()
+    selection = rs.select_divergence(model, data, grid=[rs.KL()], fits="full", **SAMPLE)
+    fit = selection.fits[rs.KL()]
+    mu, sigma = fit.posterior["mu"][..., None], fit.posterior["sigma"][..., None]
+    closed_form = (-2 / sigma**2 + (data["y"] - mu) ** 2 / sigma**4).sum(axis=-1).mean()
+    assert selection.curve["criterion"].iloc[0] == pytest.approx(closed_form, rel=1e-9)
+    assert selection.curve["source"].iloc[0] == "fit"
+
+
+def test_reweighted_values_agree_with_full_fits():
+    """Three grid values, the middle one fitted: the two reweighted values against fits at those
+    values, within 4 combined Monte Carlo errors; the choice is the same, and only one NUTS fit ran."""
+    model = rs.location("normal", engine=ENGINE)
+    data = _contaminated()
+    grid = [rs.BetaD(0.25), rs.BetaD(0.3), rs.BetaD(0.35)]
+    reweighted = rs.select_divergence(model, data, grid=grid, **SAMPLE)
+    full = rs.select_divergence(model, data, grid=grid, fits="full", **SAMPLE)
+    assert len(reweighted.fits) == 1 and len(full.fits) == 3
+    assert list(reweighted.curve["source"]) == ["reweighted from BetaD(0.3)", "fit", "reweighted from BetaD(0.3)"]
+    a, b = reweighted.curve, full.curve
+    assert np.all(a["pareto_k"].iloc[[0, 2]] <= 0.7)
+    allowed = 4 * np.hypot(a["mcse"], b["mcse"])
+    assert np.all(np.abs(a["criterion"] - b["criterion"]) <= allowed), (a, b)
+
+
+def test_a_large_step_calls_for_a_new_fit_and_the_choice_resists_outliers():
+    """From KL to beta = 1 on data with a tenth of gross outliers the posteriors barely overlap:
+    the reweighting's k-hat exceeds 0.7 and a fit is made at each value. The H-score prefers the
+    robust posterior (Yonekura and Sugasawa's point: the non-robust fit explains the outliers by
+    a wide sigma, which costs it in the score), and the fit at the choice ignores the outliers."""
+    model = rs.location("normal", engine=ENGINE)
+    data = _contaminated()
+    selection = rs.select_divergence(model, data, grid=[rs.KL(), rs.BetaD(1.0)], pilot=rs.KL(), **SAMPLE)
+    assert list(selection.curve["source"]) == ["fit", "fit"]
+    assert selection.curve["pareto_k"].iloc[1] > 0.7
+    assert selection.divergence == rs.BetaD(1.0)
+    assert abs(selection.fit.summary().loc["mu", "mean"] - 1.0) < 0.3  # the clean rows' centre; KL's is 1.6
+
+
+def test_the_chosen_value_gets_its_own_fit_on_first_use():
+    model = rs.location("normal", engine=ENGINE)
+    grid = [rs.BetaD(0.25), rs.BetaD(0.3), rs.BetaD(0.35)]
+    selection = rs.select_divergence(model, _contaminated(), grid=grid, **SAMPLE)
+    if selection.divergence != rs.BetaD(0.3):  # the choice was reweighted: asking for its fit makes one
+        assert selection.divergence not in selection.fits
+        fit = selection.fit
+        assert fit.divergence == selection.divergence and len(selection.fits) == 2
+    ax = selection.plot()
+    assert ax.get_xlabel().startswith("divergence parameter")
+
+
+@pytest.mark.parametrize("grid, options, match", [
+    ([], {}, r"^grid: give a non-empty list"),
+    ([0.1, -0.2], {}, r"^grid: every value must be"),
+    ([rs.BetaD(0.1), rs.GammaD(0.2)], {}, r"^grid: mixes beta and gamma"),
+    ([rs.GammaD(0.2, form="original")], {}, r"^grid: the original gamma form"),
+    ([0.1, 0.1], {}, r"^grid: repeats a value"),
+    ([0.1, 0.2], {"criterion": "aic"}, r"^criterion: must be one of"),
+    ([0.1, 0.2], {"fits": "some"}, r"^fits: must be one of"),
+    ([0.1, 0.2], {"pilot": 0.5}, r"^pilot: must be a value of the grid"),
+])
+def test_bad_input(grid, options, match):
+    model = rs.location("normal", engine=ENGINE)
+    with pytest.raises(rs.RobustStanInputError, match=match):
+        rs.select_divergence(model, _contaminated(), grid=grid, **options)
+
+
+def test_the_hscore_refuses_outcomes_it_does_not_apply_to():
+    for model, reason in ((rs.glm("bernoulli", standardize=False, engine=ENGINE), "discrete"),
+                          (rs.location("exponential", engine=ENGINE), "does not vanish")):
+        with pytest.raises(rs.RobustStanInputError, match=f"^criterion: 'hscore' needs .*{reason}"):
+            rs.select_divergence(model, {"X": np.zeros((4, 1)), "y": np.ones(4)})
