@@ -9,6 +9,7 @@
 from . import _old_paths  # noqa: F401  (the 0.x module paths, kept for one release with a warning)
 from ._version import __version__  # noqa: F401
 from .api.builtin import custom, glm, location
+from .api.calibrate import calibrate
 from .api.coreset import coreset
 from .api.dpvi import dpvi, dpvi_baseline, noise_aware
 from .api.influence import influence
@@ -28,7 +29,7 @@ from .results.coverage import calibration_curve, calibration_rmse, coverage_rmse
 from .results.dpvi import DPVIFit, PrivatePosterior
 from .results.fit import Fit
 from .results.influence import plot_influence
-from .results.method_fits import RobULAFit
+from .results.method_fits import CalibratedFit, RobULAFit
 from .results.selection import Selection
 
 __all__ = [
@@ -69,6 +70,8 @@ __all__ = [
     "RobULATuning",
     "RobULAFit",
     "select_divergence",
+    "calibrate",
+    "CalibratedFit",
     "Selection",
     "resolve_engine",
     "stan_include_path",

@@ -186,3 +186,14 @@ def constrained_draws(oracle, thetas: np.ndarray) -> dict[str, np.ndarray]:
             for name in out:
                 out[name][c, t] = values[name]
     return out
+
+
+def unconstrained_draws(oracle, variables: dict[str, np.ndarray], names: list[str]) -> np.ndarray:
+    """The draws (chains, draws, d) on the unconstrained scale of the parameters ``names`` of
+    ``variables`` (as an engine's draws hold them, (chains, draws, *shape))."""
+    chains, draws = np.shape(variables[names[0]])[:2]
+    first = oracle.unconstrain({name: variables[name][0, 0] for name in names})
+    out = np.empty((chains, draws, first.size))
+    for c, t in np.ndindex(chains, draws):
+        out[c, t] = oracle.unconstrain({name: variables[name][c, t] for name in names})
+    return out

@@ -112,6 +112,7 @@ class Fit:
             name: to_original_scale(spec.rescale.get(name), raw.variables[name], scaling)
             for name in self.parameter_names
         }
+        self.data = prepared.data
         self.y = outcome_values(prepared.data)
         self._pointwise: dict[str, np.ndarray] | None = None
 

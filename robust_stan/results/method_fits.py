@@ -94,3 +94,28 @@ class StanMethodFit(Fit):
     def __repr__(self) -> str:
         return (f"<robust_stan.StanMethodFit {self.settings.method}, {self.divergence!r}, "
                 f"{self.settings.draws} draws, parameters {self.parameter_names}>")
+
+
+class CalibratedFit(Fit):
+    """A fit from :func:`robust_stan.calibrate`, with the same draws(), summary() and to_arviz().
+
+    ``calibration`` is "lhw" (NUTS at the calibrated learning rate ``w``) or "sandwich" (the
+    original draws mapped so their covariance is ``sandwich_covariance``; ``w`` is then the
+    original learning rate); ``curvature`` (J) and ``information`` (I) are the sandwich
+    matrices on the unconstrained scale. to_arviz() records the method and w in its attributes.
+    """
+
+    def __init__(self, *args, calibration: str, w: float, curvature: np.ndarray, information: np.ndarray,
+                 sandwich_covariance: np.ndarray, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calibration, self.w = calibration, float(w)
+        self.curvature, self.information, self.sandwich_covariance = curvature, information, sandwich_covariance
+
+    def _arviz_groups(self) -> dict:
+        groups = super()._arviz_groups()
+        for group in groups.values():
+            group.attrs.update(calibration=self.calibration, calibrated_w=self.w)
+        return groups
+
+    def __repr__(self) -> str:
+        return f"<robust_stan.CalibratedFit ({self.calibration}, w = {self.w:.4g}) {self.divergence!r}>"

@@ -1,0 +1,58 @@
+"""rs.calibrate on real Stan fits: the LHW learning rate and the sandwich adjustment against their
+closed forms for a normal location model with known variance, and bad input."""
+
+import numpy as np
+import pytest
+
+import robust_stan as rs
+
+from .conftest import ENGINE
+
+
+@pytest.fixture(scope="module")
+def known_sigma():
+    """y ~ normal(mu, 1) fitted to data whose sd is 2: for the KL loss l_i = (y_i - mu)^2 / 2 the
+    minimum is the mean, J = 1 and I = v = mean((y - ybar)^2), so LHW's w = 1 / v and the
+    sandwich variance is v / N."""
+    model = rs.location("normal", known={"sigma": 1.0}, standardize=False, engine=ENGINE)
+    y = 3.0 + 2.0 * np.random.default_rng(4).normal(size=200)
+    fit = model.sample({"y": y}, chains=4, iter_warmup=500, iter_sampling=1000, seed=5, show_progress=False)
+    return model, y, fit
+
+
+def test_lhw_learning_rate_is_its_closed_form(known_sigma):
+    _, y, fit = known_sigma
+    v = np.mean((y - y.mean()) ** 2)
+    calibrated = rs.calibrate(fit, method="lhw")
+    assert isinstance(calibrated, rs.CalibratedFit) and calibrated.calibration == "lhw"
+    assert calibrated.w == pytest.approx(1 / v, rel=1e-6)
+    np.testing.assert_allclose(calibrated.curvature, [[1.0]], rtol=1e-6)
+    # the refit at w: posterior sd 1 / sqrt(w N + 1/100) (prior normal(0, 10)); the sd of 4000 NUTS
+    # draws is within 10% of it (about 5 of its Monte Carlo standard errors)
+    expected_sd = 1 / np.sqrt(calibrated.w * y.size + 0.01)
+    assert calibrated.summary().loc["mu", "sd"] == pytest.approx(expected_sd, rel=0.10)
+    assert calibrated.to_arviz().posterior.attrs["calibrated_w"] == pytest.approx(calibrated.w)
+
+
+def test_sandwich_adjustment_has_the_sandwich_covariance(known_sigma):
+    _, y, fit = known_sigma
+    v = np.mean((y - y.mean()) ** 2)
+    adjusted = rs.calibrate(fit, method="sandwich")
+    np.testing.assert_allclose(adjusted.sandwich_covariance, [[v / y.size]], rtol=1e-6)
+    mu = adjusted.posterior["mu"].ravel()
+    assert np.var(mu, ddof=1) == pytest.approx(v / y.size, rel=1e-10)  # exact by construction
+    assert mu.mean() == pytest.approx(fit.posterior["mu"].mean(), rel=1e-12)
+    assert adjusted.w == fit.learning_rate and adjusted.log_lik.shape == (4, 1000, y.size)
+
+
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # a short weighted fit, only refused
+def test_bad_input(known_sigma):
+    model, y, fit = known_sigma
+    with pytest.raises(rs.RobustStanInputError, match=r"^method: must be one of"):
+        rs.calibrate(fit, method="bootstrapped")
+    with pytest.raises(rs.RobustStanInputError, match=r"^fit: rs.calibrate takes a NUTS fit"):
+        rs.calibrate(model, method="lhw")
+    weighted = model.sample({"y": y}, weights=np.r_[np.ones(199), 2.0], chains=1, iter_warmup=100,
+                            iter_sampling=100, seed=1, show_progress=False)
+    with pytest.raises(rs.RobustStanInputError, match=r"^fit: has row weights"):
+        rs.calibrate(weighted)
