@@ -129,5 +129,32 @@ def test_bad_input(grid, options, match):
 def test_the_hscore_refuses_outcomes_it_does_not_apply_to():
     for model, reason in ((rs.glm("bernoulli", standardize=False, engine=ENGINE), "discrete"),
                           (rs.location("exponential", engine=ENGINE), "does not vanish")):
-        with pytest.raises(rs.RobustStanInputError, match=f"^criterion: 'hscore' needs .*{reason}"):
+        with pytest.raises(rs.RobustStanInputError, match=f"^criterion: 'hscore' needs .*{reason}.*'mse' works"):
             rs.select_divergence(model, {"X": np.zeros((4, 1)), "y": np.ones(4)})
+
+
+def test_mse_criterion_against_its_closed_form():
+    """y ~ normal(mu, 1) (known sigma) with a tenth of the rows 6 too high. At KL the minimum-loss
+    estimate is the mean and its sandwich variance v / N (v = mean((y - ybar)^2)), so KL's MSE
+    is v / N + (ybar - mu_pilot)^2 against the final pilot's estimate. The outliers' bias (about
+    0.6) dwarfs the variance, so the iterated pilot settles on a robust beta, whose estimate is
+    near the clean rows' centre 1."""
+    model = rs.location("normal", known={"sigma": 1.0}, standardize=False, engine=ENGINE)
+    y = _contaminated(200)["y"]
+    selection = rs.select_divergence(model, {"y": y}, grid=[rs.KL(), 0.1, 0.3, 0.5, 0.8], criterion="mse")
+    v = np.mean((y - y.mean()) ** 2)
+    assert selection.estimates[rs.KL()][0] == pytest.approx(y.mean(), rel=1e-6)
+    final_pilot = selection.estimates[selection.divergence][0]
+    expected = v / y.size + (y.mean() - final_pilot) ** 2
+    assert selection.curve["criterion"].iloc[0] == pytest.approx(expected, rel=1e-5)
+    assert selection.divergence != rs.KL() and abs(final_pilot - 1.0) < 0.25
+    assert selection.fits == {}  # no NUTS fit until the choice's fit is asked for
+
+
+def test_mse_criterion_works_for_a_discrete_family():
+    model = rs.glm("bernoulli", standardize=False, engine=ENGINE)
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(300, 2))
+    y = (rng.random(300) < 1 / (1 + np.exp(-(X @ np.array([1.5, -1.0]))))).astype(int)
+    selection = rs.select_divergence(model, {"X": X, "y": y}, grid=[rs.KL(), 0.2, 0.5], criterion="mse")
+    assert np.all(np.isfinite(selection.curve["criterion"])) and np.all(selection.curve["criterion"] > 0)

@@ -9,9 +9,7 @@ from ..building.data import PreparedData, with_switches
 from ..common.errors import RobustStanInputError
 from ..engines import RawDraws
 from ..gradients.oracles import constrained_draws, unconstrained_draws
-from ..gradients.per_example import PerExampleGradients
-from ..methods.calibration import (curvature_adjusted, lhw_learning_rate, loss_minimum, sandwich_covariance,
-                                   sandwich_matrices)
+from ..methods.calibration import curvature_adjusted, lhw_learning_rate, minimum_loss
 from ..methods.nuts import run_nuts
 from ..results.fit import Fit
 from ..results.method_fits import CalibratedFit
@@ -43,21 +41,11 @@ def calibrate(fit: Fit, method: str = "lhw"):
     model = fit.model
     if np.any(np.asarray(fit.stan_data["weights"]) != 1):
         raise RobustStanInputError("fit: has row weights; the sandwich matrices here are for unweighted rows")
-    stan_data = with_switches(fit.stan_data, learning_rate=1.0, pointwise=False)
-    posterior, prior = model.oracle_for(stan_data), model.oracle_for(with_switches(stan_data, mode="prior"))
-
-    def loss_and_gradient(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        """sum_i l_i(theta) and its gradient: the posterior at w = 1 less the prior (Jacobians cancel)."""
-        lp, gradient = posterior.log_density_gradient(theta)
-        prior_lp, prior_gradient = prior.log_density_gradient(theta)
-        return -(lp - prior_lp), -(gradient - prior_gradient)
-
+    posterior = model.oracle_for(with_switches(fit.stan_data, pointwise=False))
     names = [f"{p.name}_copies" for p in model.spec.parameters]
     draws = unconstrained_draws(posterior, fit.raw.variables, names)
-    theta_hat = loss_minimum(loss_and_gradient, draws.reshape(-1, draws.shape[-1]).mean(axis=0))
-    rows = PerExampleGradients(model, stan_data).gradients(theta_hat)
-    curvature, information = sandwich_matrices(rows, lambda theta: loss_and_gradient(theta)[1], theta_hat)
-    covariance = sandwich_covariance(curvature, information, rows.shape[0])
+    found = minimum_loss(model, fit.stan_data, draws.reshape(-1, draws.shape[-1]).mean(axis=0))
+    curvature, information, covariance = found.curvature, found.information, found.covariance
     matrices = dict(curvature=curvature, information=information, sandwich_covariance=covariance)
     if method == "lhw":
         w = lhw_learning_rate(curvature, information)

@@ -8,11 +8,13 @@ import numpy as np
 
 from ..building.divergences import KL, BetaD, Divergence, GammaD
 from ..common.errors import RobustStanInputError
-from ..methods.divergence_selection import Evaluation, default_grid, grid_value, hscore_per_draw, walk_grid
+from ..methods.calibration import minimum_loss
+from ..methods.divergence_selection import (Evaluation, default_grid, grid_value, hscore_per_draw,
+                                            iterated_warwick_jones, walk_grid)
 from ..results.selection import Selection
 from .model import Model, require_builtin_model
 
-CRITERIA = ("hscore",)
+CRITERIA = ("hscore", "mse")
 FITS = ("reweight", "full")
 
 
@@ -28,9 +30,15 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     normal and student_t models (``rs.glm``, ``rs.location``, ``rs.custom``); on the outcome's
     own scale when the model standardises.
 
+    ``criterion="mse"`` (every family): the estimated mean squared error of the minimum-loss
+    estimate at each grid value, sandwich variance plus squared bias against a pilot estimate,
+    on the unconstrained scale (Warwick and Jones 2005), the pilot moved to the minimiser until
+    it stays (Basak, Basu and Ghosh 2021); it runs no NUTS fit (``fits`` does not apply; the
+    pilot starts at beta = 0.5, or ``pilot``), and :attr:`Selection.fit` samples the choice.
+
     ``grid``: divergences (``rs.KL()``, ``rs.BetaD(b)``, or decomposable ``rs.GammaD(g)``; one
     kind besides KL) or positive numbers (beta values); default KL and beta = 0.05, ..., 1.00.
-    ``fits="reweight"``: one NUTS fit at ``pilot`` (default: the middle grid value), every other
+    H-score with ``fits="reweight"``: one NUTS fit at ``pilot`` (default: the middle grid value), every other
     value from the nearest fit's draws by Pareto-smoothed importance sampling, and a new fit
     (warm-started from the nearest one's posterior means) where k-hat exceeds 0.7;
     ``fits="full"``: a fit at every grid value (for checking). ``sample_options`` go to
@@ -43,13 +51,14 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     if fits not in FITS:
         raise RobustStanInputError(f"fits: must be one of {list(FITS)}, got {fits!r}")
     family = model.spec.family
-    if not family.y_score:
+    if criterion == "hscore" and not family.y_score:
         reason = ("its outcome is discrete" if not family.continuous else
                   "its outcome is a vector" if family.name == "multi_normal" else
                   "its density does not vanish at the edge of its support (y = 0), where the H-score's "
                   "integration by parts needs it to")
         raise RobustStanInputError(f"criterion: 'hscore' needs a continuous outcome on the whole real line "
-                                   f"(normal, student_t); this model's family is {family.name} and {reason}")
+                                   f"(normal, student_t); this model's family is {family.name} and {reason}; "
+                                   "criterion='mse' works for every family")
     divergences = _grid(grid)
     pilot_index = _pilot(pilot, divergences)
     sample_options.setdefault("show_progress", False)
@@ -67,8 +76,18 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
         scale = fit.scaling.scale if model.spec.standardize else 1.0
         return Evaluation(learning_rate * computed["robust_loss"].sum(axis=-1), per_draw / scale**2)
 
-    points, fitted = walk_grid(divergences, pilot_index, fit_at, evaluate, reweight=fits == "reweight")
     positions = np.array([grid_value(d) for d in divergences])
+    if criterion == "mse":
+        found, start = [], None
+        for divergence in divergences:  # in increasing order, each minimum started from the last
+            stan_data = model.stan_data(data, divergence, 1.0)
+            found.append(minimum_loss(model, stan_data, start if start is not None else
+                                      np.zeros(model.oracle_for(stan_data).dimension)))
+            start = found[-1].theta_hat
+        default_pilot = int(np.argmin(np.abs(positions - 0.5))) if pilot is None else pilot_index
+        points, _ = iterated_warwick_jones(divergences, found, default_pilot)
+        return Selection(criterion, points, {}, lambda divergence: fit_at(divergence, None))
+    points, fitted = walk_grid(divergences, pilot_index, fit_at, evaluate, reweight=fits == "reweight")
 
     def fit_chosen(divergence: Divergence):
         nearest = min(fitted, key=lambda j: abs(positions[j] - grid_value(divergence)))

@@ -19,11 +19,14 @@ posterior with learning rate w has covariance (w N J)^-1 for large N.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import optimize
 
+from ..building.data import with_switches
 from ..common.errors import RobustStanInputError
+from ..gradients.per_example import PerExampleGradients
 
 
 def loss_minimum(loss_and_gradient: Callable[[np.ndarray], tuple[float, np.ndarray]],
@@ -82,3 +85,36 @@ def curvature_adjusted(draws: np.ndarray, target_covariance: np.ndarray) -> np.n
     wanted = np.linalg.cholesky(target_covariance)
     transform = wanted @ np.linalg.inv(current)
     return (centre + (flat - centre) @ transform.T).reshape(draws.shape)
+
+
+@dataclass(frozen=True)
+class MinimumLoss:
+    """The loss's minimum theta_hat (unconstrained) and the sandwich matrices J, I there (N rows)."""
+
+    theta_hat: np.ndarray
+    curvature: np.ndarray
+    information: np.ndarray
+    n_rows: int
+
+    @property
+    def covariance(self) -> np.ndarray:
+        """J^-1 I J^-1 / N."""
+        return sandwich_covariance(self.curvature, self.information, self.n_rows)
+
+
+def minimum_loss(program, stan_data: dict, start: np.ndarray) -> MinimumLoss:
+    """theta_hat = argmin sum_i l_i (the program's divergence, learning rate 1, prior left out) from
+    ``start``, with J and I there from the program's per-example gradients."""
+    stan_data = with_switches(stan_data, learning_rate=1.0, pointwise=False)
+    posterior, prior = program.oracle_for(stan_data), program.oracle_for(with_switches(stan_data, mode="prior"))
+
+    def loss_and_gradient(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """sum_i l_i(theta) and its gradient: the posterior at w = 1 less the prior (Jacobians cancel)."""
+        lp, gradient = posterior.log_density_gradient(theta)
+        prior_lp, prior_gradient = prior.log_density_gradient(theta)
+        return -(lp - prior_lp), -(gradient - prior_gradient)
+
+    theta_hat = loss_minimum(loss_and_gradient, start)
+    rows = PerExampleGradients(program, stan_data).gradients(theta_hat)
+    curvature, information = sandwich_matrices(rows, lambda theta: loss_and_gradient(theta)[1], theta_hat)
+    return MinimumLoss(theta_hat, curvature, information, rows.shape[0])

@@ -21,7 +21,8 @@ class Selection:
     for a fit (above 0.7; NaN for the pilot and with fits="full"); ``fits`` are the NUTS fits
     made, by divergence;
     :attr:`fit` is the fit at the chosen value (made on first use when the chosen value was
-    reweighted rather than fitted); :meth:`plot` draws the curve with the choice marked.
+    reweighted rather than fitted, and always for ``"mse"``, which fits nothing); ``estimates``
+    (``"mse"``) the minimum-loss estimate at each value; :meth:`plot` draws the curve with the choice marked.
     """
 
     def __init__(self, criterion: str, points: list[GridPoint], fits: dict[Divergence, object],
@@ -38,6 +39,8 @@ class Selection:
         best = int(np.argmin(self.curve["criterion"].to_numpy()))
         self.divergence: Divergence = points[best].divergence
         self.fits = dict(fits)
+        #: criterion "mse": each grid value's minimum-loss estimate on the unconstrained scale
+        self.estimates = {p.divergence: p.estimate for p in points if p.estimate is not None}
         self._fit_at = fit_at
 
     def __repr__(self) -> str:
