@@ -19,7 +19,8 @@ from robust_stan.engines import compile_program
 from robust_stan.methods.dpvi import PerExampleObjective, clip_rows, noisy_gradient, poisson_batch, softplus
 from robust_stan.methods.noise_aware import trace_model_data, trace_model_program
 from robust_stan.methods.privacy_accounting import epsilon_for, solve_noise_multiplier
-from robust_stan.results.coverage import calibration_curve, calibration_rmse, coverage_rmse, tarp_coverage
+from robust_stan.results.coverage import (calibrated_rmse_reference, calibration_curve, calibration_rmse,
+                                          coverage_rmse, tarp_coverage)
 
 from .conftest import ENGINE
 
@@ -250,9 +251,7 @@ def test_noise_aware_posterior_is_calibrated_where_the_last_iterate_is_not(expon
         truths.append([np.log(rate)])
         references.append([np.log(rng.gamma(A, 1 / B))])
     alphas = np.linspace(0, 1, 101)
-    uniform_rmse = [coverage_rmse(alphas, np.mean(rng.random(K)[None, :] < (1 - alphas)[:, None], axis=1))
-                    for _ in range(5000)]
-    bound = np.quantile(uniform_rmse, 0.99)
+    bound = calibrated_rmse_reference(K, alphas, repeats=5000)["q99"]
     aware_rmse = coverage_rmse(*tarp_coverage(np.array(aware), np.array(truths), np.array(references), alphas))
     naive_alphas, naive_coverage = tarp_coverage(np.array(naive), np.array(truths), np.array(references), alphas)
     assert aware_rmse < bound
@@ -262,6 +261,23 @@ def test_noise_aware_posterior_is_calibrated_where_the_last_iterate_is_not(expon
 
 
 # -- evaluation tools -----------------------------------------------------------------------------
+def test_calibrated_rmse_reference_against_its_expectation():
+    """A calibrated posterior's coverage curve is the empirical CDF of K uniforms, so E[RMSE^2] =
+    mean over alpha of alpha (1 - alpha) / K exactly; the simulated mean of RMSE^2 over 4000 studies
+    is within 5% of it (its relative Monte Carlo sd is about 1.5%). At K = 60 the mean RMSE is near
+    sqrt(1 / 360) = 0.053: three times the paper's 0.018 floor at K = 500."""
+    alphas = np.linspace(0, 1, 101)
+    for K in (20, 60, 500):
+        reference = calibrated_rmse_reference(K, alphas, repeats=4000, seed=K)
+        f = np.random.default_rng(K).random((4000, K))
+        simulated = np.mean([coverage_rmse(alphas, np.mean(row[None, :] < (1 - alphas)[:, None], axis=1)) ** 2
+                             for row in f])
+        assert simulated == pytest.approx(reference["expected_mse"], rel=0.05)
+        assert reference["expected_mse"] == pytest.approx(np.mean(alphas * (1 - alphas)) / K)
+        assert reference["q05"] < reference["q50"] < reference["q95"] < reference["q99"]
+    assert calibrated_rmse_reference(60)["mean"] == pytest.approx(np.sqrt(1 / 360), rel=0.1)
+
+
 def test_tarp_coverage_matches_the_tarp_package():
     tarp = pytest.importorskip("tarp")
     rng = np.random.default_rng(11)

@@ -43,6 +43,24 @@ def coverage_rmse(alphas, coverage) -> float:
     return float(np.sqrt(np.mean((coverage - (1.0 - alphas)) ** 2)))
 
 
+def calibrated_rmse_reference(datasets: int, alphas=None, repeats: int = 4000, seed: int = 0) -> dict[str, float]:
+    """The coverage RMSE (eq. 27) that a perfectly calibrated posterior gets from ``datasets``
+    (K) simulated data sets. Its f_k are then independent U(0, 1) and its coverage curve is their
+    empirical distribution function, whose noise alone gives E[RMSE^2] = mean over alpha of
+    alpha (1 - alpha) / K (about 1 / (6 K)): 0.053 at K = 60, 0.018 at K = 500. So an RMSE
+    measured on K data sets is to be read against this, not against a figure from another K.
+    Returns the mean RMSE, its 5%, 50%, 95% and 99% quantiles over ``repeats`` simulated studies,
+    and ``expected_mse``, the exact E[RMSE^2]."""
+    if not (isinstance(datasets, (int, np.integer)) and datasets >= 1):
+        raise RobustStanInputError(f"datasets: need a positive whole number, got {datasets!r}")
+    alphas = np.linspace(0.0, 1.0, 101) if alphas is None else np.asarray(alphas, dtype=float)
+    f = np.random.default_rng(seed).random((repeats, int(datasets)))
+    coverage = np.mean(f[:, None, :] < (1.0 - alphas)[None, :, None], axis=2)  # (repeats, alphas)
+    rmse = np.sqrt(np.mean((coverage - (1.0 - alphas)) ** 2, axis=1))
+    quantiles = dict(zip(("q05", "q50", "q95", "q99"), map(float, np.quantile(rmse, [0.05, 0.5, 0.95, 0.99]))))
+    return {"mean": float(rmse.mean()), **quantiles, "expected_mse": float(np.mean(alphas * (1 - alphas)) / datasets)}
+
+
 def calibration_curve(probabilities, outcomes, bins: int = 10) -> pd.DataFrame:
     """Predicted probability against the observed share of positives, in ``bins`` equal-width
     bins of the prediction (empty bins left out): columns predicted, observed, count, error
