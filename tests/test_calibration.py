@@ -45,11 +45,29 @@ def test_sandwich_adjustment_has_the_sandwich_covariance(known_sigma):
     assert adjusted.w == fit.learning_rate and adjusted.log_lik.shape == (4, 1000, y.size)
 
 
+def test_bootstrap_calibration_finds_the_closed_form_w(known_sigma):
+    """Syring and Martin's w. Here a resample's w-posterior is about N(ybar*, 1 / (w N)) and ybar* -
+    ybar ~ N(0, v / N), so the 90% sets hold theta_hat = ybar with probability
+    2 Phi(1.645 / sqrt(w v)) - 1: 0.9 exactly at w = 1 / v. With B = 200 resamples the coverage's
+    sd is sqrt(0.09 / 200) = 0.021 and its slope in log w at the root is phi(1.645) 1.645 = 0.17,
+    so log w has sd 0.125; four of them is 0.5."""
+    _, y, fit = known_sigma
+    v = np.mean((y - y.mean()) ** 2)
+    calibrated = rs.calibrate(fit, method="bootstrap", bootstraps=200)
+    assert calibrated.calibration == "bootstrap"
+    assert abs(np.log(calibrated.w * v)) < 0.5, (calibrated.w, 1 / v)
+    trace = calibrated.bootstrap_trace
+    assert trace[0]["w"] == fit.learning_rate and trace[0]["coverage"] < 0.9  # w = 1 is too narrow here
+    assert min(abs(t["coverage"] - 0.9) for t in trace) <= 0.01
+
+
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # a short weighted fit, only refused
 def test_bad_input(known_sigma):
     model, y, fit = known_sigma
     with pytest.raises(rs.RobustStanInputError, match=r"^method: must be one of"):
         rs.calibrate(fit, method="bootstrapped")
+    with pytest.raises(rs.RobustStanInputError, match=r"^level: must lie in \(0, 1\)"):
+        rs.calibrate(fit, method="bootstrap", level=1.5)
     with pytest.raises(rs.RobustStanInputError, match=r"^fit: rs.calibrate takes a NUTS fit"):
         rs.calibrate(model, method="lhw")
     weighted = model.sample({"y": y}, weights=np.r_[np.ones(199), 2.0], chains=1, iter_warmup=100,

@@ -3,21 +3,25 @@ variability of its minimum-loss estimate (:mod:`robust_stan.methods.calibration`
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..building.data import PreparedData, with_switches
-from ..common.errors import RobustStanInputError
-from ..engines import RawDraws
+from ..common.errors import RobustStanInputError, require_count
+from ..engines import NutsSettings, RawDraws
 from ..gradients.oracles import constrained_draws, unconstrained_draws
-from ..methods.calibration import curvature_adjusted, lhw_learning_rate, minimum_loss
+from ..methods.calibration import (BootstrapPosterior, bootstrap_learning_rate, curvature_adjusted,
+                                   lhw_learning_rate, minimum_loss)
 from ..methods.nuts import run_nuts
 from ..results.fit import Fit
 from ..results.method_fits import CalibratedFit
 
-METHODS = ("lhw", "sandwich")
+METHODS = ("lhw", "sandwich", "bootstrap")
 
 
-def calibrate(fit: Fit, method: str = "lhw"):
+def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int = 100,
+              bootstrap_chains: int = 2, bootstrap_warmup: int = 300, bootstrap_draws: int = 500):
     """A NUTS fit of a built-in model (``model.sample``) calibrated; returns a
     :class:`~robust_stan.results.method_fits.CalibratedFit`.
 
@@ -31,13 +35,23 @@ def calibrate(fit: Fit, method: str = "lhw"):
       posterior is sampled again at w (the fit's NUTS settings, no new compile);
     - ``"sandwich"``: the fit's own draws mapped about their mean so that their covariance is
       J^-1 I J^-1 / N (Ribatet et al. 2012's curvature adjustment; Shaby 2014), then
-      constrained again: no new sampling.
+      constrained again: no new sampling;
+    - ``"bootstrap"``: Syring and Martin's (2019) calibration: w such that the ``level`` credible
+      sets (ellipsoids on the unconstrained scale) of the w-posteriors of ``bootstraps``
+      resamples (multinomial counts as row weights: no compile) hold theta_hat in a share
+      ``level`` of them. Each resample is one NUTS fit (``bootstrap_chains`` x
+      (``bootstrap_warmup`` + ``bootstrap_draws``)) reweighted by PSIS to other w, and fitted
+      again where k-hat exceeds 0.7; w by bisection on log w to 1%. Then NUTS at w, as for
+      ``"lhw"``. The coverage trace is ``calibrated.bootstrap_trace``. Its Monte Carlo error
+      comes from the resamples: the coverage is a share of ``bootstraps``.
     """
     if not isinstance(fit, Fit) or fit.method != "nuts":
         raise RobustStanInputError(f"fit: rs.calibrate takes a NUTS fit of a built-in model (model.sample), got "
                                    f"{type(fit).__name__}")
     if method not in METHODS:
         raise RobustStanInputError(f"method: must be one of {list(METHODS)}, got {method!r}")
+    if not (isinstance(level, float) and 0 < level < 1):
+        raise RobustStanInputError(f"level: must lie in (0, 1), got {level!r}")
     model = fit.model
     if np.any(np.asarray(fit.stan_data["weights"]) != 1):
         raise RobustStanInputError("fit: has row weights; the sandwich matrices here are for unweighted rows")
@@ -47,16 +61,44 @@ def calibrate(fit: Fit, method: str = "lhw"):
     found = minimum_loss(model, fit.stan_data, draws.reshape(-1, draws.shape[-1]).mean(axis=0))
     curvature, information, covariance = found.curvature, found.information, found.covariance
     matrices = dict(curvature=curvature, information=information, sandwich_covariance=covariance)
-    if method == "lhw":
-        w = lhw_learning_rate(curvature, information)
-        prepared = PreparedData(fit.data, with_switches(fit.stan_data, learning_rate=w), fit.scaling, fit.divergence)
-        raw = run_nuts(model, prepared.stan_data, fit.settings, None)
-    else:
+    trace = None
+    if method == "sandwich":
         w = fit.learning_rate
         prepared = PreparedData(fit.data, fit.stan_data, fit.scaling, fit.divergence)
         variables = constrained_draws(posterior, curvature_adjusted(draws, covariance))
         # the NUTS run's divergences and tree depths still describe these draws; its lp__ does not
         raw = RawDraws(variables, {k: v for k, v in fit.raw.sampler.items() if k != "lp__"})
-    calibrated = CalibratedFit(model, raw, prepared, fit.settings, calibration=method, w=w, **matrices)
+    else:
+        if method == "lhw":
+            w = lhw_learning_rate(curvature, information)
+        else:
+            settings = NutsSettings(require_count("bootstrap_chains", bootstrap_chains),
+                                    require_count("bootstrap_warmup", bootstrap_warmup, 0),
+                                    require_count("bootstrap_draws", bootstrap_draws, 2), seed=fit.settings.seed,
+                                    show_progress=False)
+            w, trace = _bootstrap_w(fit, found.theta_hat, names, settings, level,
+                                    require_count("bootstraps", bootstraps, 2))
+        prepared = PreparedData(fit.data, with_switches(fit.stan_data, learning_rate=w), fit.scaling, fit.divergence)
+        raw = run_nuts(model, prepared.stan_data, fit.settings, None)
+    calibrated = CalibratedFit(model, raw, prepared, fit.settings, calibration=method, w=w, bootstrap_trace=trace,
+                               **matrices)
     calibrated.warn_if_not_converged()
     return calibrated
+
+
+def _bootstrap_w(fit: Fit, theta_hat: np.ndarray, names: list[str], settings: NutsSettings, level: float,
+                 bootstraps: int) -> tuple[float, list[dict]]:
+    """Syring and Martin's w for ``fit``'s model and data (see :func:`calibrate`)."""
+    model, n = fit.model, len(fit.stan_data["weights"])
+    counts = np.random.default_rng(settings.seed).multinomial(n, np.full(n, 1.0 / n), size=bootstraps)
+
+    def refit(b: int, w: float) -> BootstrapPosterior:
+        stan_data = with_switches(fit.stan_data, learning_rate=w, weights=counts[b], pointwise=False)
+        raw = run_nuts(model, stan_data, replace(settings, seed=settings.seed + 1 + b), None)
+        resample = Fit(model, raw, PreparedData(fit.data, stan_data, fit.scaling, fit.divergence), settings)
+        total_loss = (resample.generated_quantities_at()["robust_loss"] * counts[b]).sum(axis=-1)
+        draws = unconstrained_draws(model.oracle_for(stan_data), raw.variables, names)
+        return BootstrapPosterior(draws.reshape(-1, draws.shape[-1]), total_loss.ravel(), w)
+
+    start = fit.learning_rate
+    return bootstrap_learning_rate(theta_hat, [refit(b, start) for b in range(bootstraps)], refit, level, start)

@@ -11,6 +11,14 @@ posterior with learning rate w has covariance (w N J)^-1 for large N.
 
 - LHW's information matching: w = tr(J I^-1 J) / tr(J), the scalar that makes the posterior's
   precision match the estimate's in trace (their section 3.2).
+- Syring and Martin's (2019) general posterior calibration: w such that the (1 - alpha) credible
+  sets of the w-posteriors of bootstrap resamples of the data cover theta_hat in a share 1 - alpha
+  of them. The sets are the posterior's Mahalanobis ellipsoids about its mean (its normal-
+  approximation HPD set); theta_hat is in the set iff the posterior mass nearer the mean than
+  theta_hat is at most 1 - alpha. Each resample is one NUTS fit at some w0 whose draws serve every
+  other w through importance ratios exp(-(w - w0) L(theta)), L the resample's total loss,
+  Pareto-smoothed; where k-hat exceeds 0.7 the resample is fitted again at w. The coverage falls
+  as w grows, and w is found by bisection on log w.
 - The curvature adjustment: draws theta_s become theta_bar + C (theta_s - theta_bar) with
   C = chol(S) chol(P)^-1, P the draws' covariance and S = J^-1 I J^-1 / N, so the adjusted
   draws have covariance S exactly and the same mean theta_bar.
@@ -27,6 +35,10 @@ from scipy import optimize
 from ..building.data import with_switches
 from ..common.errors import RobustStanInputError
 from ..gradients.per_example import PerExampleGradients
+from .importance import psis
+
+#: Above this k-hat a reweighted bootstrap posterior is fitted again (Vehtari et al. 2024).
+K_HAT_LIMIT = 0.7
 
 
 def loss_minimum(loss_and_gradient: Callable[[np.ndarray], tuple[float, np.ndarray]],
@@ -118,3 +130,73 @@ def minimum_loss(program, stan_data: dict, start: np.ndarray) -> MinimumLoss:
     rows = PerExampleGradients(program, stan_data).gradients(theta_hat)
     curvature, information = sandwich_matrices(rows, lambda theta: loss_and_gradient(theta)[1], theta_hat)
     return MinimumLoss(theta_hat, curvature, information, rows.shape[0])
+
+
+@dataclass(frozen=True)
+class BootstrapPosterior:
+    """Draws (S, d) of one resample's posterior at learning rate ``learning_rate`` (unconstrained),
+    with the resample's total loss L at each draw (S,)."""
+
+    draws: np.ndarray
+    total_loss: np.ndarray
+    learning_rate: float
+
+
+def covers(posterior: BootstrapPosterior, w: float, theta_hat: np.ndarray, level: float) -> tuple[bool, float]:
+    """Whether the level-``level`` credible ellipsoid of the w-posterior (reweighted from the draws)
+    holds theta_hat, and the reweighting's k-hat (0 when w is the draws' own)."""
+    draws = posterior.draws
+    if w == posterior.learning_rate:
+        weights, khat = np.full(draws.shape[0], 1.0 / draws.shape[0]), 0.0
+    else:
+        log_weights, khat = psis(-(w - posterior.learning_rate) * posterior.total_loss)
+        weights = np.exp(log_weights)
+    mean = weights @ draws
+    centred = draws - mean
+    precision = np.linalg.inv(np.atleast_2d(centred.T @ (centred * weights[:, None])))
+    distance = np.einsum("sd,de,se->s", centred, precision, centred)
+    gap = theta_hat - mean
+    mass_nearer = float(weights[distance < gap @ precision @ gap].sum())
+    return mass_nearer <= level, khat
+
+
+def bootstrap_learning_rate(theta_hat: np.ndarray, posteriors: list[BootstrapPosterior],
+                            refit: Callable[[int, float], BootstrapPosterior], level: float = 0.9,
+                            start: float = 1.0, tolerance: float = 0.01, limits=(1e-4, 1e4)) -> tuple[float, list[dict]]:
+    """The w whose bootstrap coverage of theta_hat is ``level`` (module docstring), to a relative
+    ``tolerance`` in w; ``refit(b, w)`` fits resample b at w (where reweighting is not trusted,
+    and replaces its draws). Returns w and the coverage at every w tried."""
+    posteriors = list(posteriors)
+    trace: list[dict] = []
+    known: dict[float, float] = {}
+
+    def coverage(w: float) -> float:
+        if w in known:
+            return known[w]
+        hits = []
+        for b, posterior in enumerate(posteriors):
+            hit, khat = covers(posterior, w, theta_hat, level)
+            if khat > K_HAT_LIMIT:
+                posteriors[b] = refit(b, w)
+                hit, _ = covers(posteriors[b], w, theta_hat, level)
+            hits.append(hit)
+        trace.append({"w": w, "coverage": float(np.mean(hits))})
+        known[w] = trace[-1]["coverage"]
+        return known[w]
+
+    low, high = start, start  # widen until coverage(low) >= level >= coverage(high)
+    while coverage(low) < level:
+        low /= 4
+        if low < limits[0]:
+            raise RuntimeError(f"calibrate: the bootstrap coverage stays below {level} even at w = {low:.2g}")
+    while coverage(high) > level:
+        high *= 4
+        if high > limits[1]:
+            raise RuntimeError(f"calibrate: the bootstrap coverage stays above {level} even at w = {high:.2g}")
+    while high / low > 1 + tolerance:
+        middle = float(np.sqrt(low * high))
+        if coverage(middle) > level:
+            low = middle
+        else:
+            high = middle
+    return float(np.sqrt(low * high)), trace

@@ -99,16 +99,17 @@ class StanMethodFit(Fit):
 class CalibratedFit(Fit):
     """A fit from :func:`robust_stan.calibrate`, with the same draws(), summary() and to_arviz().
 
-    ``calibration`` is "lhw" (NUTS at the calibrated learning rate ``w``) or "sandwich" (the
-    original draws mapped so their covariance is ``sandwich_covariance``; ``w`` is then the
-    original learning rate); ``curvature`` (J) and ``information`` (I) are the sandwich
-    matrices on the unconstrained scale. to_arviz() records the method and w in its attributes.
+    ``calibration`` is "lhw" or "bootstrap" (NUTS at the calibrated learning rate ``w``; the
+    bootstrap's coverage at each w tried is ``bootstrap_trace``) or "sandwich" (the original
+    draws mapped so their covariance is ``sandwich_covariance``; ``w`` is then the original
+    learning rate); ``curvature`` (J) and ``information`` (I) are the sandwich matrices on the
+    unconstrained scale. to_arviz() records the method and w in its attributes.
     """
 
     def __init__(self, *args, calibration: str, w: float, curvature: np.ndarray, information: np.ndarray,
-                 sandwich_covariance: np.ndarray, **kwargs):
+                 sandwich_covariance: np.ndarray, bootstrap_trace: list[dict] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.calibration, self.w = calibration, float(w)
+        self.calibration, self.w, self.bootstrap_trace = calibration, float(w), bootstrap_trace
         self.curvature, self.information, self.sandwich_covariance = curvature, information, sandwich_covariance
 
     def _arviz_groups(self) -> dict:
