@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -819,6 +820,13 @@ def test_reference_page_is_current():
         assert f"## {family.stan_name}" in page
         for prefix in ("robust", "betad", "gammad", "gammaorig"):
             assert f"`{prefix}_{family.stan_name}_pointwise_loss`" in page
+    # every public function the library defines, whatever it returns, has its row in a table
+    library = render_library()
+    public = set(re.findall(r"^\s*(?:int|real|vector|row_vector|matrix|void|array\[[, ]*\] \w+)\s+"
+                            r"((?:robust|betad|gammad|gammaorig)_\w+)\(", library, re.MULTILINE))
+    assert len(public) > 80
+    unlisted = sorted(name for name in public if f"| `{name}` |" not in page)
+    assert not unlisted, f"public library functions missing from docs/stan-functions.md: {unlisted}"
 
 
 # ---------------------------------------------------------------------------

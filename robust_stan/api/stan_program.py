@@ -13,7 +13,8 @@ import numpy as np
 from ..building.data import check_learning_rate, check_weights
 from ..building.divergences import Divergence, as_divergence
 from ..building.families import FAMILIES
-from ..building.robustify import SWITCHES, WEIGHT_PARAMETERS, Likelihood, RobustifyError, robustify_program
+from ..building.robustify import (SWITCHES, WEIGHT_PARAMETERS, Likelihood, RobustifyError, likelihood_outcomes,
+                                  robustify_program)
 from ..building.stanc import canonical_program, program_info
 from ..common.digest import digest
 from ..common.errors import RobustStanInputError, StanCompileError, require_inits
@@ -64,11 +65,14 @@ class StanProgramModel(ProgramOnEngine):
     """
 
     def __init__(self, stan_code: str, info: dict, filename: str, engine: str = "auto",
-                 likelihoods: tuple[Likelihood, ...] = ()):
+                 likelihoods: tuple[Likelihood, ...] = (), observed: list[str] | None = None):
         super().__init__(stan_code, engine)
         self.filename = filename
         self.likelihoods = likelihoods
         self.outcomes = [lik.outcome for lik in likelihoods]
+        # the data variables a likelihood statement is on: the robustified outcomes, or for a
+        # program as written those found in its model block (its observed_data in ArviZ)
+        self.observed = list(observed) if observed is not None else list(self.outcomes)
         # robustify's weight parameters (size 0 unless robust-stan asks) are not the user's
         self.parameter_names = [name for name in info["parameters"] if not name.startswith(WEIGHT_PARAMETERS)]
         self.data_names = [name for name in info["inputs"]
@@ -305,7 +309,9 @@ def from_stan(stan_file_or_code, engine: str = "auto") -> StanProgramModel:
     """
     code, filename, include_dirs = _read_source(stan_file_or_code)
     info = program_info(code, filename, include_dirs)
-    return StanProgramModel(_compilable_text(code, filename, include_dirs), info, filename, engine)
+    observed = likelihood_outcomes(canonical_program(code, filename, include_dirs), info)
+    return StanProgramModel(_compilable_text(code, filename, include_dirs), info, filename, engine,
+                            observed=observed)
 
 
 def robustify(stan_file_or_code, likelihood="auto", engine: str = "auto") -> StanProgramModel:

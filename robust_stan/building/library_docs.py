@@ -16,10 +16,14 @@ from .library import render_library
 
 _DOC = re.compile(r"/\*\* @family (?P<family>\w+)\n(?P<body>.*?)\*/", re.DOTALL)
 _TAG = re.compile(r"^\s*@(\w+) (.*)$", re.MULTILINE)
-_FUNCTION = re.compile(r"^(?:real|vector|matrix) ((?:robust|betad|gammad|gammaorig)_\w+)\((.*)\) \{$", re.MULTILINE)
+_FUNCTION = re.compile(r"^(?:int|real|vector|matrix) ((?:robust|betad|gammad|gammaorig)_\w+)\((.*)\) \{$", re.MULTILINE)
 
 # What each public function returns, by its name's pattern (F is the family).
 _LOSSES = [
+    ("robust_F_integral_table_rows", "the number of rows of `robust_F_integral_table(a)` (declare the table with "
+                                     "this many rows and 5 columns)"),
+    ("robust_F_integral_table", "the table of log I_a to pass as the last argument `integral_table` (build it "
+                                "once in transformed data; `a` = 0 gives the header alone)"),
     ("robust_F_weighted_", "minus the weighted total loss, -sum_i w_i l_i, under the divergence chosen by the code "
                            "`divergence` (0 KL, 1 beta, 2 gamma decomposable, 3 gamma original) with parameter `a`"),
     ("robust_F_pointwise_loss", "the vector of per-observation losses l_i under the divergence `divergence` "
@@ -91,7 +95,11 @@ def library_reference(library_text: str | None = None) -> str:
                 raise ValueError(f"the doc comment of {family} has no @{required}")
         end = docs[k + 1].start() if k + 1 < len(docs) else len(text)
         functions: dict[str, list[str]] = {}
-        for name, arguments in _FUNCTION.findall(text[doc.end():end]):
+        # public functions of the shared code before the first doc comment are listed under the
+        # family their name starts with (e.g. robust_poisson_log_integral_table)
+        shared = [(name, arguments) for name, arguments in _FUNCTION.findall(text[:docs[0].start()])
+                  if name.startswith(f"robust_{family}_")]
+        for name, arguments in shared + _FUNCTION.findall(text[doc.end():end]):
             functions.setdefault(name, []).append(arguments)
         out += [f"## {family}\n",
                 f"- **Density:** `{tags['density']}`",

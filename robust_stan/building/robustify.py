@@ -281,6 +281,21 @@ def _user_line(source: str, found: _Found, outcome: str, used: set[int]) -> int:
     return 0
 
 
+def likelihood_outcomes(canonical: str, info: dict) -> list[str]:
+    """The data variables that are the outcome of a distribution statement of the model block
+    (``y ~ ...``, ``y[n] ~ ...``, ``target += *_lpdf(y | ...)``), in order of appearance: what
+    :func:`robust_stan.from_stan` reports as observed data. Nothing is refused here."""
+    code = _without_comments(canonical.splitlines())
+    model = _block(code, "model")
+    outcomes: list[str] = []
+    for k in range(model[0] + 1, model[1]) if model else ():
+        for statement in _statements_on(code[k], k):
+            match = re.fullmatch(r"([A-Za-z]\w*)\s*(\[.*\])?", statement.outcome_text.strip())
+            if match and match.group(1) in info["inputs"] and match.group(1) not in outcomes:
+                outcomes.append(match.group(1))
+    return outcomes
+
+
 # -- the rewrite ---------------------------------------------------------------------------------
 def robustify_program(source: str, canonical: str, info: dict, likelihood="auto",
                       filename: str = "program.stan") -> RobustifiedProgram:
@@ -305,7 +320,13 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
     if clash:
         raise RobustifyError(f"{filename}: the program already uses the name(s) {clash}, which robustify adds; "
                              "rename them")
-    wanted = _wanted_outcomes(likelihood, data_names, filename)
+    try:
+        wanted = _wanted_outcomes(likelihood, data_names, filename)
+    except RobustifyError as exc:  # name the statements on the variables that are not data, where there are some
+        named = set([likelihood] if isinstance(likelihood, str) else likelihood)
+        on_named = [f"{where}: {why}" for name, where, why in _statements_on_non_data(code, model, info, source,
+                                                                                     filename) if name in named]
+        raise RobustifyError("; ".join(on_named + [str(exc)])) from None
 
     found: list[tuple[_Found, str, str | None]] = []
     for k in range(model[0] + 1, model[1]):
@@ -327,8 +348,10 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
             raise RobustifyError(f"{filename}: likelihood={likelihood!r}: no `~` or `target += *_lpdf` statement "
                                  f"on {missing} in the model block")
     if not found:
+        not_data = _statements_on_non_data(code, model, info, source, filename)
         raise RobustifyError(f"{filename}: found no likelihood statement (a `~` or `target += *_lpdf(...)` statement "
-                             "whose outcome is a variable of the data block)")
+                             "whose outcome is a variable of the data block)"
+                             + "".join(f"; {where}: {why}" for _, where, why in not_data))
 
     likelihoods, rewritten, pointwise = [], {}, {}
     used_lines: set[int] = set()
@@ -359,6 +382,25 @@ def _refuse_other_terms_on(outcomes: list[str], found, code: list[str], model: t
             raise RobustifyError(f"{where}: `{line}` is a second term of the outcome {outcome!r} besides its "
                                  "likelihood statement (e.g. a censored branch); robustify cannot weight those rows. "
                                  "Pass likelihood=[...] without it, or write the likelihood as one statement")
+
+
+def _statements_on_non_data(code: list[str], model: tuple[int, int], info: dict, source: str,
+                            filename: str) -> list[tuple[str, str, str]]:
+    """(outcome, where, why) for each distribution statement of the model block whose outcome is a
+    transformed parameter or a local variable of the model block: not data, so not a likelihood."""
+    kinds = {**{n: "a transformed parameter" for n in info["transformed parameters"]},
+             **{n: "a generated quantity" for n in info["generated quantities"]}}
+    out = []
+    for k in range(model[0] + 1, model[1]):
+        for statement in _statements_on(code[k], k):
+            names = _IDENT.findall(statement.outcome_text)
+            if not names or names[0] in info["inputs"] or names[0] in info["parameters"]:
+                continue
+            kind = kinds.get(names[0], "a local variable of the model block")
+            out.append((names[0], _where(source, statement, names[0], set(), filename),
+                        f"the outcome {names[0]!r} is {kind}, not a variable of the data block, so robustify does "
+                        "not read this statement as a likelihood (write it on the data variable itself)"))
+    return out
 
 
 def _wanted_outcomes(likelihood, data_names: set[str], filename: str) -> list[str] | None:

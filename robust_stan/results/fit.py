@@ -36,6 +36,20 @@ def _element_labels(name: str, shape: tuple[int, ...]) -> list[str]:
     return [f"{name}[{','.join(str(i + 1) for i in idx)}]" for idx in np.ndindex(*shape)]
 
 
+def outlier_scores(log_lik: np.ndarray, divergence, beta: float | None = None) -> pd.Series:
+    """Per observation: the posterior mean of p(y_i | theta)^beta (from ``log_lik``, (chains,
+    draws, n)) over its median across observations; beta defaults to the divergence's own."""
+    if beta is None:
+        if divergence is None or divergence.code == 0:  # None: a program fitted as written
+            raise RobustStanInputError("beta: a KL fit has no beta of its own; pass outlier_scores(beta=...)")
+        beta = divergence.param
+    if not beta > 0:
+        raise RobustStanInputError(f"beta: must be positive, got {beta}")
+    log_lik = np.asarray(log_lik)
+    mean_power = np.exp(beta * log_lik.reshape(-1, log_lik.shape[-1])).mean(axis=0)
+    return pd.Series(mean_power / np.median(mean_power), name="outlier_score").rename_axis("observation")
+
+
 def sample_stats_dataset(sampler: dict[str, np.ndarray], attrs: dict):
     """The sampler statistics as ArviZ's sample_stats group, with ArviZ's names."""
     return draws_dataset({_SAMPLE_STATS.get(k, k): (v.astype(bool) if k == "divergent__" else v)
@@ -188,16 +202,7 @@ class Fit:
         Low scores mark observations the robust loss down-weights. ``beta``
         defaults to the fit's beta or gamma; a KL fit needs it given.
         """
-        if beta is None:
-            if self.divergence.code == 0:
-                raise RobustStanInputError("beta: a KL fit has no beta of its own; pass outlier_scores(beta=...)")
-            beta = self.divergence.param
-        if not beta > 0:
-            raise RobustStanInputError(f"beta: must be positive, got {beta}")
-        log_lik = self.draws("log_lik")
-        log_lik = log_lik.reshape(-1, log_lik.shape[-1])
-        mean_power = np.exp(beta * log_lik).mean(axis=0)
-        return pd.Series(mean_power / np.median(mean_power), name="outlier_score").rename_axis("observation")
+        return outlier_scores(self.draws("log_lik"), self.divergence, beta)
 
     def to_arviz(self):
         """The fit as the installed ArviZ's object (InferenceData on ArviZ 0.x, DataTree on 1.x)

@@ -13,7 +13,7 @@ from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data
-from .fit import nuts_diagnostics, sample_stats_dataset, summary_table, warn_if_poor_convergence
+from .fit import nuts_diagnostics, outlier_scores, sample_stats_dataset, summary_table, warn_if_poor_convergence
 
 # robustify's per-observation quantities and its weight parameters (size 0 outside per-example work)
 _POINTWISE_PREFIXES = ("rs_log_lik_", "rs_robust_loss_", WEIGHT_PARAMETERS)
@@ -61,10 +61,18 @@ class ProgramFit:
                                       "rows): their log_lik is NaN and their weights do nothing", RobustStanWarning,
                                       stacklevel=4)
             elif "log_lik" in self.posterior:
-                self._pointwise = {"log_lik": {"log_lik": self.posterior["log_lik"]}, "robust_loss": {}}
+                self._pointwise = {"log_lik": {self._log_lik_name(): self.posterior["log_lik"]}, "robust_loss": {}}
             else:
                 self._pointwise = {"log_lik": {}, "robust_loss": {}}
         return self._pointwise
+
+    def _log_lik_name(self) -> str:
+        """A program's own ``log_lik`` is named after its outcome when there is one outcome with
+        as many rows (as the built-in models' log_likelihood is, and ArviZ's LOO-PIT expects)."""
+        observed = self.model.observed
+        if len(observed) == 1 and self.posterior["log_lik"].shape[2:] == np.shape(self.stan_data[observed[0]])[:1]:
+            return observed[0]
+        return "log_lik"
 
     @property
     def log_lik(self) -> dict[str, np.ndarray]:
@@ -101,33 +109,53 @@ class ProgramFit:
         """A RobustStanWarning when a parameter has R-hat above 1.01 or a bulk or tail ESS below 100."""
         warn_if_poor_convergence(self.summary(), self.method, stacklevel=4)
 
+    def outlier_scores(self, beta: float | None = None, outcome: str | None = None) -> pd.Series:
+        """Per observation of ``outcome`` (default: the only one): the posterior mean of
+        p(y_i | theta)^beta relative to its median over observations, as the built-in fits give it.
+        Low scores mark observations the robust loss down-weights; ``beta`` defaults to the fit's
+        beta or gamma (a KL fit needs it given)."""
+        log_lik = self.log_lik
+        if not log_lik:
+            raise RobustStanInputError("outlier_scores: the program has no log_lik generated quantity and no "
+                                       "robustified likelihood, so there is no p(y_i | theta) to score")
+        if outcome is None:
+            if len(log_lik) != 1:
+                raise RobustStanInputError(f"outcome: the fit has several outcomes {sorted(log_lik)}; name one")
+            outcome = next(iter(log_lik))
+        if outcome not in log_lik:
+            raise RobustStanInputError(f"outcome: {outcome!r} is not one of {sorted(log_lik)}")
+        return outlier_scores(log_lik[outcome], self.divergence, beta)
+
     def to_arviz(self):
         """The fit as the installed ArviZ's object, with groups posterior, sample_stats and, where the
-        program has them, log_likelihood, observed_data, constant_data (weights), robust_loss and
-        posterior_predictive (from a generated quantity ``<outcome>_rep`` of the outcome's shape)."""
+        program has them, log_likelihood, observed_data (the data variables of its likelihood
+        statements), posterior_predictive (from a generated quantity ``<outcome>_rep`` of the
+        outcome's shape) and, for a robustified program, constant_data (weights) and robust_loss."""
         attrs = {"divergence": repr(self.divergence), "learning_rate": self.learning_rate,
                  "engine": self.model.engine, "inference_library": "robust-stan", "method": self.method}
         groups = {
             "posterior": draws_dataset(self.posterior, None, attrs),
             "sample_stats": sample_stats_dataset(self.raw.sampler, attrs),
         }
-        outcomes = self.model.outcomes
-        dims = {y: [f"{y}_obs"] for y in outcomes}
+        outcomes, observed_names = self.model.outcomes, self.model.observed
+        dims = {y: [f"{y}_obs"] for y in observed_names}
         if self.log_lik:
             log_lik = self.log_lik
-            groups["log_likelihood"] = draws_dataset(log_lik, dims if outcomes else None, attrs)
-        if outcomes:
-            observed = {y: np.asarray(self.stan_data[y]) for y in outcomes}
-            observed_dims = {y: [f"{y}_obs"] + [f"{y}_dim_{i}" for i in range(1, observed[y].ndim)] for y in outcomes}
+            groups["log_likelihood"] = draws_dataset(log_lik, {y: dims[y] for y in log_lik if y in dims}, attrs)
+        if observed_names:
+            observed = {y: np.asarray(self.stan_data[y]) for y in observed_names}
+            observed_dims = {y: [f"{y}_obs"] + [f"{y}_dim_{i}" for i in range(1, observed[y].ndim)]
+                             for y in observed_names}
             groups["observed_data"] = draws_dataset(observed, observed_dims, attrs, sample_dims=())
+            replicated = {y: self.posterior[f"{y}_rep"] for y in observed_names
+                          if f"{y}_rep" in self.posterior and self.posterior[f"{y}_rep"].shape[2:] == observed[y].shape}
+            if replicated:  # the program's own <outcome>_rep draws, named as ArviZ expects
+                groups["posterior_predictive"] = draws_dataset(replicated, observed_dims, attrs)
+        if outcomes:  # robustified: the weights and the robust loss
             groups["constant_data"] = draws_dataset(
                 {f"weights_{y}": np.asarray(self.stan_data[f"rs_weights_{y}"]) for y in outcomes},
                 {f"weights_{y}": [f"{y}_obs"] for y in outcomes}, attrs, sample_dims=())
             groups["robust_loss"] = draws_dataset(self.robust_loss, dims, attrs)
-            replicated = {y: self.posterior[f"{y}_rep"] for y in outcomes
-                          if f"{y}_rep" in self.posterior and self.posterior[f"{y}_rep"].shape[2:] == observed[y].shape}
-            if replicated:  # the program's own <outcome>_rep draws, named as ArviZ expects
-                groups["posterior_predictive"] = draws_dataset(replicated, observed_dims, attrs)
         return native_inference_data(groups)
 
     def __repr__(self) -> str:
