@@ -1,5 +1,7 @@
 """Choosing beta by the H-score (rs.select_divergence) on a linear regression under three
-contamination patterns, reweighted against full fits, and the coefficient error of the choice.
+contamination patterns, reweighted against full fits, and the coefficient error of the choice;
+and by the estimated MSE (criterion="mse") on a logistic regression with label flips and a
+Poisson regression with inflated counts.
 
 Data: y = 1 + X b + N(0, 1), X ~ N(0, I_3), b = (1, -0.5, 0.25), N rows. Patterns:
 ``clean``; ``y_outliers``: a tenth of the rows get y + 10; ``leverage``: a tenth of the rows
@@ -45,8 +47,31 @@ def simulate(pattern: str, n: int, rng: np.random.Generator) -> dict:
     return {"X": X, "y": y}
 
 
-def coefficient_error(fit) -> float:
-    return float(np.linalg.norm(fit.posterior["b"].mean(axis=(0, 1)) - TRUE_B))
+def coefficient_error(fit, true_b: np.ndarray = TRUE_B) -> float:
+    return float(np.linalg.norm(fit.posterior["b"].mean(axis=(0, 1)) - true_b))
+
+
+# discrete outcomes, where the H-score does not apply: beta chosen by criterion="mse"
+DISCRETE = {"logistic_flips": ("bernoulli", np.array([1.5, -1.0])),
+            "poisson_inflated": ("poisson", np.array([0.4, -0.3]))}
+
+
+def simulate_discrete(case: str, n: int, rng: np.random.Generator) -> dict:
+    """``logistic_flips``: y ~ Bernoulli(logit^-1(0.3 + X b)), X ~ N(0, I_2), and the labels of the
+    tenth of the rows with the largest |0.3 + X b| flipped (the confident rows, where a flip is
+    most harmful). ``poisson_inflated``: y ~ Poisson(exp(0.5 + X b)), and a tenth of the rows get
+    y + 20."""
+    family, true_b = DISCRETE[case]
+    X = rng.normal(size=(n, true_b.size))
+    if family == "bernoulli":
+        eta = 0.3 + X @ true_b
+        y = rng.binomial(1, 1 / (1 + np.exp(-eta)))
+        confident = np.argsort(-np.abs(eta))[: n // 10]
+        y[confident] = 1 - y[confident]
+    else:
+        y = rng.poisson(np.exp(0.5 + X @ true_b))
+        y[: n // 10] += 20
+    return {"X": X, "y": y}
 
 
 def main(argv=None) -> None:
@@ -83,6 +108,24 @@ def main(argv=None) -> None:
         row["error ratio to best fixed"] = row["error (chosen)"] / best_fixed
         rows.append(row)
         print(pd.Series(row).to_string(), flush=True)
+    for k, (case, (family, true_b)) in enumerate(DISCRETE.items()):
+        data = simulate_discrete(case, args.rows, np.random.default_rng([args.seed, 10 + k]))
+        model = rs.glm(family)
+        start = time.perf_counter()
+        selection = rs.select_divergence(model, data, criterion="mse")
+        seconds = time.perf_counter() - start
+        curves.append(selection.curve.assign(pattern=case, fits="mse"))
+        fixed = {name: model.sample(data, divergence=d, seed=args.seed, show_progress=False, **SAMPLE)
+                 for name, d in FIXED.items()}
+        errors = {name: coefficient_error(fit, true_b) for name, fit in fixed.items()}
+        chosen_fit = selection.fit
+        row = {"pattern": case, "criterion": "mse", "chosen (reweight)": repr(selection.divergence),
+               "fits (reweight)": 0, "seconds (reweight)": round(seconds, 1),
+               "error (chosen)": coefficient_error(chosen_fit, true_b),
+               **{f"error ({name})": value for name, value in errors.items()}}
+        row["error ratio to best fixed"] = row["error (chosen)"] / min(errors.values())
+        rows.append(row)
+        print(pd.Series(row).to_string(), flush=True)
     table = pd.DataFrame(rows)
     table.to_csv(OUT / "table.csv", index=False)
     curve_table = pd.concat(curves)
@@ -97,16 +140,19 @@ def plot(curves: pd.DataFrame, table: pd.DataFrame) -> None:
     import matplotlib.pyplot as plt
 
     patterns = list(table["pattern"])
-    fig, axes = plt.subplots(1, len(patterns), figsize=(4.2 * len(patterns), 3.4))
+    fig, axes = plt.subplots(1, len(patterns), figsize=(4.0 * len(patterns), 3.4))
     for ax, pattern in zip(axes, patterns):
-        for fits, style in (("full", "-"), ("reweight", "--")):
+        for fits, style in (("full", "-"), ("reweight", "--"), ("mse", "-")):
             sub = curves[(curves.pattern == pattern) & (curves.fits == fits)]
-            ax.errorbar(sub["value"], sub["criterion"], yerr=2 * sub["mcse"], linestyle=style, capsize=2,
-                        label=f"fits={fits}")
-        ax.set_title(pattern)
+            if len(sub):
+                ax.errorbar(sub["value"], sub["criterion"], yerr=2 * sub["mcse"].fillna(0), linestyle=style,
+                            capsize=2, label=f"fits={fits}" if fits != "mse" else "estimated MSE")
+        chosen = table.loc[table.pattern == pattern, "chosen (reweight)"].iloc[0]
+        ax.set_title(f"{pattern}\nchosen: {chosen}", fontsize=9)
         ax.set_xlabel("beta (0: KL)")
+        ax.legend(fontsize=7)
     axes[0].set_ylabel("H-score (posterior mean)")
-    axes[-1].legend(fontsize=7)
+    axes[len(patterns) - len(DISCRETE)].set_ylabel("estimated MSE")
     fig.tight_layout()
     fig.savefig(OUT / "curves.png", dpi=120)
 

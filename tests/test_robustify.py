@@ -159,6 +159,11 @@ def test_fit_object_and_arviz_groups():
     assert set(group_names(plain.to_arviz())) == set(group_names(builtin)) - {"constant_data", "robust_loss"} \
         - {"posterior_predictive"}
     np.testing.assert_array_equal(plain.to_arviz()["log_likelihood"]["y"], plain.draws("log_lik"))
+    # the program as written is what from_stan compiles, and robust-stan's VI runs on it
+    assert original.stan_code == _program("linear_regression").read_text()
+    vi = original.variational(data, seed=1, draws=500, show_progress=False)
+    assert isinstance(vi, ProgramFit) and vi.method == "variational" and np.isfinite(vi.elbo)
+    assert {"posterior", "log_likelihood", "observed_data"} <= set(group_names(vi.to_arviz()))
     # the built-in fits' outlier scores, from the robustified likelihood
     scores = fit.outlier_scores()
     log_lik = fit.log_lik["y"].reshape(-1, N)
