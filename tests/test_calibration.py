@@ -74,3 +74,21 @@ def test_bad_input(known_sigma):
                             iter_sampling=100, seed=1, show_progress=False)
     with pytest.raises(rs.RobustStanInputError, match=r"^fit: has row weights"):
         rs.calibrate(weighted)
+
+
+@pytest.mark.parametrize("gradient, accepted", [(1e-9, True), (1e-2, False)])
+def test_loss_minimum_accepts_a_stalled_line_search_only_at_a_tiny_gradient(monkeypatch, gradient, accepted):
+    """L-BFGS-B may stop "ABNORMAL" in its line search once rounding swamps the decrease; the point
+    is a minimum when the gradient is below 1e-6 of the loss's size, and refused otherwise."""
+    from scipy import optimize
+
+    from robust_stan.methods import calibration
+
+    stalled = optimize.OptimizeResult(success=False, message="ABNORMAL: ", x=np.array([1.0, 2.0]),
+                                      jac=np.array([gradient, 0.0]), fun=150.0)
+    monkeypatch.setattr(calibration.optimize, "minimize", lambda *args, **kwargs: stalled)
+    if accepted:
+        np.testing.assert_array_equal(calibration.loss_minimum(lambda t: (0.0, t), np.zeros(2)), [1.0, 2.0])
+    else:
+        with pytest.raises(RuntimeError, match="minimum was not found"):
+            calibration.loss_minimum(lambda t: (0.0, t), np.zeros(2))
