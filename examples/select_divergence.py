@@ -57,17 +57,15 @@ DISCRETE = {"logistic_flips": ("bernoulli", np.array([1.5, -1.0])),
 
 
 def simulate_discrete(case: str, n: int, rng: np.random.Generator) -> dict:
-    """``logistic_flips``: y ~ Bernoulli(logit^-1(0.3 + X b)), X ~ N(0, I_2), and the labels of the
-    tenth of the rows with the largest |0.3 + X b| flipped (the confident rows, where a flip is
-    most harmful). ``poisson_inflated``: y ~ Poisson(exp(0.5 + X b)), and a tenth of the rows get
-    y + 20."""
+    """``logistic_flips``: y ~ Bernoulli(logit^-1(0.3 + X b)), X ~ N(0, I_2), and the labels of a
+    tenth of the rows, chosen at random, flipped. ``poisson_inflated``: y ~ Poisson(exp(0.5 + X b)),
+    and a tenth of the rows get y + 20."""
     family, true_b = DISCRETE[case]
     X = rng.normal(size=(n, true_b.size))
     if family == "bernoulli":
-        eta = 0.3 + X @ true_b
-        y = rng.binomial(1, 1 / (1 + np.exp(-eta)))
-        confident = np.argsort(-np.abs(eta))[: n // 10]
-        y[confident] = 1 - y[confident]
+        y = rng.binomial(1, 1 / (1 + np.exp(-(0.3 + X @ true_b))))
+        flipped = rng.choice(n, n // 10, replace=False)
+        y[flipped] = 1 - y[flipped]
     else:
         y = rng.poisson(np.exp(0.5 + X @ true_b))
         y[: n // 10] += 20
