@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..building.data import PreparedData, with_switches
+from ..building.divergences import KL
 from ..common.errors import RobustStanInputError, require_count
 from ..engines import NutsSettings, RawDraws
 from ..gradients.oracles import constrained_draws, unconstrained_draws
@@ -57,7 +58,7 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
         raise RobustStanInputError("fit: has row weights; the sandwich matrices here are for unweighted rows")
     posterior = model.oracle_for(with_switches(fit.stan_data, pointwise=False))
     names = [f"{p.name}_copies" for p in model.spec.parameters]
-    draws = unconstrained_draws(posterior, fit.raw.variables, names)
+    draws = _unconstrained(model, fit.stan_data, fit.raw.variables, names)
     found = minimum_loss(model, fit.stan_data, draws.reshape(-1, draws.shape[-1]).mean(axis=0))
     curvature, information, covariance = found.curvature, found.information, found.covariance
     matrices = dict(curvature=curvature, information=information, sandwich_covariance=covariance)
@@ -86,6 +87,15 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
     return calibrated
 
 
+def _unconstrained(model, stan_data: dict, variables: dict, names: list[str]) -> np.ndarray:
+    """The draws (chains, draws, d) on the unconstrained scale. Each draw is unconstrained by a new
+    instance of the program, which runs its transformed data, so this is done under KL: the
+    parameters' constraints do not depend on the divergence, and KL skips the integral tables
+    (poisson's takes about 8 ms at beta 0.3: 65 s for 8000 draws, against 2.5 s under KL)."""
+    return unconstrained_draws(model.oracle_for(with_switches(stan_data, pointwise=False, divergence=KL())),
+                               variables, names)
+
+
 def _bootstrap_w(fit: Fit, theta_hat: np.ndarray, names: list[str], settings: NutsSettings, level: float,
                  bootstraps: int) -> tuple[float, list[dict]]:
     """Syring and Martin's w for ``fit``'s model and data (see :func:`calibrate`)."""
@@ -97,7 +107,7 @@ def _bootstrap_w(fit: Fit, theta_hat: np.ndarray, names: list[str], settings: Nu
         raw = run_nuts(model, stan_data, replace(settings, seed=settings.seed + 1 + b), None)
         resample = Fit(model, raw, PreparedData(fit.data, stan_data, fit.scaling, fit.divergence), settings)
         total_loss = (resample.generated_quantities_at()["robust_loss"] * counts[b]).sum(axis=-1)
-        draws = unconstrained_draws(model.oracle_for(stan_data), raw.variables, names)
+        draws = _unconstrained(model, stan_data, raw.variables, names)
         return BootstrapPosterior(draws.reshape(-1, draws.shape[-1]), total_loss.ravel(), w)
 
     start = fit.learning_rate
