@@ -19,7 +19,7 @@ FITS = ("reweight", "full")
 
 
 def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "hscore", fits: str = "reweight",
-                      learning_rate: float = 1.0, pilot=None, **sample_options) -> Selection:
+                      learning_rate: float = 1.0, pilot=None, confirm: bool = True, **sample_options) -> Selection:
     """Choose the divergence (beta, or gamma) that minimises a criterion over a grid.
 
     ``criterion="hscore"``: the Hyvarinen score of the pseudo-model exp(-w l(y; theta)) in y,
@@ -41,7 +41,12 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     H-score with ``fits="reweight"``: one NUTS fit at ``pilot`` (default: the middle grid value), every other
     value from the nearest fit's draws by Pareto-smoothed importance sampling, and a new fit
     (warm-started from the nearest one's posterior means) where k-hat exceeds 0.7;
-    ``fits="full"``: a fit at every grid value (for checking). ``sample_options`` go to
+    ``fits="full"``: a fit at every grid value (for checking). With ``fits="reweight"`` and
+    ``confirm=True`` (default) the best value is fitted again from the engine's dispersed starts
+    (not warm-started) unless it already was, and that fit's own criterion replaces the
+    reweighted one, until the best value stands on such a fit: near a beta's breakdown point the
+    generalized posterior has a second mode that follows the outliers, which draws reweighted
+    from a robust fit cannot see. ``sample_options`` go to
     :meth:`Model.sample` (chains, iter_warmup, iter_sampling, seed, ...). No grid value needs a
     new compile. Returns a :class:`~robust_stan.results.selection.Selection`.
     """
@@ -50,6 +55,8 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
         raise RobustStanInputError(f"criterion: must be one of {list(CRITERIA)}, got {criterion!r}")
     if fits not in FITS:
         raise RobustStanInputError(f"fits: must be one of {list(FITS)}, got {fits!r}")
+    if not isinstance(confirm, bool):
+        raise RobustStanInputError(f"confirm: must be True or False, got {confirm!r}")
     family = model.spec.family
     if criterion == "hscore" and not family.y_score:
         reason = ("its outcome is discrete" if not family.continuous else
@@ -87,7 +94,8 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
         default_pilot = int(np.argmin(np.abs(positions - 0.5))) if pilot is None else pilot_index
         points, _ = iterated_warwick_jones(divergences, found, default_pilot)
         return Selection(criterion, points, {}, lambda divergence: fit_at(divergence, None))
-    points, fitted = walk_grid(divergences, pilot_index, fit_at, evaluate, reweight=fits == "reweight")
+    points, fitted = walk_grid(divergences, pilot_index, fit_at, evaluate, reweight=fits == "reweight",
+                               confirm=confirm)
 
     def fit_chosen(divergence: Divergence):
         nearest = min(fitted, key=lambda j: abs(positions[j] - grid_value(divergence)))

@@ -114,12 +114,21 @@ def reweighted_estimate(values: np.ndarray, log_ratios: np.ndarray) -> tuple[flo
 
 
 def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, object], object],
-              evaluate: Callable[[object, Divergence], Evaluation], reweight: bool) -> tuple[list[GridPoint], dict]:
+              evaluate: Callable[[object, Divergence], Evaluation], reweight: bool,
+              confirm: bool = True) -> tuple[list[GridPoint], dict]:
     """Each grid value's criterion: a fit at ``grid[pilot]``, then the other values in order of their
     distance from it, each reweighted from the nearest fitted value (a new fit where k-hat > 0.7,
     or always with ``reweight=False``). ``fit_at(divergence, nearest_fit)`` fits (warm-started
-    from the nearest fit, None for the pilot); ``evaluate(fit, divergence)`` gives an
-    :class:`Evaluation`. Returns the points in grid order and the fits by grid index."""
+    from the nearest fit; None: from the engine's own dispersed starts, as for the pilot);
+    ``evaluate(fit, divergence)`` gives an :class:`Evaluation`. Returns the points in grid order
+    and the fits by grid index.
+
+    ``confirm``: reweighted draws describe only the modes their base fit visited, and near a
+    beta's breakdown point the generalized posterior has a second mode that follows the outliers
+    (k-hat cannot flag a mode the proposal never visits). So the best value, unless it was fitted
+    from dispersed starts, is fitted so and its criterion replaced by that fit's own; this repeats
+    until the best value is such a fit (one extra fit when the choice stands, and the choice's fit
+    is then at hand)."""
     positions = np.array([grid_value(d) for d in grid])
     fits: dict[int, object] = {}
     own: dict[int, Evaluation] = {}  # each fit's evaluation at its own divergence
@@ -146,6 +155,16 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
             points[k].pareto_k = khat  # the reweighting's k-hat, which called for this fit
             continue
         fit_here(k, fits[base])
+    dispersed = {pilot}
+    while confirm and reweight:
+        best = min(points, key=lambda j: (points[j].criterion, j))
+        if best in dispersed:
+            break
+        before = points[best]
+        fit_here(best, None)
+        points[best].source = f"fit from dispersed starts (the {before.source} value was {before.criterion:.6g})"
+        points[best].pareto_k = before.pareto_k
+        dispersed.add(best)
     return [points[k] for k in range(len(grid))], fits
 
 
