@@ -124,6 +124,9 @@ def test_a_reweighted_choice_is_confirmed_by_a_fit_from_dispersed_starts():
     assert confirmed.divergence in confirmed.fits and grid_value(confirmed.divergence) > 0.1
     b1 = confirmed.fit.posterior["b"][..., 0]
     assert abs(b1.mean() - 1.0) < 0.3 and confirmed.fit.summary()["r_hat"].max() < 1.01
+    # the plot fills every fitted value, the confirming fits included
+    fitted_markers = next(line for line in confirmed.plot().lines if line.get_label() == "NUTS fit")
+    assert len(fitted_markers.get_xdata()) == confirmed.curve["source"].str.startswith("fit").sum() >= 2
 
 
 def test_the_chosen_value_gets_its_own_fit_on_first_use():

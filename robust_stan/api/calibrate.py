@@ -56,7 +56,6 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
     model = fit.model
     if np.any(np.asarray(fit.stan_data["weights"]) != 1):
         raise RobustStanInputError("fit: has row weights; the sandwich matrices here are for unweighted rows")
-    posterior = model.oracle_for(with_switches(fit.stan_data, pointwise=False))
     names = [f"{p.name}_copies" for p in model.spec.parameters]
     draws = _unconstrained(model, fit.stan_data, fit.raw.variables, names)
     found = minimum_loss(model, fit.stan_data, draws.reshape(-1, draws.shape[-1]).mean(axis=0))
@@ -66,6 +65,7 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
     if method == "sandwich":
         w = fit.learning_rate
         prepared = PreparedData(fit.data, fit.stan_data, fit.scaling, fit.divergence)
+        posterior = model.oracle_for(with_switches(fit.stan_data, pointwise=False))
         variables = constrained_draws(posterior, curvature_adjusted(draws, covariance))
         # the NUTS run's divergences and tree depths still describe these draws; its lp__ does not
         raw = RawDraws(variables, {k: v for k, v in fit.raw.sampler.items() if k != "lp__"})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..common.errors import RobustStanInputError
@@ -320,13 +321,8 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
     if clash:
         raise RobustifyError(f"{filename}: the program already uses the name(s) {clash}, which robustify adds; "
                              "rename them")
-    try:
-        wanted = _wanted_outcomes(likelihood, data_names, filename)
-    except RobustifyError as exc:  # name the statements on the variables that are not data, where there are some
-        named = set([likelihood] if isinstance(likelihood, str) else likelihood)
-        on_named = [f"{where}: {why}" for name, where, why in _statements_on_non_data(code, model, info, source,
-                                                                                     filename) if name in named]
-        raise RobustifyError("; ".join(on_named + [str(exc)])) from None
+    wanted = _wanted_outcomes(likelihood, data_names, filename,
+                              lambda: _statements_on_non_data(code, model, info, source, filename))
 
     found: list[tuple[_Found, str, str | None]] = []
     for k in range(model[0] + 1, model[1]):
@@ -403,7 +399,10 @@ def _statements_on_non_data(code: list[str], model: tuple[int, int], info: dict,
     return out
 
 
-def _wanted_outcomes(likelihood, data_names: set[str], filename: str) -> list[str] | None:
+def _wanted_outcomes(likelihood, data_names: set[str], filename: str,
+                     statements_on_non_data: Callable[[], list[tuple[str, str, str]]]) -> list[str] | None:
+    """None for "auto", else the named outcomes; names that are not data are refused, with the
+    statements on them (``statements_on_non_data()``: (outcome, where, why)) named first."""
     if likelihood == "auto" or likelihood is None:
         return None
     names = [likelihood] if isinstance(likelihood, str) else list(likelihood)
@@ -411,9 +410,10 @@ def _wanted_outcomes(likelihood, data_names: set[str], filename: str) -> list[st
         raise RobustStanInputError(f"likelihood: give 'auto' or a list of data variable names, got {likelihood!r}")
     not_data = sorted(set(names) - data_names)
     if not_data:
-        raise RobustifyError(f"likelihood: {not_data} {'is' if len(not_data) == 1 else 'are'} not in the data block "
-                             f"of {filename}; robustify can only make the likelihood of data variables robust "
-                             "(an outcome that is a transformed or generated variable is not data)")
+        statements = "".join(f"{where}: {why}; " for name, where, why in statements_on_non_data() if name in not_data)
+        raise RobustifyError(f"{statements}likelihood: {not_data} {'is' if len(not_data) == 1 else 'are'} not in "
+                             f"the data block of {filename}; robustify can only make the likelihood of data "
+                             "variables robust (an outcome that is a transformed or generated variable is not data)")
     return names
 
 

@@ -35,10 +35,7 @@ from scipy import optimize
 from ..building.data import with_switches
 from ..common.errors import RobustStanInputError
 from ..gradients.per_example import PerExampleGradients
-from .importance import psis
-
-#: Above this k-hat a reweighted bootstrap posterior is fitted again (Vehtari et al. 2024).
-K_HAT_LIMIT = 0.7
+from .importance import K_HAT_LIMIT, psis
 
 
 def loss_minimum(loss_and_gradient: Callable[[np.ndarray], tuple[float, np.ndarray]],

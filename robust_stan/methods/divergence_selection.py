@@ -36,10 +36,7 @@ import numpy as np
 
 from ..building.divergences import KL, BetaD, Divergence, GammaD
 from .calibration import MinimumLoss
-from .importance import psis
-
-#: Above this Pareto k-hat an importance-sampling estimate is not trusted (Vehtari et al. 2024).
-K_HAT_LIMIT = 0.7
+from .importance import K_HAT_LIMIT, psis
 
 
 def grid_value(divergence: Divergence) -> float:

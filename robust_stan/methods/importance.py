@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+#: Above this Pareto k-hat an importance-sampling estimate is not trusted (Vehtari et al. 2024).
+K_HAT_LIMIT = 0.7
+
 
 def psis(log_ratios) -> tuple[np.ndarray, float]:
     """Smoothed log weights (normalised: their exps sum to 1) of the draws whose log importance

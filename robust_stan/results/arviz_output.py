@@ -108,7 +108,3 @@ def mcse_sd(draws: np.ndarray) -> float:
 def pareto_khat(log_weights: np.ndarray) -> float:
     """Pareto k-hat of PSIS on a vector of log importance ratios (ArviZ's own estimate)."""
     return psis(np.asarray(log_weights, dtype=float).ravel())[1]
-    import arviz
-
-    _, khat = arviz.psislw(log_weights)
-    return float(khat)

@@ -16,7 +16,8 @@ class Selection:
 
     ``divergence`` is the grid value with the smallest criterion; ``curve`` has one row per grid
     value: the divergence, its beta or gamma (``value``, 0 for KL), the criterion, its Monte
-    Carlo standard error, where it came from (``source``: "fit", or "reweighted from ..."), and
+    Carlo standard error, where it came from (``source``: "fit", "reweighted from ...", or "fit
+    from dispersed starts (...)" for a value that ``confirm`` fitted again), and
     ``pareto_k``: the k-hat of the reweighting that gave the value, or that was tried and called
     for a fit (above 0.7; NaN for the pilot and with fits="full"); ``fits`` are the NUTS fits
     made, by divergence;
@@ -64,7 +65,7 @@ class Selection:
         curve = self.curve
         ax.errorbar(curve["value"], curve["criterion"], yerr=2 * curve["mcse"], color="C0", linestyle="-",
                     linewidth=1, capsize=2)
-        fitted = curve["source"] == "fit"
+        fitted = curve["source"].str.startswith("fit")   # "fit", or "fit from dispersed starts (...)"
         ax.plot(curve["value"][fitted], curve["criterion"][fitted], "o", color="C0", label="NUTS fit")
         ax.plot(curve["value"][~fitted], curve["criterion"][~fitted], "o", color="C0", markerfacecolor="white",
                 label="reweighted (PSIS)")
