@@ -22,7 +22,7 @@ from .api.stan_program import StanProgramModel, from_stan, robustify
 from .building.divergences import KL, BetaD, Divergence, GammaD
 from .building.families import FAMILIES
 from .common.errors import RobustStanInputError, RobustStanWarning, StanCompileError
-from .common.resources import stan_include_path
+from .common.resources import native_header_path, stan_include_path
 from .engines import COMPILE_COUNTS, resolve_engine
 from .results.coreset import Coreset
 from .results.coverage import calibration_curve, calibration_rmse, coverage_rmse, tarp_coverage
@@ -36,6 +36,7 @@ __all__ = [
     "COMPILE_COUNTS",
     "Coreset",
     "FAMILIES",
+    "native_header_path",
     "KL",
     "BetaD",
     "Divergence",

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 import jinja2
 
 from .._version import __version__
-from ..common.resources import LIBRARY_FILE, library_code, templates_path
+from ..common.resources import LIBRARY_FILE, NATIVE_FILE, library_code, native_code, templates_path
 from .spec import ModelSpec, split_statements
 
 INCLUDE_LINE = f"#include {LIBRARY_FILE}"
+NATIVE_INCLUDE_LINE = f"#include {NATIVE_FILE}"
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,11 @@ def render_program(spec: ModelSpec) -> str:
 
 
 def expand_includes(program: str) -> str:
-    """The program with the robust-stan library pasted in place of its `#include`.
+    """The program with the robust-stan library (and the native losses' declarations) pasted in
+    place of their `#include` lines.
 
     Engines whose stanc is not given include paths (httpstan) compile this.
     """
-    return re.sub(rf"^\s*{re.escape(INCLUDE_LINE)}\s*$", lambda _: library_code(), program, flags=re.MULTILINE)
+    for line, text in ((INCLUDE_LINE, library_code), (NATIVE_INCLUDE_LINE, native_code)):
+        program = re.sub(rf"^\s*{re.escape(line)}\s*$", lambda _, text=text: text(), program, flags=re.MULTILINE)
+    return program

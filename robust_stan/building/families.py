@@ -56,6 +56,9 @@ class Family:
     extra_data: tuple[str, ...] = field(default_factory=tuple)
     # the library has robust_<stan_name>_integral_table(a) and overloads taking it (a fast path)
     integral_table: bool = False
+    # robust_stan_native.hpp has rs_native_<stan_name>_total_loss: the beta and gamma total loss with a
+    # closed-form gradient, which the built-in programs call for those divergences (a fast path)
+    native: bool = False
     # the library has robust_<stan_name>_pointwise_y_score (d/dy and d^2/dy^2 of log p, for the
     # H-score): a univariate density on the whole real line
     y_score: bool = False
@@ -141,6 +144,7 @@ _register(
         links=("identity",),
         continuous=True,
         y_score=True,
+        native=True,
     )
 )
 _register(
@@ -172,6 +176,7 @@ _register(
         default_link="logit",
         links=("logit",),
         continuous=False,
+        native=True,
     )
 )
 _register(
@@ -207,6 +212,7 @@ _register(
         links=("log",),
         continuous=False,
         integral_table=True,
+        native=True,
     )
 )
 _register(

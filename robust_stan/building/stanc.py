@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from ..common.errors import StanCompileError
-from ..common.resources import stan_include_path
+from ..common.resources import stan_include_path, uses_native_functions
 from .spec import ModelSpec, split_statements
 
 _LOCATION = re.compile(r"line (\d+), column (\d+)")
@@ -25,8 +25,11 @@ def stanc_binary() -> str:
 def _stanc(stan_code: str, options: list[str], filename: str = "program.stan",
            include_dirs: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, str]:
     """stanc run on ``stan_code`` (written to a temporary folder, which is also the working folder
-    for outputs such as ``--o``) with the library and ``include_dirs`` on the include path; the
-    finished process and its error message, if any, naming ``filename``."""
+    for outputs such as ``--o``) with the library and ``include_dirs`` on the include path (and
+    ``--allow-undefined`` for a program that declares the native losses); the finished process and its
+    error message, if any, naming ``filename``."""
+    if uses_native_functions(stan_code):
+        options = ["--allow-undefined", *options]
     with tempfile.TemporaryDirectory(prefix="robust_stan_") as tmp:
         path = Path(tmp) / "program.stan"
         path.write_text(stan_code)

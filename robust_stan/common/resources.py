@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]  # robust_stan/
@@ -35,3 +36,28 @@ LIBRARY_FILE = "robust_stan.stanfunctions"
 def library_code() -> str:
     """Text of the Stan function library."""
     return (Path(stan_include_path()) / LIBRARY_FILE).read_text()
+
+
+#: Declarations of the native losses (defined in C++ by NATIVE_HEADER), included by the built-in
+#: models' programs; a program that includes it is translated with stanc's --allow-undefined and
+#: compiled with the header.
+NATIVE_FILE = "robust_stan_native.stanfunctions"
+NATIVE_HEADER = "robust_stan_native.hpp"
+#: A line of NATIVE_FILE, which marks a program that holds its declarations (includes expanded).
+NATIVE_MARK = "// robust-stan native losses: declared here, defined in C++ by robust_stan_native.hpp"
+
+
+def native_code() -> str:
+    """Text of the native losses' declarations."""
+    return (Path(stan_include_path()) / NATIVE_FILE).read_text()
+
+
+def native_header_path() -> Path:
+    """The C++ header defining the native losses (CmdStanPy: ``user_header=``)."""
+    return Path(stan_include_path()) / NATIVE_HEADER
+
+
+def uses_native_functions(stan_code: str) -> bool:
+    """True when the program includes (or holds) the native losses' declarations."""
+    return NATIVE_MARK in stan_code or re.search(rf"^\s*#include\s+{re.escape(NATIVE_FILE)}\s*$", stan_code,
+                                                   flags=re.MULTILINE) is not None

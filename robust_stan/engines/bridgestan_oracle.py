@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..building.codegen import expand_includes
+from ..common.resources import native_header_path, uses_native_functions
 from .base import cache_folder
 
 
@@ -49,14 +50,18 @@ def _compiled_library(stan_code: str) -> str:
     import bridgestan
 
     code = expand_includes(stan_code)
-    digest = hashlib.sha256(code.encode()).hexdigest()[:16]
+    native = uses_native_functions(code)
+    # the native losses' header is part of the build: a new header is a new library
+    digest = hashlib.sha256(code.encode() + (native_header_path().read_bytes() if native else b"")).hexdigest()[:16]
     folder = cache_folder() / "bridgestan" / digest
     folder.mkdir(parents=True, exist_ok=True)
     stan_file = folder / "program.stan"
     stan_file.write_text(code)
     library = folder / "program_model.so"
     if not library.exists():
-        library = Path(bridgestan.compile_model(str(stan_file)))
+        library = Path(bridgestan.compile_model(
+            str(stan_file), stanc_args=["--allow-undefined"] if native else [],
+            make_args=[f"USER_HEADER={native_header_path()}"] if native else []))
     return str(library)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.resources import stan_include_path
+from ..common.resources import native_header_path, stan_include_path, uses_native_functions
 from .base import CompiledProgram, NutsSettings, RawDraws, cache_folder, named_columns
 
 
@@ -175,7 +175,10 @@ def compile_cmdstan(stan_code: str, show_progress: bool = True) -> tuple[CmdStan
     """Compile (or reuse) the program with CmdStanPy; returns it and whether a build ran."""
     import cmdstanpy
 
-    digest = hashlib.sha256(stan_code.encode()).hexdigest()[:16]
+    native = uses_native_functions(stan_code)
+    # the native losses' header is part of the build: a new header is a new executable
+    built_from = stan_code.encode() + (native_header_path().read_bytes() if native else b"")
+    digest = hashlib.sha256(built_from).hexdigest()[:16]
     folder = cache_folder() / "cmdstan" / digest
     folder.mkdir(parents=True, exist_ok=True)
     stan_file = folder / "program.stan"
@@ -185,6 +188,7 @@ def compile_cmdstan(stan_code: str, show_progress: bool = True) -> tuple[CmdStan
     built = not exe.exists()
     model = cmdstanpy.CmdStanModel(
         stan_file=str(stan_file),
-        stanc_options={"include-paths": [stan_include_path()]},
+        stanc_options={"include-paths": [stan_include_path()], **({"allow-undefined": True} if native else {})},
+        user_header=str(native_header_path()) if native else None,
     )
     return CmdStanProgram(stan_code, model), built

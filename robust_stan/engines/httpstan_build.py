@@ -21,6 +21,10 @@ standard error to a file it drops when the build fails; in the child,
 error, which the parent reads, so a failed build can show g++'s own message.
 The child's environment changes nothing in the user's process.
 
+A program that uses robust-stan's native losses (``robust_stan_native.stanfunctions``)
+is translated with stanc's ``--allow-undefined`` and compiled with their header
+(``robust_stan_native.hpp``) included too; see :func:`forced_headers`.
+
 The child runs :func:`main` with the program text (already marked with the
 interface's version) on standard input.
 """
@@ -28,6 +32,7 @@ interface's version) on standard input.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import re
@@ -38,10 +43,34 @@ import tempfile
 from pathlib import Path
 
 from ..common.errors import StanCompileError
+from ..common.resources import native_header_path, uses_native_functions
 from .native_model import INTERFACE_HEADER, SECOND_ORDER_MARK
 
-#: Headers compiled into every module: robust-stan's C interface.
-FORCED_HEADERS = (INTERFACE_HEADER,)
+
+def forced_headers(code: str) -> tuple[Path, ...]:
+    """Headers compiled into the module of ``code``: robust-stan's C interface, and the native
+    losses' definitions when the program declares them."""
+    return (INTERFACE_HEADER, native_header_path()) if uses_native_functions(code) else (INTERFACE_HEADER,)
+
+
+def translate(program_code: str, stan_model_name: str, httpstan_translate=None) -> tuple[str, str]:
+    """httpstan's translation of a program to C++ (``httpstan_translate``, by default
+    ``httpstan.compile.compile``: the C++ code and stanc's warnings; ValueError with stanc's message on
+    an error), with ``--allow-undefined`` for a program that declares the native losses (httpstan's own
+    call has no way to pass it) by the same stanc."""
+    import httpstan
+    import httpstan.compile
+
+    if not uses_native_functions(program_code):
+        return (httpstan_translate or httpstan.compile.compile)(program_code, stan_model_name)
+    with tempfile.TemporaryDirectory(prefix="robust_stan_") as folder:
+        path = Path(folder) / f"{stan_model_name}.stan"
+        path.write_text(program_code)
+        done = subprocess.run([str(Path(httpstan.__file__).with_name("stanc")), "--name", stan_model_name, "--warn-pedantic",
+                               "--allow-undefined", "--print-cpp", str(path)], capture_output=True, timeout=60)
+    if done.returncode != 0:
+        raise ValueError(done.stderr.decode().strip())
+    return done.stdout.decode().strip(), done.stderr.decode().strip()
 
 #: How many of the compiler's last lines a failed build shows.
 MESSAGE_LINES = 40
@@ -132,13 +161,15 @@ def _compile_services(hs, extension, include_dirs: list[str], work: Path, built:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _add_our_parts(hs, services_for_this_python: bool, second_order: bool = False) -> None:
-    """Make httpstan's build add robust-stan's headers to its own compiler arguments and, if
+def _add_our_parts(hs, headers: tuple[Path, ...], services_for_this_python: bool, second_order: bool = False) -> None:
+    """Make httpstan's build add ``headers`` to its own compiler arguments, translate with
+    :func:`translate` and, if
     ``services_for_this_python``, link with :func:`_services_object_for_this_python`. With
     ``second_order`` the model also gets its fvar<var> log_prob (STAN_MODEL_FVAR_VAR): Stan's
     model_base declares those virtual functions after all the others, so httpstan's services,
     built without them, see the same table of virtual functions."""
     run_build_ext = hs.build_ext.run_build_ext
+    hs.compile.compile = functools.partial(translate, httpstan_translate=hs.compile.compile)
 
     def run_with_our_parts(extensions, build_lib):
         for extension in extensions:
@@ -147,7 +178,7 @@ def _add_our_parts(hs, services_for_this_python: bool, second_order: bool = Fals
                 own = _services_object_for_this_python(hs, extension)
                 extension.extra_objects = [o for o in extension.extra_objects if o not in shipped] + [str(own)]
             extension.extra_compile_args = list(extension.extra_compile_args or []) + [
-                flag for header in FORCED_HEADERS for flag in ("-include", str(header))] + (
+                flag for header in headers for flag in ("-include", str(header))] + (
                 ["-DSTAN_MODEL_FVAR_VAR"] if second_order else [])
         return run_build_ext(extensions, build_lib)
 
@@ -170,7 +201,8 @@ def main() -> None:
         print(f"robust-stan: httpstan's stan_services.o was built for Python {shipped_for}, "
               f"this is {running}: linking with one built here", file=sys.stderr)
     program = sys.stdin.read()
-    _add_our_parts(httpstan, services_for_this_python=foreign, second_order=SECOND_ORDER_MARK in program)
+    _add_our_parts(httpstan, forced_headers(program), services_for_this_python=foreign,
+                   second_order=SECOND_ORDER_MARK in program)
     try:
         asyncio.run(httpstan.models.build_services_extension_module(program))
     except Exception as exc:  # the compiler's own messages are already on standard error

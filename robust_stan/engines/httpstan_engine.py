@@ -31,7 +31,7 @@ from ..common.digest import digest
 from ..common.errors import StanCompileError
 from ..common.progress import elapsed_bar
 from .base import CompiledProgram, NutsSettings, RawDraws, named_columns, named_values
-from .httpstan_build import FORCED_HEADERS, build_in_child
+from .httpstan_build import build_in_child, forced_headers, translate
 from .native_model import NativeModel
 
 _ITERATION = re.compile(rb"Iteration:\s+(\d+)\s*/\s*(\d+)")
@@ -295,10 +295,11 @@ def _with_interface_mark(code: str) -> str:
     """The program text httpstan builds: ``code`` and a comment naming the C interface's version.
 
     httpstan names (and caches) a module by its program text alone; the mark
-    makes a module built with another version of ``oracle_interface.hpp``, or
-    without it, a different program.
+    makes a module built with another version of ``oracle_interface.hpp`` (or of
+    the native losses' header, for a program that uses them), or without it, a
+    different program.
     """
-    interface = hashlib.sha256(b"".join(header.read_bytes() for header in FORCED_HEADERS)).hexdigest()[:16]
+    interface = hashlib.sha256(b"".join(header.read_bytes() for header in forced_headers(code))).hexdigest()[:16]
     return f"{code}\n// built by robust-stan with its C interface {interface}\n"
 
 
@@ -306,7 +307,7 @@ def _build(hs, code: str, marked: str, model_name: str, show_progress: bool) -> 
     """Build ``marked`` (``code`` with the interface mark) into the module named ``model_name``."""
     stan_name = f"model_{model_name.split('/')[1]}"
     try:
-        _, warnings = hs.compile.compile(code, stan_name)  # stanc errors surface here, quickly
+        _, warnings = translate(code, stan_name)  # stanc errors surface here, quickly
     except ValueError as exc:
         raise StanCompileError(f"stanc (httpstan {hs.__version__}) cannot compile the program:\n{exc}") from None
     hs.cache.delete_model_directory(model_name)
