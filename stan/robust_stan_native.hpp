@@ -45,6 +45,24 @@ inline ArrayXd row_values(const std::vector<int>& x, Index n, const char* functi
   return out;
 }
 
+// True when every argument's scalar is a number or a reverse-mode var: the closed-form path. A program
+// built with second-order autodiff (robust-stan's per-example gradients of a robustified program,
+// STAN_MODEL_FVAR_VAR) also instantiates the functions with fvar<var>; there robustify routes every
+// likelihood to the Stan functions, so the fvar overloads below exist to compile and refuse if called.
+template <typename... Ts>
+struct first_order
+    : stan::math::conjunction<stan::math::disjunction<std::is_arithmetic<stan::scalar_type_t<Ts>>,
+                                                      stan::is_var<stan::scalar_type_t<Ts>>>...> {};
+template <typename... Ts>
+using require_first_order_t = std::enable_if_t<first_order<Ts...>::value>;
+template <typename... Ts>
+using require_not_first_order_t = std::enable_if_t<!first_order<Ts...>::value>;
+
+[[noreturn]] inline void refuse_forward_mode(const char* function) {
+  throw std::domain_error(std::string(function) + ": the native loss has no forward-mode autodiff; "
+                          "second derivatives take the Stan functions of robust_stan.stanfunctions");
+}
+
 inline void check_divergence(const char* function, int divergence, double a) {
   if (divergence != 1 && divergence != 2)
     throw std::domain_error(std::string(function) + ": divergence must be 1 (beta) or 2 (gamma), found "
@@ -160,7 +178,8 @@ inline void poisson_log_integral(const ArrayXd& eta, double a, const T_table& ta
 
 /** The weighted total loss sum_i w_i l_i of normal(y | mu, sigma) under the beta (divergence 1)
     or gamma (2) divergence with parameter a; mu and sigma each a real or a vector. */
-template <typename T_y, typename T_mu, typename T_sigma, typename T_w>
+template <typename T_y, typename T_mu, typename T_sigma, typename T_w,
+          rs_native::require_first_order_t<T_mu, T_sigma>* = nullptr>
 inline stan::return_type_t<T_mu, T_sigma> rs_native_normal_total_loss(const T_y& y, const T_mu& mu,
                                                                      const T_sigma& sigma, const T_w& w,
                                                                      int divergence, double a,
@@ -203,7 +222,7 @@ inline stan::return_type_t<T_mu, T_sigma> rs_native_normal_total_loss(const T_y&
 /** The weighted total loss of bernoulli_logit(y | eta) under the beta (1) or gamma (2) divergence;
     eta a real or a vector. With p = inv_logit(eta): I = p^(1+a) + (1-p)^(1+a), d lp / d eta = y - p,
     d I / d eta = (1 + a) p (1 - p) (p^a - (1 - p)^a). */
-template <typename T_eta, typename T_w>
+template <typename T_eta, typename T_w, rs_native::require_first_order_t<T_eta>* = nullptr>
 inline stan::return_type_t<T_eta> rs_native_bernoulli_logit_total_loss(const std::vector<int>& y, const T_eta& eta,
                                                                       const T_w& w, int divergence, double a,
                                                                       std::ostream* pstream__) {
@@ -238,7 +257,7 @@ inline stan::return_type_t<T_eta> rs_native_bernoulli_logit_total_loss(const std
 /** The weighted total loss of poisson_log(y | eta) under the beta (1) or gamma (2) divergence, with
     log I_a from robust_poisson_log_integral_table(a) (rows off its grid: the direct sum or series);
     eta a real or a vector. d lp / d eta = y - exp(eta). */
-template <typename T_eta, typename T_w, typename T_table>
+template <typename T_eta, typename T_w, typename T_table, rs_native::require_first_order_t<T_eta>* = nullptr>
 inline stan::return_type_t<T_eta> rs_native_poisson_log_total_loss(const std::vector<int>& y, const T_eta& eta,
                                                                   const T_w& w, int divergence, double a,
                                                                   const T_table& integral_table,
@@ -261,6 +280,25 @@ inline stan::return_type_t<T_eta> rs_native_poisson_log_total_loss(const std::ve
   if (!stan::is_constant_all<T_eta>::value)
     stan::math::partials<0>(ops) = (c.c_lp * (y_val - lambda) + c.c_int * integral_slope).matrix();
   return ops.build(c.total);
+}
+
+// Forward-mode arguments (see rs_native::first_order): compiled, never called by robust-stan's programs.
+template <typename T_y, typename T_mu, typename T_sigma, typename T_w,
+          rs_native::require_not_first_order_t<T_mu, T_sigma>* = nullptr>
+inline stan::return_type_t<T_mu, T_sigma> rs_native_normal_total_loss(const T_y&, const T_mu&, const T_sigma&,
+                                                                     const T_w&, int, double, std::ostream*) {
+  rs_native::refuse_forward_mode("rs_native_normal_total_loss");
+}
+template <typename T_eta, typename T_w, rs_native::require_not_first_order_t<T_eta>* = nullptr>
+inline stan::return_type_t<T_eta> rs_native_bernoulli_logit_total_loss(const std::vector<int>&, const T_eta&,
+                                                                      const T_w&, int, double, std::ostream*) {
+  rs_native::refuse_forward_mode("rs_native_bernoulli_logit_total_loss");
+}
+template <typename T_eta, typename T_w, typename T_table, rs_native::require_not_first_order_t<T_eta>* = nullptr>
+inline stan::return_type_t<T_eta> rs_native_poisson_log_total_loss(const std::vector<int>&, const T_eta&,
+                                                                  const T_w&, int, double, const T_table&,
+                                                                  std::ostream*) {
+  rs_native::refuse_forward_mode("rs_native_poisson_log_total_loss");
 }
 
 #endif  // ROBUST_STAN_NATIVE_HPP

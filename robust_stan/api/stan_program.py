@@ -329,8 +329,12 @@ def robustify(stan_file_or_code, likelihood="auto", engine: str = "auto") -> Sta
     What cannot be rewritten is refused with the statement, its line and the reason.
 
     With ``divergence=rs.KL()`` the program's log density is the original's plus a constant.
+    Vectorised normal, bernoulli(_logit) and poisson(_log) likelihoods (their _glm forms too) take
+    the native beta and gamma losses (C++, closed-form gradients; ``robust_stan_native.stanfunctions``).
     The rewritten program (``model.stan_code``) runs under plain CmdStan with
-    :func:`robust_stan.stan_include_path` on the include path.
+    :func:`robust_stan.stan_include_path` on the include path and, when it includes the native
+    losses, ``user_header=robust_stan.native_header_path()`` (CmdStanPy; robust-stan's engines
+    pass both themselves).
     """
     code, filename, include_dirs = _read_source(stan_file_or_code)
     info = program_info(code, filename, include_dirs)

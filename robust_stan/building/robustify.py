@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..common.errors import RobustStanInputError
-from ..common.resources import LIBRARY_FILE
+from ..common.resources import LIBRARY_FILE, NATIVE_FILE
 from .families import FAMILIES
 
 #: Names the rewritten program adds; a program that already uses one is refused.
@@ -60,6 +60,8 @@ _TRANSLATIONS = {
 }
 _DISCRETE = {"int_array"}
 _TABLED_FAMILIES = {family.stan_name for family in FAMILIES.values() if family.integral_table}
+#: Families whose beta and gamma losses have a native (C++) version, used for vectorised statements.
+_NATIVE_FAMILIES = {family.stan_name for family in FAMILIES.values() if family.native}
 _IDENT = re.compile(r"[A-Za-z]\w*")
 _DECLARATION = re.compile(r"^\s*(?P<type>[a-z_]+(\[[^\]]*\])?(\s+[a-z_]+(\[[^\]]*\])?)?)\s+(?P<names>[A-Za-z]\w*.*);")
 _TARGET_TERM = r"\b\w+_(lpdf|lupdf|lpmf|lupmf|lcdf|lccdf|cdf)\s*\(\s*{name}\b"
@@ -83,6 +85,11 @@ class Likelihood:
     @property
     def vectorised(self) -> bool:
         return self.index is None
+
+    @property
+    def native(self) -> bool:
+        """Whether its beta and gamma losses go through the native loss (robust_stan_native.hpp)."""
+        return self.vectorised and self.family in _NATIVE_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -512,14 +519,20 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     call = (f"rs_learning_rate * {function}_weighted_{suffix}({outcome_expression} | {arguments}, "
             f"rs_divergence, rs_divergence_param, {{}}{table})")
     # the weights as parameters only serve robust-stan's per-example gradients (DESIGN.md section 3)
+    likelihood = Likelihood(outcome, statement.distribution, translation.family, index, line, statement.statement)
+    with_data_weights = f"target += {call.format(weights)};"
+    if likelihood.native:  # beta and gamma by the C++ loss and its closed-form gradient
+        with_data_weights = (f"if (rs_divergence == 1 || rs_divergence == 2)\n"
+                             f"  target += -rs_learning_rate * rs_native_{translation.family}_total_loss("
+                             f"{outcome_expression}, {arguments}, {weights}, rs_divergence, rs_divergence_param{table});\n"
+                             f"else\n  {with_data_weights}")
     model_line = (f"if (rs_weights_are_parameters) target += {call.format(weight_parameters)};\n"
-                  f"else target += {call.format(weights)};  // robustified: {statement.statement}")
+                  f"else {with_data_weights}  // robustified: {statement.statement}")
     pick = "[1]" if index else ""
     slot = f"[{index}]" if index else ""
     gq_lines = [f"rs_log_lik_{outcome}{slot} = -{function}_pointwise_loss({outcome_expression}, {arguments}, 0, 1){pick};",
                 f"rs_robust_loss_{outcome}{slot} = {function}_pointwise_loss({outcome_expression}, {arguments}, "
                 f"rs_divergence, rs_divergence_param{table}){pick};"]
-    likelihood = Likelihood(outcome, statement.distribution, translation.family, index, line, statement.statement)
     return likelihood, model_line, gq_lines
 
 
@@ -537,10 +550,12 @@ def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelih
     added_transformed_data = (_gamma_original_guard(per_row) if per_row else []) + _integral_tables(likelihoods)
     first_block = next(k for k, line in enumerate(code) if re.match(r"[a-z]", line))
     replay = _pointwise_block(lines, code, model, likelihoods, pointwise)
+    includes = [f"  #include {LIBRARY_FILE}"] + ([f"  #include {NATIVE_FILE}"] if any(lik.native for lik in likelihoods)
+                                                 else [])
     out = []
     for k, line in enumerate(lines):
         if k == first_block and not functions:
-            out += ["functions {", f"  #include {LIBRARY_FILE}", "}"]
+            out += ["functions {", *includes, "}"]
         if k == data[1]:
             out += _switch_declarations(likelihoods)
         if parameters and k == parameters[1]:
@@ -551,7 +566,7 @@ def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelih
         else:
             out.append(line)
         if functions and k == functions[0]:
-            out.append(f"  #include {LIBRARY_FILE}")
+            out += includes
         if added_transformed_data and transformed_data and k == transformed_data[1] - 1:
             out += added_transformed_data
         if added_transformed_data and not transformed_data and k == data[1]:
