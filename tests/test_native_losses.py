@@ -18,6 +18,10 @@ cancellation between rows of opposite sign in a gradient coordinate. The data re
 each family: linear predictors of +-40 (bernoulli: probabilities 1e-18 from 0 and 1), poisson
 rates from e^-14 (below the integral table's grid) to e^9 (Stirling's series, beyond the grid),
 a > 4 (a table with no pieces: every row summed directly), weights with a zero.
+
+rs.robustify's rewrites take the native losses too, and tests/test_robustify.py checks them against
+the Stan functions: the per-example gradients by mixed derivatives (weights as parameters: Stan
+functions) against one gradient per row (data weights: native) for the linear and poisson programs.
 """
 
 import numpy as np

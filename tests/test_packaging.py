@@ -1,4 +1,4 @@
-"""The supported ranges: pyproject.toml's lower bounds are what CI's oldest stack pins."""
+"""Packaging: pyproject.toml's lower bounds are what CI's oldest stack pins, and its package data ship the library."""
 
 import re
 import tomllib
@@ -23,3 +23,17 @@ def test_oldest_stack_pins_exactly_the_declared_lower_bounds():
             pins[_name(name)] = version.strip()
     assert pins == lower
     assert project["requires-python"] == ">=3.11"
+
+
+def test_package_data_ships_every_library_file():
+    """A non-editable install ships every file the engines read from stan/ and templates/ (the
+    library, the native losses' declarations and their C++ header, the templates): each matches a
+    package-data pattern of pyproject.toml."""
+    import fnmatch
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    for package, folder in (("robust_stan.stan", "stan"), ("robust_stan.templates", "templates")):
+        files = [f for f in (ROOT / folder).iterdir() if f.is_file()]
+        assert files
+        for file in files:
+            assert any(fnmatch.fnmatch(file.name, pattern) for pattern in patterns[package]), file
