@@ -72,6 +72,21 @@ inline void check_divergence(const char* function, int divergence, double a) {
                             + std::to_string(a));
 }
 
+// The rows of a count family's arguments (y an int array, eta a real or a vector), checked.
+struct CountRows {
+  ArrayXd y;
+  ArrayXd eta;
+  ArrayXd w;
+};
+template <typename T_eta, typename T_w>
+inline CountRows count_rows(const char* function, const std::vector<int>& y, const T_eta& eta, const T_w& w,
+                            int divergence, double a) {
+  check_divergence(function, divergence, a);
+  const Index n = y.size();
+  return CountRows{row_values(y, n, function, "y"), row_values(eta, n, function, "eta"),
+                   row_values(w, n, function, "weights")};
+}
+
 // The weighted total loss and each row's multipliers of d lp and d log I (see the file's head).
 struct Combined {
   double total;
@@ -228,14 +243,11 @@ inline stan::return_type_t<T_eta> rs_native_bernoulli_logit_total_loss(const std
                                                                       std::ostream* pstream__) {
   static const char* function = "rs_native_bernoulli_logit_total_loss";
   static_assert(stan::is_constant_all<T_w>::value, "the weights are data");
-  rs_native::check_divergence(function, divergence, a);
   const auto& eta_ref = stan::math::to_ref(eta);
-  const Eigen::Index n = y.size();
-  const rs_native::ArrayXd y_val = rs_native::row_values(y, n, function, "y");
-  const rs_native::ArrayXd eta_val = rs_native::row_values(eta_ref, n, function, "eta");
-  const rs_native::ArrayXd w_val = rs_native::row_values(w, n, function, "weights");
+  const rs_native::CountRows rows = rs_native::count_rows(function, y, eta_ref, w, divergence, a);
+  const rs_native::ArrayXd &y_val = rows.y, &eta_val = rows.eta, &w_val = rows.w;
   auto ops = stan::math::make_partials_propagator(eta_ref);
-  if (n == 0) return ops.build(0.0);
+  if (y.empty()) return ops.build(0.0);
   // with e = exp(-|eta|): log p(1) = -log1p(e) - max(-eta, 0), log p(0) = log p(1) - eta, and the
   // probabilities 1 / (1 + e) and e / (1 + e), overflowing neither way
   const rs_native::ArrayXd e = (-eta_val.abs()).exp();
@@ -264,14 +276,11 @@ inline stan::return_type_t<T_eta> rs_native_poisson_log_total_loss(const std::ve
                                                                   std::ostream* pstream__) {
   static const char* function = "rs_native_poisson_log_total_loss";
   static_assert(stan::is_constant_all<T_w, T_table>::value, "the weights and the table are data");
-  rs_native::check_divergence(function, divergence, a);
   const auto& eta_ref = stan::math::to_ref(eta);
-  const Eigen::Index n = y.size();
-  const rs_native::ArrayXd y_val = rs_native::row_values(y, n, function, "y");
-  const rs_native::ArrayXd eta_val = rs_native::row_values(eta_ref, n, function, "eta");
-  const rs_native::ArrayXd w_val = rs_native::row_values(w, n, function, "weights");
+  const rs_native::CountRows rows = rs_native::count_rows(function, y, eta_ref, w, divergence, a);
+  const rs_native::ArrayXd &y_val = rows.y, &eta_val = rows.eta, &w_val = rows.w;
   auto ops = stan::math::make_partials_propagator(eta_ref);
-  if (n == 0) return ops.build(0.0);
+  if (y.empty()) return ops.build(0.0);
   const rs_native::ArrayXd lambda = eta_val.exp();
   const rs_native::ArrayXd lp = y_val * eta_val - lambda - (y_val + 1).unaryExpr([](double k) { return stan::math::lgamma(k); });
   rs_native::ArrayXd log_integral, integral_slope;
