@@ -93,6 +93,26 @@ def test_minibatches_and_several_points_in_one_call(glm_normal, strategy):
     np.testing.assert_allclose(many, reference, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("strategy", ["copies", "linear_predictor"])
+def test_gradients_in_a_factor_s_coordinates(glm_normal, strategy):
+    """gradients_many_in(thetas, L) is gradients_many(thetas) @ L (Rob-ULA's chain coordinates); the
+    linear-predictor strategy keeps [1, X] @ L between calls, and a new L (or batch) replaces it.
+    Same float64 numbers summed in another order: 1e-12 relative to the largest entry."""
+    rng = np.random.default_rng(5)
+    data = {"X": rng.normal(size=(30, 3)), "y": rng.normal(size=30), "prior_scale_b": np.full(3, 2.5)}
+    per_example = glm_normal.per_example(data, rs.BetaD(0.3), strategy=strategy)
+    thetas = rng.normal(scale=0.4, size=(2, 5))
+    for factor, batch in ((rng.normal(size=(5, 5)), None), (np.tril(rng.normal(size=(5, 5))), None),
+                          (np.tril(rng.normal(size=(5, 5))), np.array([3, 3, 11])), (rng.normal(size=(5, 2)), None)):
+        for _ in range(2):  # the second call takes the kept product
+            expected = per_example.gradients_many(thetas, batch=batch) @ factor
+            actual = per_example.gradients_many_in(thetas, factor, batch=batch)
+            np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-12 * np.abs(expected).max())
+    for bad_thetas, bad_factor in ((thetas, np.eye(4)), (np.zeros((1, 4)), np.eye(5)), (thetas, np.ones(5))):
+        with pytest.raises(rs.RobustStanInputError, match="^theta, factor: "):
+            per_example.gradients_many_in(bad_thetas, bad_factor)
+
+
 def test_strategy_is_checked():
     student_t = rs.glm("student_t", standardize=False, engine=ENGINE)
     data = family_case("student_t")[1]

@@ -80,6 +80,7 @@ class PerExampleGradients:
         self._copy_size = sum(self._per_copy_sizes[i] for i in self._copied)
         self._oracle_kind = oracle
         self._oracles: dict[bytes, GradientOracle] = {}
+        self._design_times_factor = None  # (rows and shape, factor, [1, X] @ factor): see gradients_many_in
 
     def _oracle(self, rows: np.ndarray) -> GradientOracle:
         key = rows.astype(np.int64).tobytes()
@@ -131,17 +132,53 @@ class PerExampleGradients:
             return self._through_linear_predictor(oracle, thetas, design)
         return self._rows_from(-oracle.gradient(self.copies(thetas, n_rows), jacobian=False), points, n_rows)
 
-    def _through_linear_predictor(self, oracle: GradientOracle, thetas: np.ndarray, design: np.ndarray) -> np.ndarray:
-        """Mode 3: one call at (eta of every row, copies of the other parameters), then the chain rule;
+    def _linear_predictor_call(self, oracle: GradientOracle, thetas: np.ndarray, design: np.ndarray) -> np.ndarray:
+        """Mode 3: one call at (eta of every row, copies of the other parameters); (points, rows, d) with
+        the copied parameters' columns filled (the intercept's is dl/deta) and the coefficients' not;
         ``design`` holds the batch's rows of the design matrix."""
         points, n_rows = thetas.shape[0], design.shape[0]
         intercept = self._starts[self._intercept_parameter]
         eta = thetas[:, intercept, None] + thetas[:, self._coefficients] @ design.T  # (points, rows)
         blocks = [eta.ravel() if i == self._intercept_parameter else self._repeated(thetas, i, n_rows) for i in self._copied]
-        out = self._rows_from(-oracle.gradient(np.concatenate(blocks), jacobian=False), points, n_rows)
-        d_eta = out[:, :, intercept]
+        return self._rows_from(-oracle.gradient(np.concatenate(blocks), jacobian=False), points, n_rows)
+
+    def _through_linear_predictor(self, oracle: GradientOracle, thetas: np.ndarray, design: np.ndarray) -> np.ndarray:
+        """:meth:`_linear_predictor_call`, then the chain rule: the coefficients' columns are dl/deta x the row."""
+        out = self._linear_predictor_call(oracle, thetas, design)
+        d_eta = out[:, :, self._starts[self._intercept_parameter]]
         np.multiply(d_eta[:, :, None], design[None, :, :], out=out[:, :, self._coefficients])
         return out
+
+    def gradients_many_in(self, thetas: np.ndarray, factor: np.ndarray, batch=None) -> np.ndarray:
+        """(points, rows, k): :meth:`gradients_many` times ``factor`` (d, k), the gradients in the
+        coordinates z of theta = factor z (Rob-ULA's preconditioned chain).
+
+        With the linear-predictor strategy the gradient of row i is dl/deta_i (1, x_i) on the intercept
+        and coefficients, so those columns times the factor are dl/deta_i times row i of
+        [1, X] @ factor[those rows]; that product is computed once per factor and batch and kept, and a
+        call costs O(rows x k) instead of O(rows x d x k)."""
+        factor = np.asarray(factor, dtype=float)
+        thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
+        if thetas.shape[1] != self.dimension or factor.ndim != 2 or factor.shape[0] != self.dimension:
+            raise RobustStanInputError(f"theta, factor: expected {self.dimension} unconstrained values and a factor "
+                                       f"with {self.dimension} rows, got {thetas.shape[1]} and {factor.shape}")
+        if self.strategy != "linear_predictor":
+            return self.gradients_many(thetas, batch) @ factor
+        rows = checked_rows(batch, self.n)
+        design = self._design if batch is None else self._design[rows]
+        out = self._linear_predictor_call(self._oracle(np.tile(rows, thetas.shape[0])), thetas, design)
+        intercept = self._starts[self._intercept_parameter]
+        on_eta = np.r_[intercept, np.arange(self.dimension)[self._coefficients]]
+        others = np.setdiff1d(np.arange(self.dimension), on_eta)
+        key = (rows.tobytes(), factor.shape)
+        cached = self._design_times_factor
+        if cached is None or cached[0] != key or not np.array_equal(cached[1], factor):
+            augmented = np.column_stack([np.ones(design.shape[0]), design])  # columns in on_eta's order
+            cached = self._design_times_factor = (key, factor.copy(), augmented @ factor[on_eta])
+        in_z = out[:, :, intercept, None] * cached[2][None, :, :]
+        if others.size:
+            in_z += out[:, :, others] @ factor[others]
+        return in_z
 
     def gradients(self, theta, batch=None) -> np.ndarray:
         """(rows, d): grad l_i(theta) for the rows in ``batch`` (all rows by default)."""

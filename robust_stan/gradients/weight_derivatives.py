@@ -80,3 +80,7 @@ class WeightDerivativeGradients:
     def gradients_many(self, thetas: np.ndarray, batch=None) -> np.ndarray:
         """(points, rows, d): :meth:`gradients` at each row of ``thetas``."""
         return np.stack([self.gradients(theta, batch) for theta in np.atleast_2d(thetas)])
+
+    def gradients_many_in(self, thetas: np.ndarray, factor: np.ndarray, batch=None) -> np.ndarray:
+        """(points, rows, k): :meth:`gradients_many` times ``factor`` (d, k)."""
+        return self.gradients_many(thetas, batch) @ factor

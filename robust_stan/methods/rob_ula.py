@@ -176,10 +176,10 @@ def kept_rows(per_example, point: np.ndarray, whiten: np.ndarray, epsilon: float
     """Indices of the rows Algorithm 3 keeps at ``point``, looking at the gradients through
     ``whiten`` (every row when epsilon is 0 or a gradient is not finite)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        G = per_example.gradients(point)
-        if epsilon == 0 or not np.all(np.isfinite(G)):
+        whitened = per_example.gradients_many_in(point[None, :], whiten)[0]
+        if epsilon == 0 or not np.all(np.isfinite(whitened)):
             return np.arange(per_example.n)
-        return np.flatnonzero(outlier_truncation(G @ whiten, epsilon))
+        return np.flatnonzero(outlier_truncation(whitened, epsilon))
 
 
 def kept_rows_hessian(per_example, prior, rows: np.ndarray, point: np.ndarray, loss_scale: float) -> np.ndarray:
@@ -214,8 +214,8 @@ class LangevinTarget:
     robustified programs: ``StanProgramModel.langevin_target``).
 
     ``per_example`` gives grad l_i (``n``, ``dimension``, ``gradients(theta, batch=None)``,
-    ``gradients_many(thetas)``); ``prior`` is the prior alone (Jacobian included), ``posterior``
-    the model as prepared; ``weighted(w)`` the prior plus the likelihood with weights w per row;
+    ``gradients_many(thetas)`` and ``gradients_many_in(thetas, factor)``, the same times a factor);
+    ``prior`` is the prior alone (Jacobian included), ``posterior`` the model as prepared; ``weighted(w)`` the prior plus the likelihood with weights w per row;
     ``output()`` the oracle whose constrained values become the draws; ``learning_rate`` the
     loss's scale w; ``default_estimator`` what ``estimator="auto"`` means for this likelihood.
     """
@@ -282,11 +282,11 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
         weights[rows] = total / rows.size
         return target.weighted(weights)
 
-    def z_drift(G: np.ndarray, theta: np.ndarray, L: np.ndarray) -> tuple[np.ndarray, float]:
+    def z_drift(G_z: np.ndarray, theta: np.ndarray, L: np.ndarray) -> tuple[np.ndarray, float]:
         """The drift the chain follows in the coordinates z of theta = L z, from the per-example
-        gradients G at theta, and the share of rows the estimator kept."""
+        gradients in those coordinates at theta (G_z = G L), and the share of rows the estimator kept."""
         with np.errstate(over="ignore", invalid="ignore"):
-            result = estimate(G @ L, epsilon)  # the robust mean of the z-gradients
+            result = estimate(G_z, epsilon)  # the robust mean of the z-gradients
         return loss_scale * result.mean - prior.gradient(theta, jacobian=True) @ L, result.kept_fraction
 
     def adapted(point: np.ndarray) -> Preconditioner:
@@ -299,8 +299,8 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
         def drift_at(z: np.ndarray) -> np.ndarray:
             theta = point + laplace.factor @ z
             with np.errstate(over="ignore", invalid="ignore"):
-                G = per_example.gradients(theta)
-            return z_drift(G, theta, laplace.factor)[0]
+                G_z = per_example.gradients_many_in(theta[None, :], laplace.factor)[0]
+            return z_drift(G_z, theta, laplace.factor)[0]
 
         return laplace.then(estimator_drift_slope(drift_at, d))
 
@@ -332,7 +332,8 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
     with tqdm(total=warmup + iters, desc=f"Rob-ULA ({estimate.__name__})", unit="it",
               disable=not show_progress, file=sys.stderr) as bar:
         for k in range(warmup + iters):
-            G = per_example.gradients_many(theta[alive])
+            with np.errstate(over="ignore", invalid="ignore"):
+                G = per_example.gradients_many_in(theta[alive], L)  # in the chain's coordinates z
             step = np.zeros((chains, d))
             fractions = np.full(chains, np.nan)
             for slot, c in enumerate(np.flatnonzero(alive)):
