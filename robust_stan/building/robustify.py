@@ -518,7 +518,6 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     weight_parameters = f"{WEIGHT_PARAMETERS}{outcome}[{index}:{index}]" if index else f"{WEIGHT_PARAMETERS}{outcome}"
     call = (f"rs_learning_rate * {function}_weighted_{suffix}({outcome_expression} | {arguments}, "
             f"rs_divergence, rs_divergence_param, {{}}{table})")
-    # the weights as parameters only serve robust-stan's per-example gradients (DESIGN.md section 3)
     likelihood = Likelihood(outcome, statement.distribution, translation.family, index, line, statement.statement)
     with_data_weights = f"target += {call.format(weights)};"
     if likelihood.native:  # beta and gamma by the C++ loss and its closed-form gradient
@@ -526,6 +525,7 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
                              f"  target += -rs_learning_rate * rs_native_{translation.family}_total_loss("
                              f"{outcome_expression}, {arguments}, {weights}, rs_divergence, rs_divergence_param{table});\n"
                              f"else\n  {with_data_weights}")
+    # the weights as parameters only serve robust-stan's per-example gradients (DESIGN.md section 3)
     model_line = (f"if (rs_weights_are_parameters) target += {call.format(weight_parameters)};\n"
                   f"else {with_data_weights}  // robustified: {statement.statement}")
     pick = "[1]" if index else ""

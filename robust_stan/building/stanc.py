@@ -22,7 +22,7 @@ def stanc_binary() -> str:
     return str(Path(httpstan.__file__).parent / "stanc")
 
 
-def _stanc(stan_code: str, options: list[str], filename: str = "program.stan",
+def stanc_process(stan_code: str, options: list[str], filename: str = "program.stan",
            include_dirs: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, str]:
     """stanc run on ``stan_code`` (written to a temporary folder, which is also the working folder
     for outputs such as ``--o``) with the library and ``include_dirs`` on the include path (and
@@ -47,7 +47,7 @@ def run_stanc(stan_code: str, options: list[str], filename: str = "program.stan"
     """stanc's standard output for ``stan_code`` with ``options`` (the robust-stan library and
     ``include_dirs`` on the include path). A program stanc rejects raises StanCompileError
     with stanc's own message, which names ``filename`` and the line."""
-    done, message = _stanc(stan_code, options, filename, include_dirs)
+    done, message = stanc_process(stan_code, options, filename, include_dirs)
     if done.returncode != 0:
         raise StanCompileError(f"Stan cannot compile {filename}:\n{message}")
     return done.stdout
@@ -72,7 +72,7 @@ def check_program(stan_code: str, spec: ModelSpec | None = None) -> str:
     the message names the fragment (data, parameters, priors or an argument)
     and the line number within it.
     """
-    done, message = _stanc(stan_code, ["--o", "program.hpp"])
+    done, message = stanc_process(stan_code, ["--o", "program.hpp"])
     if done.returncode == 0:
         return done.stderr
     where = _user_location(stan_code, message, spec) if spec is not None else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -61,3 +62,10 @@ def uses_native_functions(stan_code: str) -> bool:
     """True when the program includes (or holds) the native losses' declarations."""
     return NATIVE_MARK in stan_code or re.search(rf"^\s*#include\s+{re.escape(NATIVE_FILE)}\s*$", stan_code,
                                                    flags=re.MULTILINE) is not None
+
+
+def build_digest(stan_code: str) -> str:
+    """A build's cache key: the hash of the program's text and, when it uses the native losses, of
+    their header (a new header is a new build)."""
+    header = native_header_path().read_bytes() if uses_native_functions(stan_code) else b""
+    return hashlib.sha256(stan_code.encode() + header).hexdigest()[:16]

@@ -8,7 +8,6 @@ a gradient oracle and for constrain/unconstrain on the CmdStan engine.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..building.codegen import expand_includes
-from ..common.resources import native_header_path, uses_native_functions
+from ..common.resources import build_digest, native_header_path, uses_native_functions
 from .base import cache_folder
 
 
@@ -51,9 +50,7 @@ def _compiled_library(stan_code: str) -> str:
 
     code = expand_includes(stan_code)
     native = uses_native_functions(code)
-    # the native losses' header is part of the build: a new header is a new library
-    digest = hashlib.sha256(code.encode() + (native_header_path().read_bytes() if native else b"")).hexdigest()[:16]
-    folder = cache_folder() / "bridgestan" / digest
+    folder = cache_folder() / "bridgestan" / build_digest(code)
     folder.mkdir(parents=True, exist_ok=True)
     stan_file = folder / "program.stan"
     stan_file.write_text(code)

@@ -9,7 +9,6 @@ come from CmdStan's ``log_prob`` method (which takes ``unconstrained_params``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.resources import native_header_path, stan_include_path, uses_native_functions
+from ..common.resources import build_digest, native_header_path, stan_include_path, uses_native_functions
 from .base import CompiledProgram, NutsSettings, RawDraws, cache_folder, named_columns
 
 
@@ -176,10 +175,7 @@ def compile_cmdstan(stan_code: str, show_progress: bool = True) -> tuple[CmdStan
     import cmdstanpy
 
     native = uses_native_functions(stan_code)
-    # the native losses' header is part of the build: a new header is a new executable
-    built_from = stan_code.encode() + (native_header_path().read_bytes() if native else b"")
-    digest = hashlib.sha256(built_from).hexdigest()[:16]
-    folder = cache_folder() / "cmdstan" / digest
+    folder = cache_folder() / "cmdstan" / build_digest(stan_code)
     folder.mkdir(parents=True, exist_ok=True)
     stan_file = folder / "program.stan"
     if not stan_file.exists() or stan_file.read_text() != stan_code:

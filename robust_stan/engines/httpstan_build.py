@@ -42,6 +42,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..building.stanc import stanc_process
 from ..common.errors import StanCompileError
 from ..common.resources import native_header_path, uses_native_functions
 from .native_model import INTERFACE_HEADER, SECOND_ORDER_MARK
@@ -56,21 +57,18 @@ def forced_headers(code: str) -> tuple[Path, ...]:
 def translate(program_code: str, stan_model_name: str, httpstan_translate=None) -> tuple[str, str]:
     """httpstan's translation of a program to C++ (``httpstan_translate``, by default
     ``httpstan.compile.compile``: the C++ code and stanc's warnings; ValueError with stanc's message on
-    an error), with ``--allow-undefined`` for a program that declares the native losses (httpstan's own
-    call has no way to pass it) by the same stanc."""
-    import httpstan
+    an error). A program that declares the native losses needs ``--allow-undefined``, which httpstan's
+    own call cannot pass: it goes through the same stanc by :func:`~robust_stan.building.stanc.stanc_process`,
+    which adds the flag."""
     import httpstan.compile
 
     if not uses_native_functions(program_code):
         return (httpstan_translate or httpstan.compile.compile)(program_code, stan_model_name)
-    with tempfile.TemporaryDirectory(prefix="robust_stan_") as folder:
-        path = Path(folder) / f"{stan_model_name}.stan"
-        path.write_text(program_code)
-        done = subprocess.run([str(Path(httpstan.__file__).with_name("stanc")), "--name", stan_model_name, "--warn-pedantic",
-                               "--allow-undefined", "--print-cpp", str(path)], capture_output=True, timeout=60)
+    done, message = stanc_process(program_code, ["--name", stan_model_name, "--warn-pedantic", "--print-cpp"])
     if done.returncode != 0:
-        raise ValueError(done.stderr.decode().strip())
-    return done.stdout.decode().strip(), done.stderr.decode().strip()
+        raise ValueError(message)
+    return done.stdout.strip(), done.stderr.strip()
+
 
 #: How many of the compiler's last lines a failed build shows.
 MESSAGE_LINES = 40

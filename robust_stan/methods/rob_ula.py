@@ -215,8 +215,8 @@ class LangevinTarget:
 
     ``per_example`` gives grad l_i (``n``, ``dimension``, ``gradients(theta, batch=None)``,
     ``gradients_many(thetas)`` and ``gradients_many_in(thetas, factor)``, the same times a factor);
-    ``prior`` is the prior alone (Jacobian included), ``posterior`` the model as prepared; ``weighted(w)`` the prior plus the likelihood with weights w per row;
-    ``output()`` the oracle whose constrained values become the draws; ``learning_rate`` the
+    ``prior`` is the prior alone (Jacobian included), ``posterior`` the model as prepared;
+    ``weighted(w)`` the prior plus the likelihood with weights w per row; ``output()`` the oracle whose constrained values become the draws; ``learning_rate`` the
     loss's scale w; ``default_estimator`` what ``estimator="auto"`` means for this likelihood.
     """
 
