@@ -21,6 +21,7 @@ from .api.select_divergence import select_divergence
 from .api.stan_program import StanProgramModel, from_stan, robustify
 from .building.divergences import KL, BetaD, Divergence, GammaD
 from .building.families import FAMILIES
+from .common.cluster import Cluster
 from .common.errors import RobustStanInputError, RobustStanWarning, StanCompileError
 from .common.resources import native_header_path, stan_include_path
 from .engines import COMPILE_COUNTS, resolve_engine
@@ -34,6 +35,7 @@ from .results.selection import Selection
 
 __all__ = [
     "COMPILE_COUNTS",
+    "Cluster",
     "Coreset",
     "FAMILIES",
     "native_header_path",

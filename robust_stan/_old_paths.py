@@ -8,6 +8,7 @@ as rs; rs.glm(...)``) is unchanged and needs none of this.
 
 from __future__ import annotations
 
+import copyreg
 import importlib
 import importlib.abc
 import importlib.util
@@ -91,6 +92,13 @@ class _PublicNamespace(types.ModuleType):
         super().__setattr__(name, value)
 
 
+def _import_by_name(module: _PublicNamespace):
+    return importlib.import_module, (module.__name__,)
+
+
 sys.modules[__name__.rpartition(".")[0]].__class__ = _PublicNamespace
+# pickles (cloudpickle's too, for functions sent to Dask workers) know a module by exact type,
+# so tell them that this one is imported by name as well
+copyreg.pickle(_PublicNamespace, _import_by_name)
 if not any(isinstance(finder, _OldPathLoader) for finder in sys.meta_path):
     sys.meta_path.append(_OldPathLoader())

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 import numpy as np
 
 from ..building.divergences import KL, BetaD, Divergence, GammaD
+from ..common.cluster import Cluster, run_tasks
 from ..common.errors import RobustStanInputError
 from ..methods.calibration import minimum_loss
-from ..methods.divergence_selection import (Evaluation, default_grid, grid_value, hscore_per_draw,
+from ..methods.divergence_selection import (Evaluation, default_grid, fitted_points, grid_value, hscore_per_draw,
                                             iterated_warwick_jones, walk_grid)
 from ..results.selection import Selection
 from .model import Model, require_builtin_model
@@ -19,7 +21,8 @@ FITS = ("reweight", "full")
 
 
 def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "hscore", fits: str = "reweight",
-                      learning_rate: float = 1.0, pilot=None, confirm: bool = True, **sample_options) -> Selection:
+                      learning_rate: float = 1.0, pilot=None, confirm: bool = True, cluster: Cluster | None = None,
+                      **sample_options) -> Selection:
     """Choose the divergence (beta, or gamma) that minimises a criterion over a grid.
 
     ``criterion="hscore"``: the Hyvarinen score of the pseudo-model exp(-w l(y; theta)) in y,
@@ -41,7 +44,9 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     H-score with ``fits="reweight"``: one NUTS fit at ``pilot`` (default: the middle grid value), every other
     value from the nearest fit's draws by Pareto-smoothed importance sampling, and a new fit
     (warm-started from the nearest one's posterior means) where k-hat exceeds 0.7;
-    ``fits="full"``: a fit at every grid value (for checking). With ``fits="reweight"`` and
+    ``fits="full"``: a fit at every grid value, each from the engine's dispersed starts and
+    independent of the others (for checking; on ``cluster``, an :class:`rs.Cluster`, the fits
+    run side by side on its workers, with the same results as here). With ``fits="reweight"`` and
     ``confirm=True`` (default) the best value is fitted again from the engine's dispersed starts
     (not warm-started) unless it already was, and that fit's own criterion replaces the
     reweighted one, until the best value stands on such a fit: near a beta's breakdown point the
@@ -71,17 +76,10 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     sample_options.setdefault("show_progress", False)
 
     def fit_at(divergence: Divergence, nearest):
-        inits = None if nearest is None else {name: values.mean(axis=(0, 1))
-                                              for name, values in nearest.posterior.items()}
-        return model.sample(data, divergence=divergence, learning_rate=learning_rate, inits=inits, **sample_options)
+        return _fit(divergence, nearest, model, data, learning_rate, sample_options)
 
     def evaluate(fit, divergence: Divergence) -> Evaluation:
-        computed = fit.generated_quantities_at(divergence, y_score=True)
-        per_draw = hscore_per_draw(computed["log_lik"], computed["robust_loss"], computed["y_score"], divergence,
-                                   learning_rate)
-        # on the outcome's own scale: each y-derivative of the standardised outcome divides by its scale
-        scale = fit.scaling.scale if model.spec.standardize else 1.0
-        return Evaluation(learning_rate * computed["robust_loss"].sum(axis=-1), per_draw / scale**2)
+        return _hscore(fit, divergence, learning_rate)
 
     positions = np.array([grid_value(d) for d in divergences])
     if criterion == "mse":
@@ -94,14 +92,44 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
         default_pilot = int(np.argmin(np.abs(positions - 0.5))) if pilot is None else pilot_index
         points, _ = iterated_warwick_jones(divergences, found, default_pilot)
         return Selection(criterion, points, {}, lambda divergence: fit_at(divergence, None))
-    points, fitted = walk_grid(divergences, pilot_index, fit_at, evaluate, reweight=fits == "reweight",
-                               confirm=confirm)
+    if fits == "full":
+        task = partial(_fit_and_hscore, model=model, data=data, learning_rate=learning_rate,
+                       sample_options=sample_options)
+        done = run_tasks(task, divergences, cluster, "grid fits", [model.compile()] if cluster else ())
+        points = fitted_points(divergences, [evaluation for _, evaluation in done])
+        fitted = {k: fit for k, (fit, _) in enumerate(done)}
+    else:
+        points, fitted = walk_grid(divergences, pilot_index, fit_at, evaluate, confirm=confirm)
 
     def fit_chosen(divergence: Divergence):
         nearest = min(fitted, key=lambda j: abs(positions[j] - grid_value(divergence)))
         return fit_at(divergence, fitted[nearest])
 
     return Selection(criterion, points, {divergences[k]: fit for k, fit in fitted.items()}, fit_chosen)
+
+
+def _fit(divergence: Divergence, nearest, model: Model, data: Mapping, learning_rate: float, sample_options: dict):
+    """A NUTS fit at ``divergence``, warm-started from ``nearest``'s posterior means (None: the
+    engine's dispersed starts)."""
+    inits = None if nearest is None else {name: values.mean(axis=(0, 1)) for name, values in nearest.posterior.items()}
+    return model.sample(data, divergence=divergence, learning_rate=learning_rate, inits=inits, **sample_options)
+
+
+def _hscore(fit, divergence: Divergence, learning_rate: float) -> Evaluation:
+    """The H-score per draw of ``fit``'s draws at ``divergence``, and their total losses there."""
+    computed = fit.generated_quantities_at(divergence, y_score=True)
+    per_draw = hscore_per_draw(computed["log_lik"], computed["robust_loss"], computed["y_score"], divergence,
+                               learning_rate)
+    # on the outcome's own scale: each y-derivative of the standardised outcome divides by its scale
+    scale = fit.scaling.scale if fit.model.spec.standardize else 1.0
+    return Evaluation(learning_rate * computed["robust_loss"].sum(axis=-1), per_draw / scale**2)
+
+
+def _fit_and_hscore(divergence: Divergence, model: Model, data: Mapping, learning_rate: float,
+                    sample_options: dict) -> tuple:
+    """One task of ``fits="full"`` (run here or on a worker): the fit from dispersed starts and its H-score."""
+    fit = _fit(divergence, None, model, data, learning_rate, sample_options)
+    return fit, _hscore(fit, divergence, learning_rate)
 
 
 def _grid(grid) -> list[Divergence]:

@@ -81,6 +81,13 @@ class ProgramOnEngine:
         """Number of unconstrained parameters of the program for these Stan data."""
         raise NotImplementedError
 
+    def __getstate__(self) -> dict:
+        # a model travels (to a worker process, a file) without its compiled program: the
+        # other side loads the build from the engine's cache by the program's text
+        state = self.__dict__.copy()
+        state["_program"] = None
+        return state
+
     def check_theta(self, stan_data: dict, theta) -> np.ndarray:
         """``theta_unconstrained`` as a finite vector of the program's dimension, or an error naming it."""
         theta = np.asarray(theta, dtype=float).ravel()

@@ -86,6 +86,10 @@ class CompiledProgram(abc.ABC):
         (:attr:`RawDraws.backend`), which an engine may use instead. Draws with a non-finite
         parameter give NaN."""
 
+    def build_files(self):
+        """The build's files, for workers without this machine's cache (``rs.Cluster(ship_builds=True)``)."""
+        raise NotImplementedError(f"ship_builds: the {self.engine_name} engine cannot send its builds to workers")
+
 
 def parameter_columns(variables: dict[str, np.ndarray], names: list[str]) -> np.ndarray:
     """(chains, draws, k): the variables ``names`` of each draw, flat in Stan's order (variables in

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..common.resources import build_digest, native_header_path, stan_include_path, uses_native_functions
 from .base import CompiledProgram, NutsSettings, RawDraws, cache_folder, named_columns
+from .build_files import BuildFiles, read_build_files
 
 
 def cmdstan_available() -> bool:
@@ -36,6 +37,12 @@ class CmdStanProgram(CompiledProgram):
     """A program compiled by CmdStanPy."""
 
     engine_name = "cmdstan"
+
+    def build_files(self) -> BuildFiles:
+        """The program and its executable (written in that order, so CmdStanPy finds the
+        executable newer than the program and does not build it again)."""
+        exe = Path(self.model.exe_file)
+        return read_build_files("cmdstan", exe.parent, [exe.with_suffix(".stan").name, exe.name])
 
     def __init__(self, stan_code: str, model):
         super().__init__(stan_code)

@@ -31,6 +31,7 @@ from ..common.digest import digest
 from ..common.errors import StanCompileError
 from ..common.progress import elapsed_bar
 from .base import CompiledProgram, NutsSettings, RawDraws, named_columns, named_values
+from .build_files import BuildFiles, read_build_files
 from .httpstan_build import build_in_child, forced_headers, translate
 from .native_model import NativeModel
 
@@ -132,6 +133,12 @@ class HttpstanProgram(CompiledProgram):
     def native_model(self, data: dict) -> NativeModel:
         """The model built once with ``data``, for many log density and gradient calls."""
         return NativeModel(self.library_path, _as_httpstan_data(data))
+
+    def build_files(self) -> BuildFiles:
+        """The build's files (the extension module and httpstan's logs; not the generated C++)."""
+        folder = _httpstan().cache.model_directory(self.model_name)
+        names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix != ".cpp")
+        return read_build_files("httpstan", folder, names, _with_interface_mark(self.stan_code))
 
     # -- densities ------------------------------------------------------------
     def log_density(self, data, theta, jacobian=True):

@@ -111,11 +111,11 @@ def reweighted_estimate(values: np.ndarray, log_ratios: np.ndarray) -> tuple[flo
 
 
 def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, object], object],
-              evaluate: Callable[[object, Divergence], Evaluation], reweight: bool,
+              evaluate: Callable[[object, Divergence], Evaluation],
               confirm: bool = True) -> tuple[list[GridPoint], dict]:
     """Each grid value's criterion: a fit at ``grid[pilot]``, then the other values in order of their
-    distance from it, each reweighted from the nearest fitted value (a new fit where k-hat > 0.7,
-    or always with ``reweight=False``). ``fit_at(divergence, nearest_fit)`` fits (warm-started
+    distance from it, each reweighted from the nearest fitted value (a new fit where k-hat > 0.7).
+    ``fit_at(divergence, nearest_fit)`` fits (warm-started
     from the nearest fit; None: from the engine's own dispersed starts, as for the pilot);
     ``evaluate(fit, divergence)`` gives an :class:`Evaluation`. Returns the points in grid order
     and the fits by grid index.
@@ -141,19 +141,16 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
         if k in points:
             continue
         base = min(fits, key=lambda j: (abs(positions[j] - positions[k]), j))
-        if reweight:
-            there = evaluate(fits[base], grid[k])
-            log_ratios = -(there.total_loss - own[base].total_loss)
-            estimate, mcse, khat = reweighted_estimate(there.criterion, log_ratios)
-            if khat <= K_HAT_LIMIT:
-                points[k] = GridPoint(grid[k], estimate, mcse, f"reweighted from {grid[base]!r}", khat)
-                continue
-            fit_here(k, fits[base])
-            points[k].pareto_k = khat  # the reweighting's k-hat, which called for this fit
+        there = evaluate(fits[base], grid[k])
+        log_ratios = -(there.total_loss - own[base].total_loss)
+        estimate, mcse, khat = reweighted_estimate(there.criterion, log_ratios)
+        if khat <= K_HAT_LIMIT:
+            points[k] = GridPoint(grid[k], estimate, mcse, f"reweighted from {grid[base]!r}", khat)
             continue
         fit_here(k, fits[base])
+        points[k].pareto_k = khat  # the reweighting's k-hat, which called for this fit
     dispersed = {pilot}
-    while confirm and reweight:
+    while confirm:
         best = min(points, key=lambda j: (points[j].criterion, j))
         if best in dispersed:
             break
@@ -163,6 +160,12 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
         points[best].pareto_k = before.pareto_k
         dispersed.add(best)
     return [points[k] for k in range(len(grid))], fits
+
+
+def fitted_points(grid: list[Divergence], evaluations: list[Evaluation]) -> list[GridPoint]:
+    """Each grid value's criterion from its own fit (``fits="full"``)."""
+    return [GridPoint(divergence, *direct_estimate(evaluation.criterion), "fit")
+            for divergence, evaluation in zip(grid, evaluations)]
 
 
 def default_grid(kind: str = "beta") -> list[Divergence]:

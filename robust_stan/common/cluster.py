@@ -1,0 +1,194 @@
+"""Where independent tasks run: in this process, or on a Dask cluster (``dask.distributed``).
+
+A :class:`Cluster` wraps a ``dask.distributed.Client``: one you made, one connected to a
+scheduler's address, or one on a new ``LocalCluster`` with a worker process per core. Its
+:meth:`Cluster.map` runs a function over a list of tasks and returns the results in the
+tasks' order. Work that needs seeds gets them from :func:`task_seeds`, one per task, derived
+from the user's seed and the task's position only, so the results do not depend on how many
+workers there are or which worker ran which task. A worker that dies loses nothing: the
+scheduler reruns its tasks elsewhere (Dask's own fault tolerance), and a rerun task gives
+the same result because its seed is part of the task.
+
+Compiled Stan programs reach the workers through the engines' build caches, found by the
+program's text (httpstan's cache, CmdStan's executables next to the cached program): a
+worker that sees the same file system loads the build instead of compiling again. For
+workers that do not (another machine), ``Cluster(ship_builds=True)`` sends the build's files
+to every worker once, before the first task of a program.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .errors import RobustStanInputError
+
+# NUTS on httpstan runs each chain in a child process; Dask's default worker processes are
+# daemonic and may not have children, so the workers robust-stan starts are not.
+_WORKER_CONFIG = {"distributed.worker.daemon": False}
+
+
+def _distributed():
+    try:
+        import distributed
+    except ImportError as exc:  # pragma: no cover - the test extra installs it
+        raise RobustStanInputError(
+            "cluster: running on a cluster needs Dask's distributed scheduler; pip install 'robust-stan[dask]' "
+            "(or pip install 'dask[distributed]')") from exc
+    return distributed
+
+
+def task_seeds(seed: int | None, count: int) -> list[int]:
+    """``count`` independent seeds for Stan and NumPy (ints in [0, 2^31 - 1)), one per task, from
+    ``seed`` and the task's position alone (NumPy's SeedSequence.spawn)."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise RobustStanInputError(f"seed: must be a non-negative integer or None, got {seed!r}")
+    children = np.random.SeedSequence(seed).spawn(count)
+    return [int(child.generate_state(1)[0] % (2**31 - 1)) for child in children]
+
+
+def _worker_is_daemonic() -> bool:
+    return multiprocessing.current_process().daemon
+
+
+class Cluster:
+    """Where robust-stan runs independent tasks: a Dask cluster.
+
+    - ``Cluster()``: a new ``LocalCluster`` with ``workers`` worker processes (default: one
+      per core), one thread each, BLAS limited to one thread per worker;
+    - ``Cluster(address="tcp://host:8786")``: a running scheduler (``dask scheduler``) and
+      its workers (``dask worker ADDRESS``); ``timeout`` seconds to reach it, or a clear error;
+    - ``Cluster(client=client)``: an existing ``dask.distributed.Client``.
+
+    Workers must be allowed child processes (NUTS on httpstan runs each chain in one): start
+    them with ``DASK_DISTRIBUTED__WORKER__DAEMON=False`` in their environment, as the README's
+    "Running on a cluster" shows; robust-stan checks this when it connects.
+    ``ship_builds=True`` sends each compiled program's files to the workers (for workers
+    that do not share this machine's file system). Use as a context manager, or call
+    :meth:`close`; a cluster robust-stan started is shut down then, a client you gave is not.
+    """
+
+    def __init__(self, client=None, address: str | None = None, workers: int | None = None,
+                 timeout: float = 30.0, ship_builds: bool = False, show_progress: bool = True):
+        distributed = _distributed()
+        if client is not None and address is not None:
+            raise RobustStanInputError("client, address: give one of them, not both")
+        if not (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0):
+            raise RobustStanInputError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise RobustStanInputError(f"workers: must be a positive integer, got {workers!r}")
+        if workers is not None and (client is not None or address is not None):
+            raise RobustStanInputError("workers: only for a new local cluster; a running cluster has its own")
+        self.ship_builds = bool(ship_builds)
+        self.show_progress = bool(show_progress)
+        self._shipped: set[str] = set()
+        self._local = self._config = None
+        self._own_client = client is None
+        if client is not None:
+            if not isinstance(client, distributed.Client):
+                raise RobustStanInputError(f"client: expected a dask.distributed.Client, got {type(client).__name__}")
+            self.client = client
+        elif address is not None:
+            if not isinstance(address, str) or not address:
+                raise RobustStanInputError(f"address: expected a scheduler address such as 'tcp://host:8786', "
+                                           f"got {address!r}")
+            try:
+                self.client = distributed.Client(address, timeout=timeout)
+            except (OSError, TimeoutError) as exc:
+                raise RobustStanInputError(f"address: no Dask scheduler answered at {address!r} within {timeout:g} s "
+                                           f"({type(exc).__name__}: {exc})") from exc
+        else:
+            import dask
+
+            # the nannies read this whenever they (re)start a worker, so it stays set until close()
+            self._config = dask.config.set(_WORKER_CONFIG)
+            self._local = distributed.LocalCluster(n_workers=workers or os.cpu_count() or 1,
+                                                   threads_per_worker=1, processes=True, dashboard_address=None)
+            self.client = distributed.Client(self._local)
+        self._check_workers()
+
+    def _check_workers(self) -> None:
+        daemonic = [worker for worker, flag in self.client.run(_worker_is_daemonic).items() if flag]
+        if daemonic:
+            raise RobustStanInputError(
+                f"address: the workers {daemonic} are daemonic processes, which cannot start the child processes "
+                "that run NUTS chains; start them with DASK_DISTRIBUTED__WORKER__DAEMON=False in their environment")
+
+    @property
+    def workers(self) -> int:
+        """How many workers the scheduler has now."""
+        return len(self.client.scheduler_info()["workers"])
+
+    def map(self, function: Callable, tasks: Sequence, description: str = "tasks", programs: Iterable = ()) -> list:
+        """``[function(task) for task in tasks]``, run on the workers; results in the tasks' order.
+
+        Results stream back as tasks finish (a progress bar counts them). ``function`` and the
+        tasks must pickle (models do: a model travels without its compiled program, which each
+        worker loads from the build cache). ``programs``: the compiled programs the tasks use,
+        whose build files are sent first when ``ship_builds`` is set. An error in a task is
+        raised here, with the task's position."""
+        tasks = list(tasks)
+        for program in programs:
+            self.ship(program)
+        futures = self.client.map(function, tasks, pure=False)
+        position = {future.key: k for k, future in enumerate(futures)}
+        results: list = [None] * len(tasks)
+        distributed = _distributed()
+        with tqdm(total=len(tasks), desc=description, unit="task", disable=not self.show_progress) as bar:
+            for future in distributed.as_completed(futures):
+                k = position[future.key]
+                try:
+                    results[k] = future.result()
+                except Exception as exc:
+                    for other in futures:
+                        other.cancel()
+                    raise RuntimeError(f"cluster: task {k} of {len(tasks)} failed: {type(exc).__name__}: {exc}") \
+                        from exc
+                bar.update(1)
+        return results
+
+    def ship(self, program) -> None:
+        """Send a compiled program's build files to every worker (once per program) if
+        ``ship_builds``; a worker that already holds the build keeps it. ``program``: an
+        engine's compiled program (``model.compile()``)."""
+        if not self.ship_builds:
+            return
+        files = program.build_files()
+        if files.key in self._shipped:
+            return
+        self.client.run(files.install)
+        self._shipped.add(files.key)
+
+    def close(self) -> None:
+        """Close the client (and the local cluster) robust-stan started."""
+        if self._own_client:
+            self.client.close()
+        if self._local is not None:
+            self._local.close()
+            self._local = None
+        if self._config is not None:
+            self._config.__exit__(None, None, None)
+            self._config = None
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<robust_stan.Cluster {self.client.scheduler.address} with {self.workers} workers>"
+
+
+def run_tasks(function: Callable, tasks: Sequence, cluster: Cluster | None = None, description: str = "tasks",
+              programs: Iterable = ()) -> list:
+    """``function`` over ``tasks``: here, in order, without a cluster; on ``cluster`` otherwise."""
+    if cluster is None:
+        return [function(task) for task in tasks]
+    if not isinstance(cluster, Cluster):
+        raise RobustStanInputError(f"cluster: expected an rs.Cluster or None, got {type(cluster).__name__}")
+    return cluster.map(function, tasks, description, programs)
