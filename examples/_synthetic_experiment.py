@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 import robust_stan as rs
-from robust_stan.common.parallel import process_pool
+from _cluster import add_address_argument, cluster_pool
 
 
 SAMPLERS = (("Rob-ULA lrv", "lrv"), ("Rob-ULA lrv_once", "lrv_once"), ("Rob-ULA trimmed_mean", "trimmed_mean"),
@@ -100,6 +100,7 @@ def main(problem_name: str, description: str, warmup: int, iters: int, argv=None
                         help="library: start at the mode with a dense metric (rob_ula's default); paper: a random "
                              "start and the unit metric, as the paper runs it")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel processes")
+    add_address_argument(parser)
     parser.add_argument("--out", default=problem_name)
     args = parser.parse_args(argv)
     if args.nuts_beta and args.prior == "flat":
@@ -114,7 +115,7 @@ def main(problem_name: str, description: str, warmup: int, iters: int, argv=None
     tasks = [(problem_name, args.prior, d, n, e, args.warmup, args.iters, args.nuts_beta, run, args.warmup_protocol)
              for d, n, e in settings_to_run(args) for run in range(args.runs)]
     rows = []
-    with process_pool(args.jobs) as pool:
+    with cluster_pool(args.jobs, args.address) as pool:
         for task, result in zip(tasks, pool.map(run_once, *zip(*tasks))):
             rows += result
             print(f"d {task[2]}, n_clean {task[3]}, eps {task[4]}, run {task[-2] + 1}: "

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 import robust_stan as rs
-from robust_stan.common.parallel import process_pool
+from _cluster import add_address_argument, cluster_pool
 
 sys.path.insert(0, str(Path(__file__).parent))
 from select_divergence import DISCRETE, OUT as SELECTION_OUT, TRUE_B, simulate, simulate_discrete  # noqa: E402
@@ -79,6 +79,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--rows", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
+    add_address_argument(parser)
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     divergences = chosen_divergences()
@@ -86,7 +87,7 @@ def main(argv=None) -> None:
         rs.glm(family).compile()
     start = time.perf_counter()
     tasks = [(case, r) for case in divergences for r in range(args.repeats)]
-    with process_pool(args.workers) as pool:
+    with cluster_pool(args.workers, args.address) as pool:
         futures = [pool.submit(one_data_set, case, divergences[case], r, args.rows) for case, r in tasks]
         runs = []
         for i, future in enumerate(futures):

@@ -33,7 +33,7 @@ import pandas as pd
 from _coreset_data import adult_frames
 
 import robust_stan as rs
-from robust_stan.common.parallel import process_pool
+from _cluster import add_address_argument, cluster_pool
 
 OUT = Path(__file__).parent / "results" / "dpvi_adult"
 CONTINUOUS = ["age", "fnlwgt", "capital_gain", "capital_loss", "hours_per_week"]
@@ -94,12 +94,13 @@ def main(argv=None) -> None:
     parser.add_argument("--clip", type=float, default=5.0)
     parser.add_argument("--precondition", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=2)
+    add_address_argument(parser)
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     model().compile()
     start = time.perf_counter()
     rows = []
-    with process_pool(args.workers) as pool:
+    with cluster_pool(args.workers, args.address) as pool:
         futures = [pool.submit(one_run, eps, r, args) for eps in args.epsilons for r in range(args.repeats)]
         for future in futures:
             rows += future.result()

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 import robust_stan as rs
-from robust_stan.common.parallel import process_pool
+from _cluster import add_address_argument, cluster_pool
 from robust_stan.results.coverage import calibrated_rmse_reference, coverage_rmse, tarp_coverage
 
 OUT = Path(__file__).parent / "results"
@@ -138,6 +138,7 @@ def main(argv=None) -> None:
     parser.add_argument("--models", nargs="+", default=None, help="a subset of the experiment's models")
     parser.add_argument("--clip", type=float, default=None, help="C for every model (default: CLIP, per model)")
     parser.add_argument("--workers", type=int, default=2)
+    add_address_argument(parser)
     parser.add_argument("--out", default=None, help="folder under examples/results")
     args = parser.parse_args(argv)
     out = OUT / (args.out or f"dpvi_{args.experiment}")
@@ -149,7 +150,7 @@ def main(argv=None) -> None:
              for r in range(args.repeats) for k in range(args.datasets)]
     start = time.perf_counter()
     results = []
-    with process_pool(args.workers) as pool:
+    with cluster_pool(args.workers, args.address) as pool:
         futures = [pool.submit(one_data_set, *task, args) for task in tasks]
         for i, future in enumerate(futures):
             results.append(future.result())

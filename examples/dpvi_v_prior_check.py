@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from dpvi_tarp import ALPHAS, CLIP, OUT, bootstrap_rmse, build  # noqa: E402
 
 import robust_stan as rs  # noqa: E402
-from robust_stan.common.parallel import process_pool  # noqa: E402
+from _cluster import add_address_argument, cluster_pool  # noqa: E402
 from robust_stan.methods.noise_aware import q_draws, sample_trace_model, trace_model_data  # noqa: E402
 from robust_stan.results.coverage import tarp_coverage  # noqa: E402
 
@@ -77,12 +77,13 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=2)
+    add_address_argument(parser)
     args = parser.parse_args(argv)
     out = OUT / "dpvi_v_prior_check"
     out.mkdir(parents=True, exist_ok=True)
     build("gamma_exponential")[0].compile()
     start = time.perf_counter()
-    with process_pool(args.workers) as pool:
+    with cluster_pool(args.workers, args.address) as pool:
         results = [f.result() for f in [pool.submit(one_data_set, k, args) for k in range(args.datasets)]]
     print(f"{args.datasets} data sets in {time.perf_counter() - start:.0f} s")
     truths = np.stack([r["truth"] for r in results])

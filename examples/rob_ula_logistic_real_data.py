@@ -43,7 +43,7 @@ import pandas as pd
 from scipy.special import log_expit, logsumexp
 
 import robust_stan as rs
-from robust_stan.common.parallel import process_pool
+from _cluster import add_address_argument, cluster_pool
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 TUNING_RUNS = {"chains": 2, "warmup": 300, "iters": 1000}  # shorter runs to score the grid; the refit is full
@@ -191,6 +191,7 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--beta", type=float, default=0.5, help="beta of the NUTS beta posterior")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--jobs", type=int, default=2)
+    add_address_argument(parser)
     parser.add_argument("--out", type=Path, default=Path(Path(__file__).stem))
     args = parser.parse_args(argv)
 
@@ -204,7 +205,7 @@ def main(argv=None) -> pd.DataFrame:
     epsilons = [float(e) for e in args.epsilons.split(",")]
     model().compile()
     rows, curves = [], []
-    with process_pool(args.jobs) as pool:
+    with cluster_pool(args.jobs, args.address) as pool:
         jobs = [pool.submit(run_dataset, name, args.data_dir, args.seed, epsilons, args.beta) for name in names]
         for job in jobs:
             result, curve = job.result()

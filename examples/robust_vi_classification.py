@@ -38,7 +38,7 @@ import pandas as pd
 from scipy.special import expit
 
 import robust_stan as rs
-from robust_stan.common.parallel import process_pool
+from _cluster import add_address_argument, cluster_pool
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _uci  # noqa: E402
@@ -140,6 +140,7 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--grid", default="0.1,0.3,0.5,0.7,0.9")
     parser.add_argument("--influence", type=int, default=20, help="points flipped for Table 5 (0: skip)")
     parser.add_argument("--jobs", type=int, default=2)
+    add_address_argument(parser)
     parser.add_argument("--out", type=Path, default=Path(Path(__file__).stem))
     args = parser.parse_args(argv)
     names = [n for n in args.datasets.split(",") if n]
@@ -150,7 +151,7 @@ def main(argv=None) -> pd.DataFrame:
     args.out.mkdir(parents=True, exist_ok=True)
     model(args.model).compile()
     settings = [(name, level) for name in names for level in levels]
-    with process_pool(args.jobs) as pool:
+    with cluster_pool(args.jobs, args.address) as pool:
         per_dataset = pool.map(influence_of_flips, names, [args.influence] * len(names),
                                [args.model] * len(names)) if args.influence else []
         if args.splits:

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 import robust_stan as rs
-from robust_stan.common.parallel import process_pool
+from _cluster import add_address_argument, cluster_pool
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _uci  # noqa: E402
@@ -164,6 +164,7 @@ def main(argv=None) -> pd.DataFrame:
                         help="choose beta and gamma on the first split and reuse them for the others")
     parser.add_argument("--iter", type=int, default=3000, help="optimisation steps per fit (at most)")
     parser.add_argument("--jobs", type=int, default=2)
+    add_address_argument(parser)
     parser.add_argument("--out", type=Path, default=Path(Path(__file__).stem))
     args = parser.parse_args(argv)
     names = [n for n in args.datasets.split(",") if n]
@@ -177,7 +178,7 @@ def main(argv=None) -> pd.DataFrame:
         rs.mlp(family).compile()
 
     settings = [(name, level) for name in names for level in levels]
-    with process_pool(args.jobs) as pool:
+    with cluster_pool(args.jobs, args.address) as pool:
         cv_splits = range(1 if args.cv_once else args.splits)
         folds = [(name, level, split, grid, fold, args.folds, args.iter) for name, level in settings
                  for split in cv_splits for fold in range(args.folds)]

@@ -76,6 +76,21 @@ def test_a_grid_on_a_local_cluster_equals_the_serial_run(model, serial, workers)
     assert set(compiles.values()) == {0}  # each worker loaded the build from the shared cache
 
 
+def _blas_threads(_task=None) -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    np.ones(2) @ np.ones(2)  # BLAS loaded
+    return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+
+def test_local_workers_use_one_blas_thread_each():
+    """Two processes on two cores, each with a BLAS thread per core, fight over them (see
+    robust_stan.common.parallel); the local cluster's workers get one each."""
+    with rs.Cluster(workers=2, show_progress=False) as cluster:
+        per_worker = cluster.client.run(_blas_threads)
+    assert all(threads and set(threads) == {1} for threads in per_worker.values()), per_worker
+
+
 def _start(command, env, log):
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
