@@ -29,7 +29,7 @@ from .errors import RobustStanInputError
 
 # NUTS on httpstan runs each chain in a child process; Dask's default worker processes are
 # daemonic and may not have children, so the workers robust-stan starts are not.
-_WORKER_CONFIG = {"distributed.worker.daemon": False}
+_WORKER_CONFIG = {"distributed.worker.daemon": False, "distributed.worker.profile.enabled": False}
 
 
 def _distributed():
