@@ -83,12 +83,15 @@ def _blas_threads(_task=None) -> list[int]:
     return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
 
 
-def test_local_workers_use_one_blas_thread_each():
+def test_local_workers_use_one_blas_thread_each_and_no_malloc_trimming():
     """Two processes on two cores, each with a BLAS thread per core, fight over them (see
-    robust_stan.common.parallel); the local cluster's workers get one each."""
+    robust_stan.common.parallel); the local cluster's workers get one each. They also start
+    without the MALLOC_TRIM_THRESHOLD_ of Dask's nanny, which slows NUTS twofold."""
     with rs.Cluster(workers=2, show_progress=False) as cluster:
         per_worker = cluster.client.run(_blas_threads)
+        trim = cluster.client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_")
     assert all(threads and set(threads) == {1} for threads in per_worker.values()), per_worker
+    assert set(trim.values()) == {None}
 
 
 def _start(command, env, log):
@@ -101,7 +104,8 @@ def test_a_scheduler_and_workers_from_the_command_line_with_shipped_builds(model
     files reach them once and no worker compiles; the grid equals the serial run."""
     scheduler_file = tmp_path / "scheduler.json"
     dask = str(Path(sys.executable).parent / "dask")  # the dask command line of this environment
-    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False", XDG_CACHE_HOME=str(tmp_path / "cache"),
+    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False", MALLOC_TRIM_THRESHOLD_="1073741824",
+               XDG_CACHE_HOME=str(tmp_path / "cache"),
                ROBUST_STAN_CACHE=str(tmp_path / "rs-cache"))
     log = open(tmp_path / "dask.log", "w")
     processes = [_start([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",

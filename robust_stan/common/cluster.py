@@ -20,16 +20,24 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from .errors import RobustStanInputError
+from .errors import RobustStanInputError, RobustStanWarning
 
 # NUTS on httpstan runs each chain in a child process; Dask's default worker processes are
-# daemonic and may not have children, so the workers robust-stan starts are not.
-_WORKER_CONFIG = {"distributed.worker.daemon": False, "distributed.worker.profile.enabled": False}
+# daemonic and may not have children, so the workers robust-stan starts are not. Dask's nanny
+# also starts workers with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc return memory to the
+# system at almost every free: NUTS on httpstan then runs 2.2 times as long (1.22 -> 2.75 s a
+# fit, benchmarks/cluster_scaling.py's problem), so robust-stan's workers start without it.
+_WORKER_CONFIG = {"distributed.worker.daemon": False,
+                  "distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1,
+                                                          "OPENBLAS_NUM_THREADS": 1}}
+#: below this, glibc's trimming slows Stan's sampling measurably (the advice in Cluster's docstring)
+_SLOW_TRIM_THRESHOLD = 1 << 20
 
 
 def _distributed():
@@ -51,8 +59,10 @@ def task_seeds(seed: int | None, count: int) -> list[int]:
     return [int(child.generate_state(1)[0] % (2**31 - 1)) for child in children]
 
 
-def _worker_is_daemonic() -> bool:
-    return multiprocessing.current_process().daemon
+def _worker_settings() -> tuple[bool, int | None]:
+    """Whether this worker process is daemonic, and its MALLOC_TRIM_THRESHOLD_ (None: unset)."""
+    threshold = os.environ.get("MALLOC_TRIM_THRESHOLD_")
+    return multiprocessing.current_process().daemon, int(threshold) if threshold and threshold.isdigit() else None
 
 
 class Cluster:
@@ -66,7 +76,9 @@ class Cluster:
 
     Workers must be allowed child processes (NUTS on httpstan runs each chain in one): start
     them with ``DASK_DISTRIBUTED__WORKER__DAEMON=False`` in their environment, as the README's
-    "Running on a cluster" shows; robust-stan checks this when it connects.
+    "Running on a cluster" shows; robust-stan checks this when it connects. Give them
+    ``MALLOC_TRIM_THRESHOLD_=1073741824`` as well: Dask's nanny otherwise sets 65536, at which
+    NUTS runs about twice as long (robust-stan warns when it finds that).
     ``ship_builds=True`` sends each compiled program's files to the workers (for workers
     that do not share this machine's file system). Use as a context manager, or call
     :meth:`close`; a cluster robust-stan started is shut down then, a client you gave is not.
@@ -112,11 +124,18 @@ class Cluster:
         self._check_workers()
 
     def _check_workers(self) -> None:
-        daemonic = [worker for worker, flag in self.client.run(_worker_is_daemonic).items() if flag]
+        settings = self.client.run(_worker_settings)
+        daemonic = [worker for worker, (flag, _) in settings.items() if flag]
         if daemonic:
             raise RobustStanInputError(
                 f"address: the workers {daemonic} are daemonic processes, which cannot start the child processes "
                 "that run NUTS chains; start them with DASK_DISTRIBUTED__WORKER__DAEMON=False in their environment")
+        trimming = [worker for worker, (_, threshold) in settings.items()
+                    if threshold is not None and threshold < _SLOW_TRIM_THRESHOLD]
+        if trimming:
+            warnings.warn(f"rs.Cluster: the workers {trimming} run with a small MALLOC_TRIM_THRESHOLD_ (Dask's "
+                          "nanny sets 65536), which makes NUTS about twice as slow; start them with "
+                          "MALLOC_TRIM_THRESHOLD_=1073741824 in their environment", RobustStanWarning, stacklevel=3)
 
     @property
     def workers(self) -> int:
