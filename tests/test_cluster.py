@@ -19,6 +19,7 @@ import robust_stan as rs
 from robust_stan.common.cluster import run_tasks, task_seeds
 
 from .conftest import ENGINE
+from .test_divergence_selection import _contaminated
 
 distributed = pytest.importorskip("distributed", reason="rs.Cluster needs dask[distributed] (the test extra)")
 cloudpickle = pytest.importorskip("cloudpickle")
@@ -26,13 +27,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers canno
 
 GRID = [rs.KL(), rs.BetaD(0.3), rs.BetaD(0.6)]
 SAMPLE = dict(chains=2, iter_warmup=300, iter_sampling=300, seed=11)
-
-
-def _contaminated(n=100, seed=0):
-    rng = np.random.default_rng(seed)
-    y = 1.0 + 0.7 * rng.normal(size=n)
-    y[: n // 10] += 6.0
-    return {"y": y}
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +94,9 @@ def _start(command, env, log):
 
 def test_a_scheduler_and_workers_from_the_command_line_with_shipped_builds(model, serial, tmp_path):
     """``dask scheduler`` and two ``dask worker`` processes on loopback, the workers with empty build
-    caches of their own (XDG_CACHE_HOME, ROBUST_STAN_CACHE): with ship_builds=True the build's
-    files reach them once and no worker compiles; the grid equals the serial run."""
+    caches of their own (XDG_CACHE_HOME, ROBUST_STAN_CACHE). Without ship_builds the model cannot
+    be loaded there: a clear error, at once (workers do not compile). With ship_builds=True the
+    build's files reach them once and no worker compiles; the grid equals the serial run."""
     scheduler_file = tmp_path / "scheduler.json"
     dask = str(Path(sys.executable).parent / "dask")  # the dask command line of this environment
     env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False", MALLOC_TRIM_THRESHOLD_="1073741824",
@@ -119,8 +114,13 @@ def test_a_scheduler_and_workers_from_the_command_line_with_shipped_builds(model
         for _ in range(2):
             processes.append(_start([dask, "worker", address, "--nthreads", "1",
                                      "--nworkers", "1", "--no-dashboard"], env, log))
-        with rs.Cluster(address=address, ship_builds=True, show_progress=False) as cluster:
+        with rs.Cluster(address=address, show_progress=False) as cluster:  # no shared cache, nothing shipped
             cluster.client.wait_for_workers(2, timeout=60)
+            start = time.monotonic()
+            with pytest.raises(rs.RobustStanInputError, match="not in this worker's httpstan build cache.*ship_builds"):
+                rs.select_divergence(model, _contaminated(), grid=GRID, fits="full", cluster=cluster, **SAMPLE)
+            assert time.monotonic() - start < 30  # refused, not compiled
+        with rs.Cluster(address=address, ship_builds=True, show_progress=False) as cluster:
             files = model.compile().build_files()
             before = cluster.client.run(lambda: _has_build(files))
             assert set(before.values()) == {False}  # the workers' own caches do not hold the build
@@ -152,6 +152,7 @@ def _slow_fit(seed, model, data):
     return fit.posterior["mu"]
 
 
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # short chains: R-hat may pass 1.01
 def test_a_worker_killed_mid_run_loses_no_result(model):
     """Six fits on two workers; one worker's process is killed (SIGKILL, by its pid) while both
     are busy. Dask reruns its task elsewhere and every result equals the undisturbed serial run."""

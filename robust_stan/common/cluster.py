@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -57,6 +58,13 @@ def task_seeds(seed: int | None, count: int) -> list[int]:
         raise RobustStanInputError(f"seed: must be a non-negative integer or None, got {seed!r}")
     children = np.random.SeedSequence(seed).spawn(count)
     return [int(child.generate_state(1)[0] % (2**31 - 1)) for child in children]
+
+
+def _run_on_worker(function: Callable, task):
+    """``function(task)`` in a worker, where robust-stan loads builds but does not make them (the
+    engines read this variable; robust_stan.engines.base.ON_WORKER)."""
+    os.environ["ROBUST_STAN_ON_WORKER"] = "1"
+    return function(task)
 
 
 def _worker_settings() -> tuple[bool, int | None]:
@@ -147,13 +155,14 @@ class Cluster:
 
         Results stream back as tasks finish (a progress bar counts them). ``function`` and the
         tasks must pickle (models do: a model travels without its compiled program, which each
-        worker loads from the build cache). ``programs``: the compiled programs the tasks use,
+        worker loads from the build cache; a worker never compiles, and a program missing from its
+        cache is an error naming ``ship_builds``). ``programs``: the compiled programs the tasks use,
         whose build files are sent first when ``ship_builds`` is set. An error in a task is
-        raised here, with the task's position."""
+        raised here, with the task's position (bad input as it is)."""
         tasks = list(tasks)
         for program in programs:
             self.ship(program)
-        futures = self.client.map(function, tasks, pure=False)
+        futures = self.client.map(partial(_run_on_worker, function), tasks, pure=False)
         position = {future.key: k for k, future in enumerate(futures)}
         results: list = [None] * len(tasks)
         distributed = _distributed()
@@ -165,6 +174,8 @@ class Cluster:
                 except Exception as exc:
                     for other in futures:
                         other.cancel()
+                    if isinstance(exc, RobustStanInputError):  # bad input, found on a worker: as it is
+                        raise
                     raise RuntimeError(f"cluster: task {k} of {len(tasks)} failed: {type(exc).__name__}: {exc}") \
                         from exc
                 bar.update(1)

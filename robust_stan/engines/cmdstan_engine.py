@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..common.resources import build_digest, native_header_path, stan_include_path, uses_native_functions
-from .base import CompiledProgram, NutsSettings, RawDraws, cache_folder, named_columns
+from .base import CompiledProgram, NutsSettings, RawDraws, cache_folder, named_columns, refuse_build_on_worker
 from .build_files import BuildFiles, read_build_files
 
 
@@ -189,6 +189,8 @@ def compile_cmdstan(stan_code: str, show_progress: bool = True) -> tuple[CmdStan
         stan_file.write_text(stan_code)
     exe = stan_file.with_suffix("")
     built = not exe.exists()
+    if built:
+        refuse_build_on_worker("cmdstan")
     model = cmdstanpy.CmdStanModel(
         stan_file=str(stan_file),
         stanc_options={"include-paths": [stan_include_path()], **({"allow-undefined": True} if native else {})},

@@ -30,7 +30,7 @@ from ..building.codegen import expand_includes
 from ..common.digest import digest
 from ..common.errors import StanCompileError
 from ..common.progress import elapsed_bar
-from .base import CompiledProgram, NutsSettings, RawDraws, named_columns, named_values
+from .base import CompiledProgram, NutsSettings, RawDraws, named_columns, named_values, refuse_build_on_worker
 from .build_files import BuildFiles, read_build_files
 from .httpstan_build import build_in_child, forced_headers, translate
 from .native_model import NativeModel
@@ -295,6 +295,7 @@ def compile_httpstan(stan_code: str, show_progress: bool = True) -> tuple[Httpst
             pass
         except ImportError:  # built, but it does not load here (e.g. by an older robust-stan): build again
             pass
+        refuse_build_on_worker("httpstan")
         return _build(hs, code, marked, model_name, show_progress), True
 
 
