@@ -6,8 +6,11 @@ import warnings
 from collections.abc import Mapping
 
 from ..building.divergences import Divergence, as_divergence
+from ..common.cluster import Cluster
+from ..common.errors import RobustStanInputError
+from ..methods.partitioned import is_partitioned, partitioned_target
 from ..methods.rob_ula import builtin_target, run_rob_ula
-from ..results.method_fits import RobULAFit
+from ..results.method_fits import PartitionedRobULAFit, RobULAFit
 from ..results.program_fit import ProgramFit
 from .model import Model, require_builtin_model
 from .stan_program import StanProgramModel
@@ -18,7 +21,7 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
             divergence: Divergence | None = None, learning_rate: float = 1.0, init: str = "mode",
             init_scale: float = 1.0, metric: str = "dense", seed: int | None = None, show_progress: bool = True,
             oracle: str = "auto", generated_quantities: bool | None = None, log_density: bool = True,
-            gradient_total: str = "n") -> RobULAFit:
+            gradient_total: str = "n", cluster: Cluster | None = None, combine: str = "median") -> RobULAFit:
     """Sample with Rob-ULA; returns a fit like :meth:`Model.sample`'s.
 
     ``model`` is a built-in model (its per-example mode gives the gradients in one call) or a
@@ -95,6 +98,17 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     later draws are NaN. Like NUTS, a run whose R-hat or ESS is poor warns
     (:meth:`Fit.warn_if_not_converged`).
 
+    Rows held in partitions (``data`` values that are Dask arrays split into row chunks, or lists
+    of ``.npy`` paths, one per partition; a built-in model with ``standardize=False``): each
+    partition's per-example gradients and the estimator on them are computed where the partition
+    lives (on ``cluster``'s workers, an :class:`rs.Cluster`; here without one), and only each
+    partition's robust mean travels; ``combine`` ("median", default, or "mean") joins them
+    (:mod:`robust_stan.methods.partitioned` states each one's guarantee). The run is then the
+    paper's update: ``init="random"``, ``metric="unit"``, a given ``step_size`` and
+    ``log_density=False`` are required, and the fit
+    (:class:`~robust_stan.results.method_fits.PartitionedRobULAFit`) has no per-observation
+    quantities. The results do not depend on the number of workers.
+
     Each kept draw costs, besides the step, one full log density (``lp`` in
     sample_stats; ``log_density=False`` skips it) and one constrain call for its
     parameters. ``log_lik``, ``robust_loss`` and ``y_rep`` are computed on demand,
@@ -105,6 +119,25 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
         warnings.warn("rob_ula: generated_quantities is ignored (the per-observation quantities are computed on "
                       "demand) and will be removed", DeprecationWarning, stacklevel=2)
     own_program = isinstance(model, StanProgramModel)
+    if is_partitioned(data):
+        require_builtin_model(model, "rs.rob_ula with rows held in partitions")
+        divergence = as_divergence(divergence)
+        target, gradients, first_row = partitioned_target(model, data, divergence, learning_rate, cluster, combine)
+        try:
+            out = run_rob_ula(target, epsilon, step_size=step_size, iters=iters, warmup=warmup, thin=thin,
+                              chains=chains, estimator=estimator, init=init, init_scale=init_scale, metric=metric,
+                              seed=seed, show_progress=show_progress, log_density=log_density,
+                              gradient_total=gradient_total)
+        finally:
+            gradients.close()
+        prepared = model.prepare(first_row, divergence, learning_rate)
+        fit = PartitionedRobULAFit(model, out.raw, prepared, out.settings, inverse_metric=out.inverse_metric,
+                                   unconstrained_draws=out.unconstrained_draws)
+        fit.warn_if_not_converged()
+        return fit
+    if cluster is not None:
+        raise RobustStanInputError("cluster: Rob-ULA uses a cluster for rows held in partitions (Dask arrays or lists "
+                                   "of .npy paths in data); these data are all here")
     if own_program:
         stan_data = model.stan_data(data, divergence, learning_rate)
         target = model.langevin_target(stan_data, oracle)

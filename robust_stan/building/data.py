@@ -182,6 +182,11 @@ def warn_if_the_data_barely_count(family, y_fitted: np.ndarray, stan_data: dict,
             RobustStanWarning, stacklevel=5)
 
 
+def default_prior_scales(column_sd: np.ndarray) -> np.ndarray:
+    """The built-in glms' prior scales of the coefficients, 2.5 / sd(X[:, j]) (1 for a constant column)."""
+    return 2.5 / np.where(column_sd > 0, column_sd, 1.0)
+
+
 def prepare_data(
     spec: ModelSpec,
     data: Mapping,
@@ -249,8 +254,7 @@ def prepare_data(
                 if scale_b.shape != (X.shape[1],) or np.any(scale_b <= 0):
                     raise RobustStanInputError(f"prior_scale_b: need {X.shape[1]} positive prior scales")
             else:
-                sd = X.std(axis=0) if n > 1 else np.ones(X.shape[1])
-                scale_b = 2.5 / np.where(sd > 0, sd, 1.0)
+                scale_b = default_prior_scales(X.std(axis=0) if n > 1 else np.ones(X.shape[1]))
             out["prior_scale_b"] = scale_b
 
     y_fitted = y.astype(float) if family.continuous else y

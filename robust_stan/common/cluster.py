@@ -60,11 +60,11 @@ def task_seeds(seed: int | None, count: int) -> list[int]:
     return [int(child.generate_state(1)[0] % (2**31 - 1)) for child in children]
 
 
-def _run_on_worker(function: Callable, task):
-    """``function(task)`` in a worker, where robust-stan loads builds but does not make them (the
-    engines read this variable; robust_stan.engines.base.ON_WORKER)."""
+def _run_on_worker(function: Callable, *arguments):
+    """``function(*arguments)`` in a worker, where robust-stan loads builds but does not make them
+    (the engines read this variable; robust_stan.engines.base.ON_WORKER)."""
     os.environ["ROBUST_STAN_ON_WORKER"] = "1"
-    return function(task)
+    return function(*arguments)
 
 
 def _worker_settings() -> tuple[bool, int | None]:
@@ -180,6 +180,11 @@ class Cluster:
                         from exc
                 bar.update(1)
         return results
+
+    def submit(self, function: Callable, *arguments):
+        """A Dask future of ``function(*arguments)`` run on a worker (futures among the arguments,
+        also inside lists and dicts, arrive as their values), with :meth:`map`'s rules."""
+        return self.client.submit(_run_on_worker, function, *arguments, pure=False)
 
     def ship(self, program) -> None:
         """Send a compiled program's build files to every worker (once per program) if

@@ -189,6 +189,19 @@ def geometric_median(G, epsilon: float = 0.0, tol: float = 1e-10, max_iter: int 
     return EstimateResult(y, 1.0)
 
 
+def estimate_each(G: np.ndarray, estimate: Callable, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """``estimate`` on each state's per-example gradients G[c] (states, n, d): the robust means
+    (states, d) and kept shares; NaN for a state whose gradients are not all finite."""
+    means = np.full((G.shape[0], G.shape[2]), np.nan)
+    kept = np.full(G.shape[0], np.nan)
+    for c in range(G.shape[0]):
+        if np.all(np.isfinite(G[c])):
+            with np.errstate(over="ignore", invalid="ignore"):
+                result = estimate(G[c], epsilon)
+            means[c], kept[c] = result.mean, result.kept_fraction
+    return means, kept
+
+
 ESTIMATORS: dict[str, Callable] = {
     "lrv": lrv,
     "lrv_once": lrv_once,

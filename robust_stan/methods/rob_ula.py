@@ -31,7 +31,7 @@ from ..engines import RawDraws
 from ..gradients.oracles import GradientOracle, constrained_draws
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
-from .estimators import get_estimator, mean as plain_mean, outlier_truncation
+from .estimators import estimate_each, get_estimator, mean as plain_mean, outlier_truncation
 
 
 @dataclass(frozen=True)
@@ -208,6 +208,18 @@ def trimmed_mode(weighted_oracle, per_example, start: np.ndarray, epsilon: float
     return point, converged
 
 
+def _require_local_rows_for(**allowed: bool) -> None:
+    """With rows held in partitions, the options that need every row in this process are refused."""
+    needs = {"init": "init='random' (the mode is found from all rows at once)",
+             "metric": "metric='unit' (the metric is adapted from all rows' Hessian)",
+             "step_size": "a step_size (the default comes from that Hessian)",
+             "log_density": "log_density=False (each draw's log density sums over all rows)"}
+    for name, ok in allowed.items():
+        if not ok:
+            raise RobustStanInputError(f"{name}: with the rows held in partitions (on a cluster), Rob-ULA needs "
+                                       f"{needs[name]}")
+
+
 @dataclass(frozen=True)
 class LangevinTarget:
     """What Rob-ULA needs of a model with its data (the built-in models: :func:`builtin_target`;
@@ -222,11 +234,14 @@ class LangevinTarget:
 
     per_example: object
     prior: GradientOracle
-    posterior: GradientOracle
-    weighted: Callable[[np.ndarray], GradientOracle]
+    posterior: GradientOracle | None
+    weighted: Callable[[np.ndarray], GradientOracle] | None
     output: Callable[[], GradientOracle]
     learning_rate: float
     default_estimator: str
+    #: for rows held in partitions (robust_stan.methods.partitioned): ``(thetas, factor, estimate,
+    #: epsilon) -> (robust means, kept shares)``; ``per_example`` then gives only n and dimension
+    robust_means: Callable | None = None
 
 
 def builtin_target(program: RobustProgram, stan_data: dict, oracle: str = "auto") -> LangevinTarget:
@@ -265,6 +280,9 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
     if metric not in METRICS:
         raise RobustStanInputError(f"metric: must be one of {', '.join(METRICS)}, got {metric!r}")
     estimate = get_estimator(target.default_estimator if estimator == "auto" else estimator)
+    if target.robust_means is not None:
+        _require_local_rows_for(init=init == "random", metric=metric == "unit", step_size=step_size is not None,
+                                log_density=not log_density)
     if gradient_total not in ("n", "clean"):
         raise RobustStanInputError(f"gradient_total: must be 'n' or 'clean', got {gradient_total!r}")
     learning_rate = target.learning_rate
@@ -282,12 +300,18 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
         weights[rows] = total / rows.size
         return target.weighted(weights)
 
-    def z_drift(G_z: np.ndarray, theta: np.ndarray, L: np.ndarray) -> tuple[np.ndarray, float]:
-        """The drift the chain follows in the coordinates z of theta = L z, from the per-example
-        gradients in those coordinates at theta (G_z = G L), and the share of rows the estimator kept."""
+    def robust_means(thetas: np.ndarray, factor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each state's robust mean of the per-example gradients in the coordinates z of
+        theta = factor z (G factor), and the share of rows kept; NaN where G is not finite."""
+        if target.robust_means is not None:
+            return target.robust_means(thetas, factor, estimate, epsilon)
         with np.errstate(over="ignore", invalid="ignore"):
-            result = estimate(G_z, epsilon)  # the robust mean of the z-gradients
-        return loss_scale * result.mean - prior.gradient(theta, jacobian=True) @ L, result.kept_fraction
+            return estimate_each(per_example.gradients_many_in(thetas, factor), estimate, epsilon)
+
+    def z_drift(mean_z: np.ndarray, theta: np.ndarray, L: np.ndarray) -> np.ndarray:
+        """The drift the chain follows in the coordinates z of theta = L z, from the robust mean
+        of the per-example gradients in those coordinates at theta."""
+        return loss_scale * mean_z - prior.gradient(theta, jacobian=True) @ L
 
     def adapted(point: np.ndarray) -> Preconditioner:
         """The preconditioner at ``point``: the kept rows' Hessian, then the estimator's own slope."""
@@ -298,9 +322,7 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
 
         def drift_at(z: np.ndarray) -> np.ndarray:
             theta = point + laplace.factor @ z
-            with np.errstate(over="ignore", invalid="ignore"):
-                G_z = per_example.gradients_many_in(theta[None, :], laplace.factor)[0]
-            return z_drift(G_z, theta, laplace.factor)[0]
+            return z_drift(robust_means(theta[None, :], laplace.factor)[0][0], theta, laplace.factor)
 
         return laplace.then(estimator_drift_slope(drift_at, d))
 
@@ -314,7 +336,8 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
         if not converged:
             warnings.warn("rob_ula: the optimiser did not converge to a mode; the chains start from where it "
                           "stopped. Pass init='random' or check the model.", RobustStanWarning, stacklevel=3)
-    scaling = adapted(start)
+    # rows held in partitions: the paper's update (L = I, a given step), nothing adapted from all rows
+    scaling = adapted(start) if target.robust_means is None else Preconditioner("unit", np.eye(d), np.nan)
     if init == "mode":
         theta = start + init_scale * rng.normal(size=(chains, d)) @ scaling.factor.T
     else:
@@ -332,16 +355,15 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
     with tqdm(total=warmup + iters, desc=f"Rob-ULA ({estimate.__name__})", unit="it",
               disable=not show_progress, file=sys.stderr) as bar:
         for k in range(warmup + iters):
-            with np.errstate(over="ignore", invalid="ignore"):
-                G = per_example.gradients_many_in(theta[alive], L)  # in the chain's coordinates z
+            means, kept_shares = robust_means(theta[alive], L)  # in the chain's coordinates z
             step = np.zeros((chains, d))
             fractions = np.full(chains, np.nan)
             for slot, c in enumerate(np.flatnonzero(alive)):
-                if not np.all(np.isfinite(G[slot])):
+                if not np.all(np.isfinite(means[slot])):
                     fractions[c], step[c] = np.nan, np.nan  # stopped below as diverged
                     continue
-                drift, fractions[c] = z_drift(G[slot], theta[c], L)
-                step[c] = -eta * drift
+                fractions[c] = kept_shares[slot]
+                step[c] = -eta * z_drift(means[slot], theta[c], L)
             with np.errstate(over="ignore", invalid="ignore"):  # a diverging chain is reported below
                 proposal = theta + (step + np.sqrt(2 * eta) * rng.normal(size=(chains, d))) @ L.T
             broken = alive & ~np.all(np.isfinite(proposal), axis=1)

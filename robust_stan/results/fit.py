@@ -211,18 +211,20 @@ class Fit:
         (computing the per-observation quantities if no call has yet)."""
         return native_inference_data(self._arviz_groups())
 
-    def _arviz_groups(self) -> dict:
-        """The groups of :meth:`to_arviz` as xarray Datasets, by name (subclasses add theirs)."""
+    def _draw_groups(self) -> tuple[dict, dict]:
+        """The posterior and sample_stats groups, and the attributes every group carries."""
         dims = {name: [f"{name}_dim_{i}" for i in range(v.ndim - 2)] for name, v in self.posterior.items()}
         if "b" in dims and len(dims["b"]) == 1:
             dims["b"] = ["predictor"]
-        obs_dims = {"y": ["obs"] + (["outcome_dim"] if self.y.ndim > 1 else [])}
         attrs = {"divergence": repr(self.divergence), "learning_rate": self.learning_rate,
                  "engine": self.model.engine, "inference_library": "robust-stan", "method": self.method}
-        groups = {
-            "posterior": draws_dataset(self.posterior, dims, attrs),
-            "sample_stats": sample_stats_dataset(self.raw.sampler, attrs),
-        }
+        return {"posterior": draws_dataset(self.posterior, dims, attrs),
+                "sample_stats": sample_stats_dataset(self.raw.sampler, attrs)}, attrs
+
+    def _arviz_groups(self) -> dict:
+        """The groups of :meth:`to_arviz` as xarray Datasets, by name (subclasses add theirs)."""
+        groups, attrs = self._draw_groups()
+        obs_dims = {"y": ["obs"] + (["outcome_dim"] if self.y.ndim > 1 else [])}
         groups["log_likelihood"] = draws_dataset({"y": self.log_lik}, obs_dims, attrs)
         groups["posterior_predictive"] = draws_dataset({"y": self.y_rep}, obs_dims, attrs)
         groups["observed_data"] = draws_dataset({"y": self.y}, obs_dims, attrs, sample_dims=())

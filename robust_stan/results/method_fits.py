@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..common.errors import RobustStanInputError
 from ..methods.variational import GaussianQ
 from .arviz_output import pareto_khat
 from .fit import Fit
@@ -75,6 +76,20 @@ class RobULAFit(Fit):
         s = self.settings
         return (f"<robust_stan.RobULAFit {self.divergence!r}, estimator {s.estimator!r}, epsilon {s.epsilon:g}, "
                 f"{s.chains} chains x {s.iter_sampling // s.thin} draws, parameters {self.parameter_names}>")
+
+
+class PartitionedRobULAFit(RobULAFit):
+    """A Rob-ULA fit whose rows were held in partitions on a cluster: its draws, summary and the
+    posterior and sample_stats groups of ArviZ; the per-observation quantities (log_lik,
+    robust_loss, y_rep, outlier scores) would need every row here, so they are refused."""
+
+    def _pointwise_quantities(self):
+        raise RobustStanInputError("name: the rows of this fit were held in partitions on a cluster, so log_lik, "
+                                   "robust_loss, y_rep and outlier scores are not computed here; take the draws "
+                                   "(fit.posterior) to the rows instead")
+
+    def _arviz_groups(self) -> dict:
+        return self._draw_groups()[0]
 
 
 class StanMethodFit(Fit):

@@ -1,0 +1,260 @@
+"""Robust means of per-example gradients over data held in row partitions, computed where each
+partition lives (the workers of an :class:`rs.Cluster`) and reduced there, so that only one
+d-vector per partition and chain travels back to the driver.
+
+The data: a built-in model's data dict whose row-indexed values are Dask arrays (split into row
+chunks; the chunks are the partitions) or lists of ``.npy`` paths (one file per partition, read
+where the partition's task runs), the other values as usual.
+
+Each step, partition k computes its rows' per-example gradients at every chain's state (one
+per-example call, in the chain's coordinates) and the run's estimator on them (its robust mean
+m_k and kept share); the driver combines the partitions' means coordinate by coordinate:
+
+- ``combine="median"`` (default): the median of m_1..m_K. Guarantee: if more than half of the
+  partitions hold at most a fraction epsilon of corrupted rows, each of those partitions' m_k
+  is within the estimator's error bound b of its clean rows' mean, and so is the median in every
+  coordinate (more than half of the m_k lie in [mu_j - b, mu_j + b], hence the median does).
+  It also resists whole partitions of bad rows (fewer than half of them). With
+  ``estimator="mean"`` it is the median of means. Its price: even on clean data the median of
+  K means moves about 1.25 sd(m_k) from the pooled mean, which shifts the chain's
+  stationary point by a fraction of a posterior sd.
+- ``combine="mean"``: the row-weighted mean of m_1..m_K. If every partition holds at most a
+  fraction epsilon of corrupted rows, each m_k is within b of its clean mean, and so is the
+  average; it is closer to the estimator applied to all rows at once, but one partition full of
+  bad rows moves it by (its rows / n) times its error.
+
+On each worker a partition's prepared Stan data and gradient object are kept between steps
+(keyed by the run), so a step costs one per-example call per partition plus the estimator.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..building.data import default_prior_scales, prepare_data, with_switches
+from ..building.divergences import Divergence
+from ..common.cluster import Cluster
+from ..common.errors import RobustStanInputError
+from ..gradients.per_example import PerExampleGradients
+from ..gradients.program import RobustProgram
+from .estimators import estimate_each
+
+COMBINES = ("median", "mean")
+_ON_THIS_WORKER: dict[tuple[str, int], PerExampleGradients] = {}  # (run, partition) -> its gradients
+
+
+def _is_dask_array(value) -> bool:
+    return type(value).__module__.startswith("dask.array") and hasattr(value, "chunks")
+
+
+def _is_npy_list(value) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(
+        isinstance(v, (str, Path)) and str(v).endswith(".npy") for v in value)
+
+
+def is_partitioned(data: Mapping) -> bool:
+    """Whether ``data`` holds any value as row partitions (a Dask array or a list of .npy paths)."""
+    return isinstance(data, Mapping) and any(_is_dask_array(v) or _is_npy_list(v) for v in data.values())
+
+
+@dataclass(frozen=True)
+class Partitions:
+    """A data dict split by rows: ``parts[k]`` maps each name to partition k's values (a NumPy
+    array, a Dask future or a .npy path); ``rows[k]`` its row count; ``shared`` the values every
+    partition takes whole."""
+
+    parts: list[dict]
+    rows: list[int]
+    shared: dict
+
+    @property
+    def n(self) -> int:
+        return int(sum(self.rows))
+
+
+def split_partitions(data: Mapping) -> Partitions:
+    """The row partitions of ``data``, checked: every partitioned value with the same number of
+    partitions and rows per partition, and every partition of a value with the same trailing shape."""
+    partitioned = {name: v for name, v in data.items() if _is_dask_array(v) or _is_npy_list(v)}
+    shared = {name: v for name, v in data.items() if name not in partitioned}
+    pieces: dict[str, list] = {}
+    shapes: dict[str, list[tuple[int, ...]]] = {}
+    for name, value in partitioned.items():
+        if _is_dask_array(value):
+            if value.ndim > 1 and len(value.chunks[1]) > 1:
+                value = value.rechunk({i: -1 for i in range(1, value.ndim)})  # rows only are split
+            pieces[name] = list(value.to_delayed().ravel())
+            shapes[name] = [(rows, *value.shape[1:]) for rows in value.chunks[0]]
+        else:
+            pieces[name] = [str(p) for p in value]
+            shapes[name] = []
+            for path in value:
+                try:
+                    shapes[name].append(tuple(np.load(path, mmap_mode="r").shape))
+                except (OSError, ValueError) as exc:
+                    raise RobustStanInputError(f"data[{name!r}]: cannot read {path}: {exc}") from exc
+    counts = {name: len(p) for name, p in pieces.items()}
+    if len(set(counts.values())) != 1:
+        raise RobustStanInputError(f"data: the partitioned values have different numbers of partitions: {counts}")
+    rows = None
+    for name, value_shapes in shapes.items():
+        trailing = {shape[1:] for shape in value_shapes}
+        if len(trailing) > 1:
+            raise RobustStanInputError(f"data[{name!r}]: its partitions have different column counts "
+                                       f"(shapes {[tuple(s) for s in value_shapes]})")
+        these = [shape[0] for shape in value_shapes]
+        if rows is None:
+            rows = these
+        elif these != rows:
+            raise RobustStanInputError(f"data[{name!r}]: its partitions' row counts {these} differ from the other "
+                                       f"values' {rows}")
+    parts = [{name: pieces[name][k] for name in pieces} for k in range(len(rows))]
+    return Partitions(parts, rows, shared)
+
+
+def _load(value) -> np.ndarray:
+    return np.load(value) if isinstance(value, str) else np.asarray(value)
+
+
+def partition_robust_means(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+                           divergence: Divergence, learning_rate: float, thetas: np.ndarray, factor: np.ndarray,
+                           estimate: Callable, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """One partition's step (run where the partition is): its rows' per-example gradients at
+    every chain's state, in the coordinates of ``factor``, and the estimator's mean and kept share
+    per chain. The partition's gradient object is built on first use and kept for the run."""
+    per_example = _ON_THIS_WORKER.get((run, index))
+    if per_example is None:
+        values = {**shared, **{name: _load(value) for name, value in part.items()}}
+        stan_data, _ = prepare_data(program.spec, values, divergence, learning_rate, None, "posterior", None)
+        per_example = _ON_THIS_WORKER[(run, index)] = PerExampleGradients(program, stan_data)
+    with np.errstate(over="ignore", invalid="ignore"):
+        G = per_example.gradients_many_in(thetas, factor)
+    return estimate_each(G, estimate, epsilon)
+
+
+def _forget_run(run: str) -> None:
+    for key in [key for key in _ON_THIS_WORKER if key[0] == run]:
+        del _ON_THIS_WORKER[key]
+
+
+class PartitionedGradients:
+    """Robust means of a built-in model's per-example gradients over row partitions, each
+    partition's share computed where it lives (on ``cluster``'s workers, or here without one)
+    and combined by ``combine`` (module docstring)."""
+
+    def __init__(self, program: RobustProgram, partitions: Partitions, divergence: Divergence,
+                 learning_rate: float, dimension: int, cluster: Cluster | None = None, combine: str = "median"):
+        if combine not in COMBINES:
+            raise RobustStanInputError(f"combine: must be one of {list(COMBINES)}, got {combine!r}")
+        if cluster is not None and not isinstance(cluster, Cluster):
+            raise RobustStanInputError(f"cluster: expected an rs.Cluster or None, got {type(cluster).__name__}")
+        self.program, self.divergence, self.learning_rate = program, divergence, learning_rate
+        self.cluster, self.combine = cluster, combine
+        self.n, self.dimension = partitions.n, dimension
+        self.rows = np.asarray(partitions.rows, dtype=float)
+        self.shared = partitions.shared
+        self._run = uuid.uuid4().hex
+        if cluster is None:
+            import dask
+
+            self._parts = [{name: _load(dask.compute(v)[0] if hasattr(v, "dask") else v) for name, v in part.items()}
+                           for part in partitions.parts]
+        else:
+            cluster.ship(program.compile())
+            # each partition is computed on a worker and stays there: only its futures are here
+            self._parts = [{name: cluster.client.compute(v) if hasattr(v, "dask") else v for name, v in part.items()}
+                           for part in partitions.parts]
+
+    def robust_means(self, thetas: np.ndarray, factor: np.ndarray, estimate: Callable,
+                     epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+        """Each chain's combined robust mean (chains, d) and the row-weighted kept share."""
+        arguments = (self.program, self.shared, self.divergence, self.learning_rate, thetas, factor, estimate, epsilon)
+        if self.cluster is None:
+            results = [partition_robust_means(part, self._run, k, *arguments) for k, part in enumerate(self._parts)]
+        else:
+            client = self.cluster.client
+            futures = [self.cluster.submit(partition_robust_means, part, self._run, k, *arguments)
+                       for k, part in enumerate(self._parts)]
+            results = client.gather(futures)
+        means = np.stack([m for m, _ in results])          # (partitions, chains, d)
+        kept = np.stack([f for _, f in results])            # (partitions, chains)
+        weights = self.rows / self.rows.sum()
+        combined = np.median(means, axis=0) if self.combine == "median" else np.tensordot(weights, means, axes=1)
+        return combined, np.tensordot(weights, kept, axes=1)
+
+    def close(self) -> None:
+        """Forget the partitions' gradient objects (here and on the workers)."""
+        _forget_run(self._run)
+        if self.cluster is not None:
+            self.cluster.client.run(_forget_run, self._run)
+
+
+def column_sd(value) -> np.ndarray:
+    """The population sd of each column of a partitioned matrix (a Dask array's reduction on the
+    workers, or one .npy file at a time here)."""
+    if _is_dask_array(value):
+        return np.asarray(value.std(axis=0).compute(), dtype=float)
+    count, total, squares = 0, 0.0, 0.0
+    for path in value:
+        block = np.load(path).astype(float)
+        count, total, squares = count + block.shape[0], total + block.sum(axis=0), squares + (block**2).sum(axis=0)
+    mean = total / count
+    return np.sqrt(np.maximum(squares / count - mean**2, 0.0))
+
+
+def global_prior_scales(spec, data: Mapping) -> dict:
+    """The glm's data-dependent prior scales (2.5 / sd of each column of X) over all rows, once, so
+    that every partition and the driver use the same prior ({} where the data give them or the
+    model has none)."""
+    if "prior_scale_b" in spec.data_names() and "prior_scale_b" not in data and "X" in data and is_partitioned(
+            {"X": data["X"]}):
+        return {"prior_scale_b": default_prior_scales(column_sd(data["X"]))}
+    return {}
+
+
+def first_rows(data: Mapping) -> dict:
+    """``data`` with each partitioned value cut to its first row (read here: for the program's
+    sizes and constraining transforms, which do not depend on the rows)."""
+    out = {}
+    for name, value in data.items():
+        if _is_dask_array(value):
+            out[name] = np.asarray(value[:1].compute())
+        elif _is_npy_list(value):
+            out[name] = np.array(np.load(value[0], mmap_mode="r")[:1])
+        else:
+            out[name] = value
+    return out
+
+
+def partitioned_target(program: RobustProgram, data: Mapping, divergence: Divergence, learning_rate: float,
+                       cluster: Cluster | None, combine: str = "median"):
+    """The :class:`~robust_stan.methods.rob_ula.LangevinTarget` of a built-in model whose rows are
+    held in partitions, its :class:`PartitionedGradients` (close it after the run) and the data of
+    its first row with the values every partition shares (for the fit's constraining)."""
+    from .rob_ula import LangevinTarget, default_estimator
+
+    if program.spec.standardize:
+        raise RobustStanInputError("model: with the rows held in partitions, each partition would standardise by its "
+                                   "own centre and scale; build the model with standardize=False")
+    partitions = split_partitions(data)  # checked before any pass over the rows
+    partitions.shared.update(global_prior_scales(program.spec, data))
+    first = {**first_rows(data), **partitions.shared}
+    stan_data, _ = prepare_data(program.spec, first, divergence, learning_rate, None, "posterior", None)
+    gradients = PartitionedGradients(program, partitions, divergence, learning_rate, program.dimension(stan_data),
+                                     cluster, combine)
+    target = LangevinTarget(
+        per_example=gradients,
+        prior=program.oracle_for(with_switches(stan_data, mode="prior")),
+        posterior=None,
+        weighted=None,
+        output=lambda: program.oracle_for(with_switches(stan_data, pointwise=False)),
+        learning_rate=float(learning_rate),
+        default_estimator=default_estimator(program.spec.family),
+        robust_means=gradients.robust_means,
+    )
+    return target, gradients, first

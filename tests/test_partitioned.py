@@ -1,0 +1,114 @@
+"""Rob-ULA over rows held in partitions (Dask arrays, lists of .npy files), each partition's
+per-example gradients and robust mean computed where it lives: on a 2-worker LocalCluster and
+on 1 worker the draws equal the serial run's; .npy partitions equal Dask ones; with the plain
+mean joined by the row-weighted mean the chain is the in-memory run's to rounding; bad input."""
+
+import sys
+
+import numpy as np
+import pytest
+
+import robust_stan as rs
+
+da = pytest.importorskip("dask.array", reason="partitioned data needs dask (the test extra)")
+cloudpickle = pytest.importorskip("cloudpickle")
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+RUN = dict(epsilon=0.1, init="random", metric="unit", step_size=5e-5, log_density=False, iters=150, warmup=50,
+           chains=2, seed=3, show_progress=False)
+
+
+def _rows(n=2000, p=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, p))
+    y = 0.5 + X @ np.array([1.0, -0.5, 0.25]) + rng.normal(size=n)
+    y[rng.choice(n, n // 10, replace=False)] += 8.0  # a tenth of the rows, spread over the partitions
+    return X, y
+
+
+def _partitioned(X, y, rows=500):
+    return {"X": da.from_array(X, chunks=(rows, X.shape[1])), "y": da.from_array(y, chunks=rows)}
+
+
+def _same_draws(a, b) -> None:
+    for name in a.posterior:
+        np.testing.assert_array_equal(a.posterior[name], b.posterior[name])
+
+
+@pytest.fixture(scope="module")
+def serial(glm_normal):
+    X, y = _rows()
+    return rs.rob_ula(glm_normal, _partitioned(X, y), **RUN)
+
+
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 150 draws: R-hat and ESS are poor
+@pytest.mark.parametrize("workers", [1, 2])
+def test_partitioned_rob_ula_on_a_cluster_equals_the_serial_run(glm_normal, serial, workers):
+    X, y = _rows()
+    with rs.Cluster(workers=workers, show_progress=False) as cluster:
+        on_cluster = rs.rob_ula(glm_normal, _partitioned(X, y), cluster=cluster, **RUN)
+    _same_draws(on_cluster, serial)
+    assert isinstance(on_cluster, rs.RobULAFit) and np.all(on_cluster.raw.sampler["kept_fraction"] > 0.5)
+
+
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
+def test_npy_partitions_equal_dask_partitions(glm_normal, serial, tmp_path):
+    X, y = _rows()
+    paths = {"X": [], "y": []}
+    for k in range(4):
+        for name, values in (("X", X), ("y", y)):
+            path = tmp_path / f"{name}{k}.npy"
+            np.save(path, values[500 * k:500 * (k + 1)])
+            paths[name].append(str(path))
+    _same_draws(rs.rob_ula(glm_normal, paths, **RUN), serial)
+
+
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
+def test_plain_mean_joined_by_the_weighted_mean_is_the_in_memory_chain(glm_normal):
+    """With estimator="mean" (ULA) and combine="mean", the partitions' row-weighted mean of
+    their means is the mean over all rows, so the chain is the in-memory one's up to rounding
+    (unequal partitions: 700, 700, 600)."""
+    X, y = _rows()
+    options = dict(RUN, estimator="mean")
+    partitioned = rs.rob_ula(glm_normal, _partitioned(X, y, rows=700), combine="mean", **options)
+    in_memory = rs.rob_ula(glm_normal, {"X": X, "y": y}, **options)
+    for name in in_memory.posterior:
+        np.testing.assert_allclose(partitioned.posterior[name], in_memory.posterior[name], rtol=0, atol=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
+def test_a_partitioned_fit_has_draws_but_refuses_per_observation_quantities(serial):
+    assert set(serial.summary().index) == {"alpha", "b[1]", "b[2]", "b[3]", "sigma"}
+    with pytest.raises(rs.RobustStanInputError, match="held in partitions"):
+        serial.draws("log_lik")
+    with pytest.raises(rs.RobustStanInputError, match="held in partitions"):
+        serial.outlier_scores(0.3)
+
+
+@pytest.mark.parametrize("option, message", [
+    (dict(init="mode"), "^init: .*init='random'"), (dict(metric="dense"), "^metric"),
+    (dict(step_size=None), "^step_size"), (dict(log_density=True), "^log_density"),
+    (dict(combine="trimmed"), "^combine"),
+])
+def test_options_that_need_every_row_here_are_refused(glm_normal, option, message):
+    X, y = _rows(200)
+    with pytest.raises(rs.RobustStanInputError, match=message):
+        rs.rob_ula(glm_normal, _partitioned(X, y, rows=100), **{**RUN, **option})
+
+
+def test_bad_partitioned_data_is_refused(glm_normal, glm_normal_standardized, tmp_path):
+    X, y = _rows(200)
+    with pytest.raises(rs.RobustStanInputError, match="^model: .*standardize=False"):
+        rs.rob_ula(glm_normal_standardized, _partitioned(X, y, rows=100), **RUN)
+    np.save(tmp_path / "X0.npy", X[:100])
+    np.save(tmp_path / "X1.npy", X[100:, :2])  # a column short
+    np.save(tmp_path / "y0.npy", y[:100])
+    np.save(tmp_path / "y1.npy", y[100:])
+    with pytest.raises(rs.RobustStanInputError, match=r"^data\['X'\]: its partitions have different column counts"):
+        rs.rob_ula(glm_normal, {"X": [str(tmp_path / "X0.npy"), str(tmp_path / "X1.npy")],
+                                "y": [str(tmp_path / "y0.npy"), str(tmp_path / "y1.npy")]}, **RUN)
+    with pytest.raises(rs.RobustStanInputError, match=r"^data\['y'\]: its partitions' row counts"):
+        rs.rob_ula(glm_normal, {"X": da.from_array(X, chunks=(100, 3)), "y": da.from_array(y, chunks=((50, 150),))},
+                   **RUN)
+    with pytest.raises(rs.RobustStanInputError, match="^cluster"):
+        rs.rob_ula(glm_normal, {"X": X, "y": y}, cluster=object(), **RUN)
