@@ -20,6 +20,7 @@ from robust_stan.common.cluster import run_tasks, task_seeds
 
 from .conftest import ENGINE
 from .test_divergence_selection import _contaminated
+from .test_partitioned import RUN as PARTITIONED_RUN, _partitioned, _rows
 
 distributed = pytest.importorskip("distributed", reason="rs.Cluster needs dask[distributed] (the test extra)")
 cloudpickle = pytest.importorskip("cloudpickle")
@@ -92,11 +93,15 @@ def _start(command, env, log):
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def test_a_scheduler_and_workers_from_the_command_line_with_shipped_builds(model, serial, tmp_path):
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # the short Rob-ULA run's R-hat
+def test_a_scheduler_and_workers_from_the_command_line_with_shipped_builds(model, serial, glm_normal, tmp_path):
     """``dask scheduler`` and two ``dask worker`` processes on loopback, the workers with empty build
     caches of their own (XDG_CACHE_HOME, ROBUST_STAN_CACHE). Without ship_builds the model cannot
     be loaded there: a clear error, at once (workers do not compile). With ship_builds=True the
-    build's files reach them once and no worker compiles; the grid equals the serial run."""
+    build's files reach them once and no worker compiles; the grid, and a small Rob-ULA run on rows
+    held in partitions, equal the serial runs."""
+    X, y = _rows()
+    partitioned_data = _partitioned(X, y)
     scheduler_file = tmp_path / "scheduler.json"
     dask = str(Path(sys.executable).parent / "dask")  # the dask command line of this environment
     env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False", MALLOC_TRIM_THRESHOLD_="1073741824",
@@ -126,10 +131,14 @@ def test_a_scheduler_and_workers_from_the_command_line_with_shipped_builds(model
             assert set(before.values()) == {False}  # the workers' own caches do not hold the build
             on_cluster = rs.select_divergence(model, _contaminated(), grid=GRID, fits="full", cluster=cluster,
                                               **SAMPLE)
+            rows_on_cluster = rs.rob_ula(glm_normal, partitioned_data, cluster=cluster, **PARTITIONED_RUN)
             compiles = cluster.client.run(lambda: sum(rs.COMPILE_COUNTS.values()))
             after = cluster.client.run(lambda: _has_build(files))
         _same_selection(on_cluster, serial)
         assert set(compiles.values()) == {0} and set(after.values()) == {True}
+        rows_here = rs.rob_ula(glm_normal, partitioned_data, **PARTITIONED_RUN)
+        for name in rows_here.posterior:
+            np.testing.assert_array_equal(rows_on_cluster.posterior[name], rows_here.posterior[name])
     finally:
         for process in processes:
             os.killpg(process.pid, signal.SIGTERM)
