@@ -1,0 +1,138 @@
+"""Rob-ULA on rows held as a Dask array on the workers of a LocalCluster (issue 25's target):
+10 million synthetic rows, 20 predictors, 20 partitions, 2 workers.
+
+Data: y = 0.5 + X b + N(0, 1) with X ~ N(0, I_20), b ~ N(0, 1), a tenth of the rows' y shifted
+by +8; generated on the workers (dask.array's random numbers), never in this process. The model
+is rs.glm("normal", standardize=False) under the KL loss (as in the paper); Rob-ULA runs the paper's update (unit
+metric, init="random", a fixed step 0.3 / n) with the default estimator, 2 chains. The run on all
+rows is timed over a few steps (each takes tens of seconds); the comparison with the in-memory
+run uses enough steps for both to converge.
+
+Prints, from one run:
+- this process's peak memory (target: under 1 GiB);
+- one step's wall time against (rows / one worker's per-example gradient throughput) / workers
+  (target: within 2x); the throughput is measured here on one partition's rows, the
+  per-example call alone, and so is the estimator's time on them (the step needs both);
+- the partitioned run against the in-memory run on the first rows (the same rows in 20
+  partitions, and all at once here): each coordinate's difference of posterior means in units
+  of their combined Monte Carlo standard error, and of the posterior sd. The issue asks for
+  1 million rows; the default is 200,000, because the paper's update (unit metric) needs about
+  300 steps from a random start to converge here, and on 1 million rows each in-memory step
+  takes about 5 s on this machine (--subset 1000000 runs it).
+
+    python benchmarks/cluster_rob_ula.py [--rows 10000000] [--partitions 20] [--workers 2] [--timed-steps 5]
+        [--subset 200000] [--iters 100] [--warmup 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+import warnings
+
+import numpy as np
+
+import robust_stan as rs
+from robust_stan.methods.estimators import get_estimator
+from robust_stan.methods.rob_ula import default_estimator
+
+
+def dask_rows(rows: int, columns: int, partitions: int, seed: int = 0):
+    """X and y as Dask arrays of ``partitions`` row chunks, made on the workers."""
+    import dask.array as da
+
+    chunk = rows // partitions
+    random = da.random.default_rng(seed)
+    X = random.normal(size=(rows, columns), chunks=(chunk, columns))
+    b = np.random.default_rng(seed).normal(size=columns)
+    noise = random.normal(size=rows, chunks=chunk)
+    shifted = random.uniform(size=rows, chunks=chunk) < 0.1
+    y = 0.5 + X @ b + noise + 8.0 * shifted
+    return X, y
+
+
+def peak_memory_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--columns", type=int, default=20)
+    parser.add_argument("--partitions", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--timed-steps", type=int, default=5, help="steps timed on all rows")
+    parser.add_argument("--iters", type=int, default=100, help="kept steps of the comparison runs")
+    parser.add_argument("--warmup", type=int, default=300, help="warm-up steps of the comparison runs")
+    parser.add_argument("--subset", type=int, default=200_000, help="rows of the in-memory comparison")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore", rs.RobustStanWarning)  # short chains
+    model = rs.glm("normal", standardize=False)
+    model.compile()
+    divergence = rs.KL()  # the paper's setting: the estimator gives the robustness
+    X, y = dask_rows(args.rows, args.columns, args.partitions)
+
+    def options(n):
+        return dict(epsilon=0.1, divergence=divergence, init="random", metric="unit", step_size=0.3 / n,
+                    log_density=False, chains=2, seed=5, show_progress=False)
+
+    # one worker's throughput: the per-example call, and the estimator, on one partition's rows, here
+    rows_per_partition = args.rows // args.partitions
+    X0, y0 = X[:rows_per_partition].compute(), y[:rows_per_partition].compute()
+    per_example = model.per_example({"X": X0, "y": y0}, divergence)
+    thetas = np.random.default_rng(1).normal(scale=0.1, size=(2, per_example.dimension))
+    eye = np.eye(per_example.dimension)
+    per_example.gradients_many_in(thetas, eye)
+    start = time.perf_counter()
+    G = per_example.gradients_many_in(thetas, eye)
+    call = time.perf_counter() - start
+    estimate = get_estimator(default_estimator(model.spec.family))
+    start = time.perf_counter()
+    for chain in range(2):
+        estimate(G[chain], 0.1)
+    estimator_seconds = time.perf_counter() - start
+    del X0, y0, per_example, G
+    throughput = rows_per_partition / call
+    print(f"{args.rows:,} rows x {args.columns} predictors in {args.partitions} partitions, {args.workers} workers, "
+          f"2 chains; default estimator {estimate.__name__}")
+    print(f"one partition ({rows_per_partition:,} rows), here: per-example call {call:.3f} s "
+          f"({throughput / 1e6:.2f} M rows/s), the estimator on its gradients {estimator_seconds:.3f} s")
+
+    with rs.Cluster(workers=args.workers, show_progress=False) as cluster:
+        def run(iters, warmup):
+            start = time.perf_counter()
+            fit = rs.rob_ula(model, {"X": X, "y": y}, iters=iters, warmup=warmup, cluster=cluster,
+                             **options(args.rows))
+            return fit, time.perf_counter() - start
+
+        _, t_short = run(1, 0)
+        _, t_long = run(1 + args.timed_steps, 0)
+        step = (t_long - t_short) / args.timed_steps  # set-up (partitions, builds, prior scales) left out
+        bound = args.rows / throughput / args.workers
+        print(f"\nRob-ULA step on the cluster: {step:.2f} s; (rows / throughput) / workers = {bound:.2f} s")
+        print(f"RATIO step / bound = {step / bound:.2f}  (target <= 2: {'met' if step / bound <= 2 else 'MISSED'}); "
+              f"the estimator alone on {args.workers} workers' rows: about "
+              f"{estimator_seconds * args.partitions / args.workers:.2f} s a step")
+        print(f"RATIO this process's peak memory = {peak_memory_gib():.2f} GiB  (target < 1: "
+              f"{'met' if peak_memory_gib() < 1 else 'MISSED'})")
+
+        subset = args.subset
+        chunk = subset // args.partitions
+        Xs, ys = X[:subset].rechunk((chunk, args.columns)), y[:subset].rechunk(chunk)
+        on_cluster = rs.rob_ula(model, {"X": Xs, "y": ys}, iters=args.iters, warmup=args.warmup, cluster=cluster,
+                                **options(subset))
+    in_memory = rs.rob_ula(model, {"X": Xs.compute(), "y": ys.compute()}, iters=args.iters, warmup=args.warmup,
+                           **options(subset))
+    a, b = on_cluster.summary(), in_memory.summary()
+    print(f"largest R-hat: {a['r_hat'].max():.3f} (cluster), {b['r_hat'].max():.3f} (here)")
+    z = (a["mean"] - b["mean"]) / np.hypot(a["mcse_mean"], b["mcse_mean"])
+    in_sd = (a["mean"] - b["mean"]) / b["sd"]
+    print(f"\nthe first {subset:,} rows in {args.partitions} partitions on the cluster against all at once here:")
+    print(f"RATIO |difference of means| / combined MCSE: median {np.median(np.abs(z)):.2f}, largest "
+          f"{np.abs(z).max():.2f} ({z.abs().idxmax()}); in posterior sds: median {np.median(np.abs(in_sd)):.2f}, "
+          f"largest {np.abs(in_sd).max():.2f}")
+
+
+if __name__ == "__main__":
+    main()
