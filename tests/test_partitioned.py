@@ -112,3 +112,44 @@ def test_bad_partitioned_data_is_refused(glm_normal, glm_normal_standardized, tm
                    **RUN)
     with pytest.raises(rs.RobustStanInputError, match="^cluster"):
         rs.rob_ula(glm_normal, {"X": X, "y": y}, cluster=object(), **RUN)
+
+
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
+def test_a_worker_killed_during_a_partitioned_run_loses_nothing(glm_normal, serial):
+    """One of two workers is killed (SIGKILL, by its pid) while the chains step: Dask recomputes its
+    partitions from their graph and reruns its tasks, the partition's gradients are rebuilt on
+    the worker that takes it over, and the draws equal the undisturbed serial run's."""
+    import os
+    import signal
+    import threading
+    import time
+
+    X, y = _rows()
+    with rs.Cluster(workers=2, show_progress=False) as cluster:
+        pid = next(iter(cluster.client.run(os.getpid).values()))
+        killed = threading.Event()
+
+        def kill_after_a_few_steps():
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                if sum(cluster.client.run(_cached_partitions).values()) > 0:  # the chains are stepping
+                    time.sleep(0.3)
+                    os.kill(pid, signal.SIGKILL)
+                    killed.set()
+                    killed.at = time.monotonic()
+                    return
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_after_a_few_steps)
+        killer.start()
+        on_cluster = rs.rob_ula(glm_normal, _partitioned(X, y), cluster=cluster, **RUN)
+        finished = time.monotonic()
+        killer.join()
+    assert killed.is_set() and killed.at < finished  # killed while the run went on
+    _same_draws(on_cluster, serial)
+
+
+def _cached_partitions() -> int:
+    from robust_stan.methods import partitioned
+
+    return len(partitioned._ON_THIS_WORKER)
