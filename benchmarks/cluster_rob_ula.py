@@ -52,6 +52,23 @@ def dask_rows(rows: int, columns: int, partitions: int, seed: int = 0):
     return X, y
 
 
+def partition_costs(model, X0: np.ndarray, y0: np.ndarray, divergence) -> tuple[float, float, str]:
+    """Seconds of one per-example call (2 chains) and of the default estimator on its gradients,
+    on one partition's rows (run on a worker)."""
+    per_example = model.per_example({"X": X0, "y": y0}, divergence)
+    thetas = np.random.default_rng(1).normal(scale=0.1, size=(2, per_example.dimension))
+    eye = np.eye(per_example.dimension)
+    per_example.gradients_many_in(thetas, eye)
+    start = time.perf_counter()
+    G = per_example.gradients_many_in(thetas, eye)
+    call = time.perf_counter() - start
+    estimate = get_estimator(default_estimator(model.spec.family))
+    start = time.perf_counter()
+    for chain in range(2):
+        estimate(G[chain], 0.1)
+    return call, time.perf_counter() - start, estimate.__name__
+
+
 def peak_memory_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
 
@@ -66,6 +83,8 @@ def main(argv=None) -> None:
     parser.add_argument("--iters", type=int, default=100, help="kept steps of the comparison runs")
     parser.add_argument("--warmup", type=int, default=300, help="warm-up steps of the comparison runs")
     parser.add_argument("--subset", type=int, default=200_000, help="rows of the in-memory comparison")
+    parser.add_argument("--combine", default="median", help="how the partitions' robust means are joined")
+    parser.add_argument("--compare-only", action="store_true", help="only the comparison with the in-memory run")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore", rs.RobustStanWarning)  # short chains
     model = rs.glm("normal", standardize=False)
@@ -77,29 +96,42 @@ def main(argv=None) -> None:
         return dict(epsilon=0.1, divergence=divergence, init="random", metric="unit", step_size=0.3 / n,
                     log_density=False, chains=2, seed=5, show_progress=False)
 
-    # one worker's throughput: the per-example call, and the estimator, on one partition's rows, here
-    rows_per_partition = args.rows // args.partitions
-    X0, y0 = X[:rows_per_partition].compute(), y[:rows_per_partition].compute()
-    per_example = model.per_example({"X": X0, "y": y0}, divergence)
-    thetas = np.random.default_rng(1).normal(scale=0.1, size=(2, per_example.dimension))
-    eye = np.eye(per_example.dimension)
-    per_example.gradients_many_in(thetas, eye)
-    start = time.perf_counter()
-    G = per_example.gradients_many_in(thetas, eye)
-    call = time.perf_counter() - start
-    estimate = get_estimator(default_estimator(model.spec.family))
-    start = time.perf_counter()
-    for chain in range(2):
-        estimate(G[chain], 0.1)
-    estimator_seconds = time.perf_counter() - start
-    del X0, y0, per_example, G
-    throughput = rows_per_partition / call
-    print(f"{args.rows:,} rows x {args.columns} predictors in {args.partitions} partitions, {args.workers} workers, "
-          f"2 chains; default estimator {estimate.__name__}")
-    print(f"one partition ({rows_per_partition:,} rows), here: per-example call {call:.3f} s "
-          f"({throughput / 1e6:.2f} M rows/s), the estimator on its gradients {estimator_seconds:.3f} s")
+    def compare(cluster):
+        """The first rows in partitions on the cluster, and all at once here."""
+        subset = args.subset
+        chunk = subset // args.partitions
+        Xs, ys = X[:subset].rechunk((chunk, args.columns)), y[:subset].rechunk(chunk)
+        on_cluster = rs.rob_ula(model, {"X": Xs, "y": ys}, iters=args.iters, warmup=args.warmup, cluster=cluster,
+                                combine=args.combine, **options(subset))
+        in_memory = rs.rob_ula(model, {"X": Xs.compute(), "y": ys.compute()}, iters=args.iters, warmup=args.warmup,
+                               **options(subset))
+        a, b = on_cluster.summary(), in_memory.summary()
+        print(f"\nthe first {subset:,} rows in {args.partitions} partitions on the cluster (combine={args.combine!r}) "
+              f"against all at once here; largest R-hat {a['r_hat'].max():.3f} and {b['r_hat'].max():.3f}:")
+        z = (a["mean"] - b["mean"]) / np.hypot(a["mcse_mean"], b["mcse_mean"])
+        in_sd = (a["mean"] - b["mean"]) / b["sd"]
+        print(f"RATIO |difference of means| / combined MCSE: median {np.median(np.abs(z)):.2f}, largest "
+              f"{np.abs(z).max():.2f} ({z.abs().idxmax()}); in posterior sds: median {np.median(np.abs(in_sd)):.2f}, "
+              f"largest {np.abs(in_sd).max():.2f}")
+
+    if args.compare_only:
+        with rs.Cluster(workers=args.workers, show_progress=False) as cluster:
+            compare(cluster)
+        return
 
     with rs.Cluster(workers=args.workers, show_progress=False) as cluster:
+        # one worker's throughput: the per-example call and the estimator on one partition's rows,
+        # measured on a worker (this process never holds the rows)
+        rows_per_partition = args.rows // args.partitions
+        first = [cluster.client.compute(v[:rows_per_partition]) for v in (X, y)]
+        call, estimator_seconds, estimator_name = cluster.submit(partition_costs, model, *first, divergence).result()
+        del first
+        throughput = rows_per_partition / call
+        print(f"{args.rows:,} rows x {args.columns} predictors in {args.partitions} partitions, {args.workers} "
+              f"workers, 2 chains; default estimator {estimator_name}")
+        print(f"one partition ({rows_per_partition:,} rows), on a worker: per-example call {call:.3f} s "
+              f"({throughput / 1e6:.2f} M rows/s), the estimator on its gradients {estimator_seconds:.3f} s")
+
         def run(iters, warmup):
             start = time.perf_counter()
             fit = rs.rob_ula(model, {"X": X, "y": y}, iters=iters, warmup=warmup, cluster=cluster,
@@ -111,27 +143,14 @@ def main(argv=None) -> None:
         step = (t_long - t_short) / args.timed_steps  # set-up (partitions, builds, prior scales) left out
         bound = args.rows / throughput / args.workers
         print(f"\nRob-ULA step on the cluster: {step:.2f} s; (rows / throughput) / workers = {bound:.2f} s")
+        estimator_share = estimator_seconds * args.partitions / args.workers
         print(f"RATIO step / bound = {step / bound:.2f}  (target <= 2: {'met' if step / bound <= 2 else 'MISSED'}); "
-              f"the estimator alone on {args.workers} workers' rows: about "
-              f"{estimator_seconds * args.partitions / args.workers:.2f} s a step")
+              f"the estimator alone on {args.workers} workers' rows: about {estimator_share:.2f} s a step, so the "
+              f"rest of the step is {(step - estimator_share) / bound:.2f} x the bound")
         print(f"RATIO this process's peak memory = {peak_memory_gib():.2f} GiB  (target < 1: "
               f"{'met' if peak_memory_gib() < 1 else 'MISSED'})")
 
-        subset = args.subset
-        chunk = subset // args.partitions
-        Xs, ys = X[:subset].rechunk((chunk, args.columns)), y[:subset].rechunk(chunk)
-        on_cluster = rs.rob_ula(model, {"X": Xs, "y": ys}, iters=args.iters, warmup=args.warmup, cluster=cluster,
-                                **options(subset))
-    in_memory = rs.rob_ula(model, {"X": Xs.compute(), "y": ys.compute()}, iters=args.iters, warmup=args.warmup,
-                           **options(subset))
-    a, b = on_cluster.summary(), in_memory.summary()
-    print(f"largest R-hat: {a['r_hat'].max():.3f} (cluster), {b['r_hat'].max():.3f} (here)")
-    z = (a["mean"] - b["mean"]) / np.hypot(a["mcse_mean"], b["mcse_mean"])
-    in_sd = (a["mean"] - b["mean"]) / b["sd"]
-    print(f"\nthe first {subset:,} rows in {args.partitions} partitions on the cluster against all at once here:")
-    print(f"RATIO |difference of means| / combined MCSE: median {np.median(np.abs(z)):.2f}, largest "
-          f"{np.abs(z).max():.2f} ({z.abs().idxmax()}); in posterior sds: median {np.median(np.abs(in_sd)):.2f}, "
-          f"largest {np.abs(in_sd).max():.2f}")
+        compare(cluster)
 
 
 if __name__ == "__main__":
