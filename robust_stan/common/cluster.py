@@ -60,10 +60,14 @@ def task_seeds(seed: int | None, count: int) -> list[int]:
     return [int(child.generate_state(1)[0] % (2**31 - 1)) for child in children]
 
 
+#: set (to "1") in the processes where a Cluster runs tasks: a worker loads builds, it does not
+#: make them (robust_stan.engines.base.refuse_build_on_worker reads it)
+ON_WORKER = "ROBUST_STAN_ON_WORKER"
+
+
 def _run_on_worker(function: Callable, *arguments):
-    """``function(*arguments)`` in a worker, where robust-stan loads builds but does not make them
-    (the engines read this variable; robust_stan.engines.base.ON_WORKER)."""
-    os.environ["ROBUST_STAN_ON_WORKER"] = "1"
+    """``function(*arguments)`` in a worker, where robust-stan loads builds but does not make them."""
+    os.environ[ON_WORKER] = "1"
     return function(*arguments)
 
 
@@ -219,11 +223,16 @@ class Cluster:
         return f"<robust_stan.Cluster {self.client.scheduler.address} with {self.workers} workers>"
 
 
+def require_cluster(cluster) -> Cluster | None:
+    """``cluster`` itself when it is an :class:`rs.Cluster` or None; else an error naming it."""
+    if cluster is not None and not isinstance(cluster, Cluster):
+        raise RobustStanInputError(f"cluster: expected an rs.Cluster or None, got {type(cluster).__name__}")
+    return cluster
+
+
 def run_tasks(function: Callable, tasks: Sequence, cluster: Cluster | None = None, description: str = "tasks",
               programs: Iterable = ()) -> list:
     """``function`` over ``tasks``: here, in order, without a cluster; on ``cluster`` otherwise."""
-    if cluster is None:
+    if require_cluster(cluster) is None:
         return [function(task) for task in tasks]
-    if not isinstance(cluster, Cluster):
-        raise RobustStanInputError(f"cluster: expected an rs.Cluster or None, got {type(cluster).__name__}")
     return cluster.map(function, tasks, description, programs)

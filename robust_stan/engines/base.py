@@ -10,6 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from ..common.cluster import ON_WORKER
+from ..common.errors import RobustStanInputError
+
 
 @dataclass
 class RawDraws:
@@ -127,16 +130,10 @@ def named_values(flat, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarr
     return {name: values[0, 0] for name, values in named_columns(flat[None, None, :size], present).items()}
 
 
-#: set (to "1") in the processes where rs.Cluster runs tasks: a worker loads builds, it does not make them
-ON_WORKER = "ROBUST_STAN_ON_WORKER"
-
-
 def refuse_build_on_worker(engine: str) -> None:
     """An error naming the way out when a cluster worker would have to compile a program: a
     30-60 s build on every worker is never what a cluster run wants."""
     if os.environ.get(ON_WORKER) == "1":
-        from ..common.errors import RobustStanInputError
-
         raise RobustStanInputError(
             f"model: the compiled program is not in this worker's {engine} build cache, and workers do not compile. "
             "Give the workers this machine's cache (a shared file system, and the same Python executable path for "

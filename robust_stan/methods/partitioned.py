@@ -38,7 +38,7 @@ import numpy as np
 
 from ..building.data import default_prior_scales, prepare_data, with_switches
 from ..building.divergences import Divergence
-from ..common.cluster import Cluster
+from ..common.cluster import Cluster, require_cluster
 from ..common.errors import RobustStanInputError
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
@@ -151,18 +151,14 @@ class PartitionedGradients:
                  learning_rate: float, dimension: int, cluster: Cluster | None = None, combine: str = "median"):
         if combine not in COMBINES:
             raise RobustStanInputError(f"combine: must be one of {list(COMBINES)}, got {combine!r}")
-        if cluster is not None and not isinstance(cluster, Cluster):
-            raise RobustStanInputError(f"cluster: expected an rs.Cluster or None, got {type(cluster).__name__}")
         self.program, self.divergence, self.learning_rate = program, divergence, learning_rate
-        self.cluster, self.combine = cluster, combine
+        self.cluster, self.combine = require_cluster(cluster), combine
         self.n, self.dimension = partitions.n, dimension
         self.rows = np.asarray(partitions.rows, dtype=float)
         self.shared = partitions.shared
         self._run = uuid.uuid4().hex
-        if cluster is None:
-            import dask
-
-            self._parts = [{name: _load(dask.compute(v)[0] if hasattr(v, "dask") else v) for name, v in part.items()}
+        if cluster is None:  # a Dask chunk is computed here (.npy partitions need no Dask at all)
+            self._parts = [{name: _load(v.compute() if hasattr(v, "dask") else v) for name, v in part.items()}
                            for part in partitions.parts]
         else:
             cluster.ship(program.compile())
