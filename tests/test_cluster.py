@@ -1,7 +1,7 @@
 """rs.Cluster on real Dask clusters: a LocalCluster started by the test, and a scheduler and two
 workers started as separate processes with the ``dask`` command line on loopback. A grid of
 NUTS fits (rs.select_divergence, fits="full") gives draws identical to the serial run on 1 and
-2 workers; builds reach workers through the shared cache or as shipped files (no compile on a
+2 workers (and on the command-line cluster, also partitioned Rob-ULA and beta-Cores runs); builds reach workers through the shared cache or as shipped files (no compile on a
 worker); a worker killed mid-run loses no result; bad input fails clearly."""
 
 import os
@@ -20,7 +20,7 @@ from robust_stan.common.cluster import run_tasks, task_seeds
 
 from .conftest import ENGINE
 from .test_divergence_selection import _contaminated
-from .test_partitioned import RUN as PARTITIONED_RUN, _partitioned, _rows
+from .test_partitioned import CORESET as PARTITIONED_CORESET, RUN as PARTITIONED_RUN, _partitioned, _rows
 
 distributed = pytest.importorskip("distributed", reason="rs.Cluster needs dask[distributed] (the test extra)")
 cloudpickle = pytest.importorskip("cloudpickle")
@@ -98,8 +98,8 @@ def test_a_scheduler_and_workers_from_the_command_line_with_shipped_builds(model
     """``dask scheduler`` and two ``dask worker`` processes on loopback, the workers with empty build
     caches of their own (XDG_CACHE_HOME, ROBUST_STAN_CACHE). Without ship_builds the model cannot
     be loaded there: a clear error, at once (workers do not compile). With ship_builds=True the
-    build's files reach them once and no worker compiles; the grid, and a small Rob-ULA run on rows
-    held in partitions, equal the serial runs."""
+    build's files reach them once and no worker compiles; the grid, and a small Rob-ULA run and a
+    beta-Cores coreset on rows held in partitions, equal the serial runs."""
     X, y = _rows()
     partitioned_data = _partitioned(X, y)
     scheduler_file = tmp_path / "scheduler.json"
@@ -132,6 +132,7 @@ def test_a_scheduler_and_workers_from_the_command_line_with_shipped_builds(model
             on_cluster = rs.select_divergence(model, _contaminated(), grid=GRID, fits="full", cluster=cluster,
                                               **SAMPLE)
             rows_on_cluster = rs.rob_ula(glm_normal, partitioned_data, cluster=cluster, **PARTITIONED_RUN)
+            coreset_on_cluster = rs.coreset(glm_normal, partitioned_data, cluster=cluster, **PARTITIONED_CORESET)
             compiles = cluster.client.run(lambda: sum(rs.COMPILE_COUNTS.values()))
             after = cluster.client.run(lambda: _has_build(files))
         _same_selection(on_cluster, serial)
@@ -139,6 +140,8 @@ def test_a_scheduler_and_workers_from_the_command_line_with_shipped_builds(model
         rows_here = rs.rob_ula(glm_normal, partitioned_data, **PARTITIONED_RUN)
         for name in rows_here.posterior:
             np.testing.assert_array_equal(rows_on_cluster.posterior[name], rows_here.posterior[name])
+        coreset_here = rs.coreset(glm_normal, partitioned_data, **PARTITIONED_CORESET)
+        np.testing.assert_array_equal(coreset_on_cluster.weights, coreset_here.weights)
     finally:
         for process in processes:
             os.killpg(process.pid, signal.SIGTERM)

@@ -74,7 +74,7 @@ def test_weight_gradient_is_the_derivative_of_the_exact_kl(gaussian):
     draws = target.draw(support, weights, 20_000, np.random.default_rng(5))
     everything = np.arange(N)
     g = centred(target.gains(np.concatenate([support, everything]), draws)["classical"])
-    estimate = weight_gradient(g[:, :3], g[:, 3:], N, weights)
+    estimate = weight_gradient(g[:, :3], g[:, 3:].sum(axis=1), N, N, weights)
     residual = g[:, 3:].sum(axis=1) - g[:, :3] @ weights
     se = (g[:, :3] * residual[:, None]).std(axis=0) / np.sqrt(draws.shape[0])
 

@@ -1,11 +1,20 @@
-"""Rob-ULA over rows held in partitions (Dask arrays, lists of .npy files), each partition's
-per-example gradients and robust mean computed where it lives: on a 2-worker LocalCluster and
-on 1 worker the draws equal the serial run's; .npy partitions equal Dask ones; with the plain
-mean joined by the row-weighted mean the chain is the in-memory run's to rounding; bad input."""
+"""Rob-ULA and beta-Cores over rows held in partitions (Dask arrays, lists of .npy files).
 
+Rob-ULA: each partition's per-example gradients and robust mean computed where it lives: on a
+2-worker LocalCluster and on 1 worker the draws equal the serial run's; .npy partitions equal
+Dask ones; with the plain mean joined by the row-weighted mean the chain is the in-memory run's
+to rounding; bad input. beta-Cores: the batches' gains computed where their partitions live,
+only reductions travel: the coreset on a cluster equals the serial partitioned one, which makes
+the in-memory run's choices with its weights to rounding; a killed worker changes nothing."""
+
+import os
+import signal
 import sys
+import threading
+import time
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import robust_stan as rs
@@ -119,34 +128,122 @@ def test_a_worker_killed_during_a_partitioned_run_loses_nothing(glm_normal, seri
     """One of two workers is killed (SIGKILL, by its pid) while the chains step: Dask recomputes its
     partitions from their graph and reruns its tasks, the partition's gradients are rebuilt on
     the worker that takes it over, and the draws equal the undisturbed serial run's."""
-    import os
-    import signal
-    import threading
-    import time
-
     X, y = _rows()
     with rs.Cluster(workers=2, show_progress=False) as cluster:
-        pid = next(iter(cluster.client.run(os.getpid).values()))
-        killed = threading.Event()
-
-        def kill_after_a_few_steps():
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                if sum(cluster.client.run(_cached_partitions).values()) > 0:  # the chains are stepping
-                    time.sleep(0.3)
-                    os.kill(pid, signal.SIGKILL)
-                    killed.set()
-                    killed.at = time.monotonic()
-                    return
-                time.sleep(0.05)
-
-        killer = threading.Thread(target=kill_after_a_few_steps)
-        killer.start()
+        killed = _kill_a_worker_once_busy(cluster)
         on_cluster = rs.rob_ula(glm_normal, _partitioned(X, y), cluster=cluster, **RUN)
         finished = time.monotonic()
-        killer.join()
+        killed.thread.join()
     assert killed.is_set() and killed.at < finished  # killed while the run went on
     _same_draws(on_cluster, serial)
+
+
+CORESET = dict(size=6, divergence=rs.BetaD(0.3), draws=30, iters_per_point=10, select_batch=200, opt_batch=100,
+               seed=4, show_progress=False, start=np.arange(0, 2000, 200))  # 10 rows to start: see below
+
+
+@pytest.fixture(scope="module")
+def serial_coreset(glm_normal):
+    X, y = _rows()
+    return rs.coreset(glm_normal, _partitioned(X, y), **CORESET)
+
+
+def test_partitioned_coreset_makes_the_in_memory_choices(glm_normal, serial_coreset, tmp_path):
+    """The same random numbers in the same order: the same rows join, with the same weights up to
+    the order of the batch sums' additions (relative 1e-6 over 60 Adam steps); .npy partitions
+    give the Dask partitions' coreset (to the rounding of the glm prior scales' column sds);
+    the result's coreset posterior is made from the fetched rows alone."""
+    X, y = _rows()
+    in_memory = rs.coreset(glm_normal, {"X": X, "y": y}, **CORESET)
+    np.testing.assert_array_equal(serial_coreset.indices, in_memory.indices)
+    np.testing.assert_allclose(serial_coreset.weights, in_memory.weights, rtol=1e-6, atol=0)
+    np.testing.assert_array_equal(serial_coreset.trace["chosen"], in_memory.trace["chosen"])
+    assert serial_coreset.weights.shape == (2000,) and set(serial_coreset.indices) <= set(serial_coreset.local_rows)
+    assert serial_coreset.local_rows.size < 30  # the rows fetched here: the coreset's (and row 0)
+    paths = {"X": [], "y": []}
+    for k in range(4):
+        for name, values in (("X", X), ("y", y)):
+            np.save(tmp_path / f"{name}{k}.npy", values[500 * k:500 * (k + 1)])
+            paths[name].append(str(tmp_path / f"{name}{k}.npy"))
+    from_files = rs.coreset(glm_normal, paths, **CORESET)  # the prior scales' sds: another order of additions
+    np.testing.assert_array_equal(from_files.indices, serial_coreset.indices)
+    np.testing.assert_allclose(from_files.weights, serial_coreset.weights, rtol=1e-8, atol=0)
+    prepared = serial_coreset.prepared_for("beta")
+    here = serial_coreset.indices
+    np.testing.assert_array_equal(prepared.stan_data["y"], y[here])
+    np.testing.assert_array_equal(prepared.stan_data["X"], X[here])
+    np.testing.assert_array_equal(prepared.stan_data["weights"], serial_coreset.weights[here])
+
+
+@pytest.mark.parametrize("workers", [2])
+def test_partitioned_coreset_on_a_cluster_equals_the_serial_run(glm_normal, serial_coreset, workers):
+    X, y = _rows()
+    with rs.Cluster(workers=workers, show_progress=False) as cluster:
+        on_cluster = rs.coreset(glm_normal, _partitioned(X, y), cluster=cluster, **CORESET)
+        left = sum(cluster.client.run(_cached_partitions).values())
+    np.testing.assert_array_equal(on_cluster.weights, serial_coreset.weights)
+    pd.testing.assert_frame_equal(on_cluster.trace.drop(columns="seconds"), serial_coreset.trace.drop(columns="seconds"))
+    assert left == 0  # the workers forgot the run's partitions
+
+
+def test_a_worker_killed_during_a_partitioned_coreset_loses_nothing(glm_normal, serial_coreset):
+    """A worker killed (SIGKILL) while the coreset grows: its partitions and the batch gains it
+    held are recomputed from their graph elsewhere, and the coreset equals the serial one."""
+    X, y = _rows()
+    with rs.Cluster(workers=2, show_progress=False) as cluster:
+        killed = _kill_a_worker_once_busy(cluster)
+        on_cluster = rs.coreset(glm_normal, _partitioned(X, y), cluster=cluster, **CORESET)
+        finished = time.monotonic()
+        killed.thread.join()
+    assert killed.is_set() and killed.at < finished
+    np.testing.assert_array_equal(on_cluster.weights, serial_coreset.weights)
+
+
+def test_bad_partitioned_coreset_input_is_refused(glm_normal, glm_normal_standardized):
+    X, y = _rows(200)
+    data = _partitioned(X, y, rows=100)
+    small = dict(CORESET, start=None, size=2)
+    for option, message in ((dict(groups=np.arange(200) % 5), "^groups: not with rows held in partitions"),
+                            (dict(refresh=lambda w: None), "^refresh: not with rows held in partitions"),
+                            (dict(sampler="exact", inner="classical"), "^sampler: 'exact' needs every row"),
+                            (dict(start=[5, 500]), "^start: must be row numbers in 0..199")):
+        with pytest.raises(rs.RobustStanInputError, match=message):
+            rs.coreset(glm_normal, data, **{**small, **option})
+    with pytest.raises(rs.RobustStanInputError, match="^model: .*standardize=False"):
+        rs.coreset(glm_normal_standardized, data, **small)
+    with pytest.raises(rs.RobustStanInputError, match="^cluster: rs.coreset uses a cluster for rows held"):
+        rs.coreset(glm_normal, {"X": X, "y": y}, cluster=object(), **small)
+
+
+def test_an_improper_coreset_posterior_is_a_clear_error(glm_normal):
+    """Started from one row, the normal regression's weighted posterior has its scale run to 0
+    (four coefficients fit the first rows exactly): the engine rejects its draws, and the error
+    says so and names start (the rows the greedy methods begin from)."""
+    X, y = _rows()
+    with pytest.raises(rs.RobustStanInputError, match="^start: the weighted posterior on the coreset's"):
+        rs.coreset(glm_normal, {"X": X, "y": y}, **dict(CORESET, start=None))
+
+
+def _kill_a_worker_once_busy(cluster):
+    """Start a thread that kills one worker (SIGKILL, by its pid) as soon as any worker holds a
+    partition of a run; returns an Event set then (``.at``: when, ``.thread``: the thread)."""
+    pid = next(iter(cluster.client.run(os.getpid).values()))
+    killed = threading.Event()
+
+    def kill_when_busy():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if sum(cluster.client.run(_cached_partitions).values()) > 0:
+                time.sleep(0.3)
+                os.kill(pid, signal.SIGKILL)
+                killed.at = time.monotonic()
+                killed.set()
+                return
+            time.sleep(0.05)
+
+    killed.thread = threading.Thread(target=kill_when_busy)
+    killed.thread.start()
+    return killed
 
 
 def _cached_partitions() -> int:

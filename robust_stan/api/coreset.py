@@ -10,7 +10,10 @@ from ..building.divergences import BetaD, Divergence, GammaD, as_divergence
 from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
 from ..methods.coreset import METHODS, OPTIMIZERS, CoresetSettings, greedy_coreset, uniform_coreset
 from ..building.data import PreparedData
+from ..common.cluster import Cluster
 from ..methods.coreset_targets import INNER, SAMPLERS, CoresetTarget
+from ..methods.partitioned import is_partitioned
+from ..methods.partitioned_coreset import PartitionedCoresetTarget
 from ..results.coreset import Coreset, ProgramCoreset
 from .model import Model, require_builtin_model
 from .stan_program import StanProgramModel
@@ -20,7 +23,7 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
             draws: int = 100, iters_per_point: int = 100, select_batch: int = 1000, opt_batch: int = 200,
             inner: str = "beta", sampler: str = "laplace", groups=None, step_size: float = 1.0,
             optimizer: str = "adam", learning_rate: float = 1.0, start=None, refresh: Callable | None = None,
-            seed: int | None = None, show_progress: bool = True) -> Coreset:
+            seed: int | None = None, show_progress: bool = True, cluster: Cluster | None = None) -> Coreset:
     """A weighted subset of at most ``size`` rows (or groups) whose posterior stands in for the data's.
 
     Methods (``../shared/papers/beta-cores.txt``, Algorithm 1 and eq. 9-14):
@@ -69,6 +72,14 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
     each draw and each gains call then costs O(N) rows. ``refresh`` returns the program's
     data (its data block's variables).
 
+    Rows held in partitions (``data`` values that are Dask arrays split into row chunks, or
+    lists of ``.npy`` paths, one per partition; a built-in model with ``standardize=False``):
+    each batch's gains are computed where their partitions live (on ``cluster``'s workers, an
+    :class:`rs.Cluster`; here without one) and only their reductions travel; the coreset's rows
+    are fetched here as they join (:mod:`robust_stan.methods.partitioned_coreset`). The choices
+    are the in-memory run's; the result's ``prepared`` then holds the fetched rows only
+    (``local_rows``). Not with ``groups``, ``refresh`` or ``sampler="exact"``.
+
     Returns a :class:`~robust_stan.results.coreset.Coreset` (a
     :class:`~robust_stan.results.coreset.ProgramCoreset` for your own program);
     ``coreset.sample()`` and ``coreset.variational()`` fit its posterior with the same
@@ -98,10 +109,16 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
         select_batch=require_count("select_batch", select_batch), opt_batch=require_count("opt_batch", opt_batch),
         step_size=require_positive("step_size", step_size), optimizer=optimizer,
         seed=_seed(seed), show_progress=bool(show_progress))
+    if is_partitioned(data):
+        return _partitioned_coreset(model, data, method, divergence, inner, sampler, settings, learning_rate,
+                                    groups, start, refresh, cluster)
+    if cluster is not None:
+        raise RobustStanInputError("cluster: rs.coreset uses a cluster for rows held in partitions (Dask arrays or "
+                                   "lists of .npy paths in data); with the rows in memory the construction runs here")
     prepared = _prepared(model, data, divergence, learning_rate)
     n_rows = int(prepared.stan_data["N"]) if not own_program else model.rows_of_outcome(prepared.stan_data)
     unit_rows, labels = _units(groups, n_rows)
-    n_units = len(unit_rows)
+    n_units = len(unit_rows) if unit_rows is not None else n_rows
     if size > n_units:
         raise RobustStanInputError(f"size: at most the number of {'groups' if labels is not None else 'rows'} "
                                    f"({n_units}), got {size}")
@@ -142,6 +159,38 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
     return result(model, latest[0], method, out.unit_weights, unit_rows, out.trace, out.seconds, labels, out.path)
 
 
+def _partitioned_coreset(model, data: Mapping, method: str, divergence: Divergence, inner: str, sampler: str,
+                         settings: CoresetSettings, learning_rate: float, groups, start, refresh,
+                         cluster: Cluster | None) -> Coreset:
+    """rs.coreset on rows held in partitions (see its docstring)."""
+    require_builtin_model(model, "rs.coreset with rows held in partitions")
+    for name, value, why in (("groups", groups, "units are rows"), ("refresh", refresh, "the data cannot be replaced")):
+        if value is not None:
+            raise RobustStanInputError(f"{name}: not with rows held in partitions ({why})")
+    if sampler == "exact":
+        raise RobustStanInputError("sampler: 'exact' needs every row here; use 'laplace' or 'nuts' with rows held "
+                                   "in partitions")
+    target = PartitionedCoresetTarget(model, data, divergence, inner, sampler, learning_rate, cluster)
+    try:
+        n_rows = target.n_units
+        start_units = _start_units(start, None, n_rows)
+        if settings.size + start_units.size > n_rows:
+            raise RobustStanInputError(f"size: start ({start_units.size}) plus size ({settings.size}) exceeds the "
+                                       f"number of rows ({n_rows})")
+        if method == "uniform":
+            if start is not None:
+                raise RobustStanInputError("start: only for the greedy methods 'beta_cores' and 'sparse_vi'")
+            out = uniform_coreset(target, settings.size, settings.seed)
+        else:
+            out = greedy_coreset(target, settings, "beta" if method == "beta_cores" else "classical", start_units)
+        target.fetch(np.flatnonzero(out.unit_weights))
+        prepared = target.local_prepared()
+    finally:
+        target.close()
+    return Coreset(model, prepared, method, out.unit_weights, None, out.trace, out.seconds, None, out.path,
+                   target.local_rows)
+
+
 def _prepared(model, data: Mapping, divergence: Divergence, learning_rate: float) -> PreparedData:
     """A built-in model's prepared data, or your program's Stan data in the same holder (no scaling)."""
     if isinstance(model, StanProgramModel):
@@ -177,9 +226,9 @@ def _start_units(start, labels, n_units: int) -> np.ndarray:
 
 
 def _units(groups, n_rows: int):
-    """Each unit's rows (one unit per row, or per group label) and the group labels (or None)."""
+    """Each unit's rows and the group labels, or (None, None) when every row is a unit."""
     if groups is None:
-        return [np.array([n]) for n in range(n_rows)], None
+        return None, None
     labels_per_row = np.asarray(groups)
     if labels_per_row.shape != (n_rows,):
         raise RobustStanInputError(f"groups: need one label per row, shape ({n_rows},); got {labels_per_row.shape}")

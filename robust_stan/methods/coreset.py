@@ -40,6 +40,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ..common.errors import RobustStanInputError
+
 METHODS = ("beta_cores", "sparse_vi", "uniform")
 OPTIMIZERS = ("adam", "sgd")
 
@@ -81,18 +83,48 @@ def correlations(g: np.ndarray, residual: np.ndarray) -> np.ndarray:
     return np.mean(g * residual[:, None], axis=0) / np.where(scale > 0, scale, np.inf)
 
 
-def weight_gradient(g_coreset: np.ndarray, g_batch: np.ndarray, n_units: int, weights: np.ndarray) -> np.ndarray:
+def weight_gradient(g_coreset: np.ndarray, batch_sum: np.ndarray, batch_size: int, n_units: int,
+                    weights: np.ndarray) -> np.ndarray:
     """Monte Carlo gradient of KL(pi_w || pi_1) in the coreset weights (Algorithm 1, line 17),
-    from centred gains of the coreset (S, m) and of a uniform batch of units (S, B)."""
-    residual = (n_units / g_batch.shape[1]) * g_batch.sum(axis=1) - g_coreset @ weights
+    from centred gains of the coreset (S, m) and the sum of a uniform batch's centred gains (S,)."""
+    residual = (n_units / batch_size) * batch_sum - g_coreset @ weights
     return -np.mean(g_coreset * residual[:, None], axis=0)
 
 
-def kl_estimate(target, support, weights, gains_coreset, gains_batch, n_units: int) -> tuple[float, float]:
-    """-log Z_w - E_w[(N/B) sum_batch f - sum_I w f]: KL(pi_w || pi_1) up to log Z_1 (uncentred gains),
-    and the standard error of its batch term, N sqrt((1 - B/N) var_batch(mean_s f) / B), which is
-    most of its noise."""
-    batch_means = gains_batch.mean(axis=0)
+class UnitGains:
+    """The gains greedy_coreset uses at S draws: the coreset units' own, and what it needs of a
+    uniform batch of units (its centred sum, each batch unit's correlation with a residual, each
+    batch unit's mean gain). Here the batch's gains are held whole (S, B); a target whose rows
+    live elsewhere computes the same reductions where the rows are."""
+
+    def __init__(self, gains: dict[str, np.ndarray], coreset_size: int):
+        self._gains, self._k = gains, coreset_size
+
+    @property
+    def batch_size(self) -> int:
+        return next(iter(self._gains.values())).shape[1] - self._k
+
+    def coreset(self, kind: str) -> np.ndarray:
+        """The coreset units' gains (S, k), uncentred."""
+        return self._gains[kind][:, :self._k]
+
+    def batch_centred_sum(self, kind: str) -> np.ndarray:
+        """sum over the batch of g_s(n), the gains centred over the draws (S,)."""
+        return centred(self._gains[kind][:, self._k:]).sum(axis=1)
+
+    def batch_correlations(self, kind: str, residual: np.ndarray) -> np.ndarray:
+        """Each batch unit's Corr_n with ``residual`` (B,), eq. 14."""
+        return correlations(centred(self._gains[kind][:, self._k:]), residual)
+
+    def batch_means(self, kind: str) -> np.ndarray:
+        """Each batch unit's gain averaged over the draws (B,)."""
+        return self._gains[kind][:, self._k:].mean(axis=0)
+
+
+def kl_estimate(target, support, weights, gains_coreset, batch_means, n_units: int) -> tuple[float, float]:
+    """-log Z_w - E_w[(N/B) sum_batch f - sum_I w f]: KL(pi_w || pi_1) up to log Z_1 (uncentred
+    coreset gains (S, k) and the batch units' mean gains (B,)), and the standard error of its batch
+    term, N sqrt((1 - B/N) var_batch(mean_s f) / B), which is most of its noise."""
     b = batch_means.size
     expected_full = (n_units / b) * batch_means.sum()
     expected_coreset = float(gains_coreset.mean(axis=0) @ weights) if weights.size else 0.0
@@ -138,38 +170,44 @@ def greedy_coreset(target, settings: CoresetSettings, gain_kind: str, start_unit
     def evaluate(batch_size):
         draws = target.draw(support, weights, settings.draws, rng)
         batch = rng.choice(n, batch_size, replace=False)
-        gains = target.gains(np.concatenate([support, batch]), draws)
-        return batch, gains
+        try:
+            return batch, target.unit_gains(support, batch, draws)
+        except RuntimeError as exc:  # the engine refused a draw
+            raise RobustStanInputError(
+                f"start: the weighted posterior on the coreset's {support.size} unit(s) gave draws the program "
+                f"rejects ({str(exc).splitlines()[0]:.200}). On this few rows it can be improper (a regression's "
+                f"scale goes to 0 when it fits every row); start from more rows (start=...)") from exc
 
     batch, gains = evaluate(select_batch)
     with tqdm(total=settings.size, desc=f"coreset ({'beta-Cores' if gain_kind == 'beta' else 'SparseVI'})",
               unit="point", disable=not settings.show_progress) as bar:
         for _ in range(settings.size):
-            g = centred(gains[gain_kind])
+            g_coreset = centred(gains.coreset(gain_kind))
             k = support.size
-            residual = (n / batch.size) * g[:, k:].sum(axis=1) - g[:, :k] @ weights
-            corr = correlations(g, residual)
+            residual = (n / batch.size) * gains.batch_centred_sum(gain_kind) - g_coreset @ weights
+            corr_coreset, corr_batch = correlations(g_coreset, residual), gains.batch_correlations(gain_kind, residual)
             fresh = ~np.isin(batch, support)
             chosen = None
             if fresh.any():
-                best = int(np.argmax(np.where(fresh, corr[k:], -np.inf)))
-                if k == 0 or corr[k + best] > np.max(np.abs(corr[:k])):
+                best = int(np.argmax(np.where(fresh, corr_batch, -np.inf)))
+                if k == 0 or corr_batch[best] > np.max(np.abs(corr_coreset)):
                     chosen = int(batch[best])
             if chosen is None:  # a unit already in the coreset correlates best: it is "selected again"
-                chosen = int(support[int(np.argmax(np.abs(corr[:k])))])
+                chosen = int(support[int(np.argmax(np.abs(corr_coreset)))])
             else:
                 support = np.append(support, chosen)
                 weights = np.append(weights, 0.0)
             steps = _Steps(settings.optimizer, settings.step_size, support.size)
             for _ in range(settings.iters_per_point):
                 batch, gains = evaluate(opt_batch)
-                g = centred(gains[gain_kind])
-                weights = steps(weights, weight_gradient(g[:, :support.size], g[:, support.size:], n, weights))
+                gradient = weight_gradient(centred(gains.coreset(gain_kind)), gains.batch_centred_sum(gain_kind),
+                                           gains.batch_size, n, weights)
+                weights = steps(weights, gradient)
             if refresh is not None:
                 target = refresh(support, weights)
             batch, gains = evaluate(select_batch)
-            inner_gains = gains[target.inner]  # the gains of the posterior drawn from
-            kl, kl_se = kl_estimate(target, support, weights, inner_gains[:, :support.size], inner_gains[:, support.size:], n)
+            kl, kl_se = kl_estimate(target, support, weights, gains.coreset(target.inner),  # the inner gains
+                                    gains.batch_means(target.inner), n)
             exact = target.exact_kl(support, weights)
             rows.append({"size": int(np.count_nonzero(weights)), "chosen": chosen,
                          "seconds": time.perf_counter() - start, "kl_estimate": kl,

@@ -40,6 +40,7 @@ from ..engines import NutsSettings, RawDraws
 from ..engines.base import parameter_columns
 from ..gradients.oracles import constrained_draws
 from ..gradients.program import RobustProgram
+from .coreset import UnitGains
 from .laplace import LaplaceApproximation, laplace_approximation
 from .nuts import run_nuts
 
@@ -64,8 +65,8 @@ class CoresetTargetBase:
         self.sampler = sampler
         self.learning_rate = float(learning_rate)
         self.n_rows = int(n_rows)
-        self.unit_rows = unit_rows if unit_rows is not None else [np.array([n]) for n in range(self.n_rows)]
-        self.n_units = len(self.unit_rows)
+        self.unit_rows = unit_rows  # None: every row is a unit
+        self.n_units = len(unit_rows) if unit_rows is not None else self.n_rows
         self.nuts_warmup = nuts_warmup
         self._parameter_names = parameter_names
         self._compiled = program.compile(show_progress=False)
@@ -89,6 +90,8 @@ class CoresetTargetBase:
     def rows_of(self, units: np.ndarray, weights: np.ndarray | None = None):
         """The rows of ``units`` in order (and each row's weight, its unit's, if ``weights`` given)."""
         units = np.asarray(units, dtype=int)
+        if self.unit_rows is None:
+            return units if weights is None else (units, np.asarray(weights, dtype=float))
         rows = np.concatenate([self.unit_rows[u] for u in units]) if units.size else np.zeros(0, dtype=int)
         if weights is None:
             return rows
@@ -134,11 +137,17 @@ class CoresetTargetBase:
         units = np.asarray(units, dtype=int)
         robust_loss, log_lik = self.row_losses(self.rows_of(units), np.asarray(columns, dtype=float))
         per_row = {"beta": -self.learning_rate * robust_loss, "classical": self.learning_rate * log_lik}
+        if self.unit_rows is None:
+            return per_row
         sizes = np.array([self.unit_rows[u].size for u in units])
         if np.all(sizes == 1):
             return per_row
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         return {kind: np.add.reduceat(values, starts, axis=1) for kind, values in per_row.items()}
+
+    def unit_gains(self, support, batch, columns: np.ndarray) -> UnitGains:
+        """The gains of the coreset units ``support`` and of the uniform ``batch`` at the draws."""
+        return UnitGains(self.gains(np.concatenate([support, batch]), columns), len(support))
 
     def exact_kl(self, units, weights) -> float | None:
         """KL(pi_w || pi_1) in closed form where the target knows it; else None."""

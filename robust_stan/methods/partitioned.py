@@ -30,6 +30,7 @@ On each worker a partition's prepared Stan data and gradient object are kept bet
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,13 +40,13 @@ import numpy as np
 from ..building.data import default_prior_scales, prepare_data, with_switches
 from ..building.divergences import Divergence
 from ..common.cluster import Cluster, require_cluster
-from ..common.errors import RobustStanInputError
+from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
 from .estimators import estimate_each
 
 COMBINES = ("median", "mean")
-_ON_THIS_WORKER: dict[tuple[str, int], PerExampleGradients] = {}  # (run, partition) -> its gradients
+_ON_THIS_WORKER: dict[tuple[str, int], object] = {}  # (run, partition) -> what the run keeps of it there
 
 
 def _is_dask_array(value) -> bool:
@@ -117,8 +118,33 @@ def split_partitions(data: Mapping) -> Partitions:
     return Partitions(parts, rows, shared)
 
 
-def _load(value) -> np.ndarray:
+def load_partition_value(value) -> np.ndarray:
+    """A partition's value as an array (a .npy path is read; a computed Dask chunk is taken as it is)."""
     return np.load(value) if isinstance(value, str) else np.asarray(value)
+
+
+def prepare_rows(spec, values: Mapping, divergence: Divergence, learning_rate: float):
+    """Some of the rows (a partition, the first row, a coreset's) prepared as posterior data:
+    (Stan data, scaling). Without the check that a beta loss leaves the data enough weight, which
+    is about all the rows, not a part of them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RobustStanWarning)
+        return prepare_data(spec, values, divergence, learning_rate, None, "posterior", None)
+
+
+def partition_stan_data(program: RobustProgram, part: dict, shared: dict, divergence: Divergence,
+                        learning_rate: float) -> dict:
+    """A partition's rows with the shared values, prepared as the program's posterior data."""
+    values = {**shared, **{name: load_partition_value(value) for name, value in part.items()}}
+    return prepare_rows(program.spec, values, divergence, learning_rate)[0]
+
+
+def kept_on_worker(run: str, index: int, build: Callable[[], object]):
+    """What run ``run`` keeps of partition ``index`` in this process (built on first use)."""
+    kept = _ON_THIS_WORKER.get((run, index))
+    if kept is None:
+        kept = _ON_THIS_WORKER[(run, index)] = build()
+    return kept
 
 
 def partition_robust_means(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
@@ -127,11 +153,8 @@ def partition_robust_means(part: dict, run: str, index: int, program: RobustProg
     """One partition's step (run where the partition is): its rows' per-example gradients at
     every chain's state, in the coordinates of ``factor``, and the estimator's mean and kept share
     per chain. The partition's gradient object is built on first use and kept for the run."""
-    per_example = _ON_THIS_WORKER.get((run, index))
-    if per_example is None:
-        values = {**shared, **{name: _load(value) for name, value in part.items()}}
-        stan_data, _ = prepare_data(program.spec, values, divergence, learning_rate, None, "posterior", None)
-        per_example = _ON_THIS_WORKER[(run, index)] = PerExampleGradients(program, stan_data)
+    per_example = kept_on_worker(run, index, lambda: PerExampleGradients(
+        program, partition_stan_data(program, part, shared, divergence, learning_rate)))
     with np.errstate(over="ignore", invalid="ignore"):
         G = per_example.gradients_many_in(thetas, factor)
     return estimate_each(G, estimate, epsilon)
@@ -140,6 +163,51 @@ def partition_robust_means(part: dict, run: str, index: int, program: RobustProg
 def _forget_run(run: str) -> None:
     for key in [key for key in _ON_THIS_WORKER if key[0] == run]:
         del _ON_THIS_WORKER[key]
+
+
+class PlacedPartitions:
+    """Row partitions placed where their tasks run: each computed on a worker of ``cluster`` and
+    kept there (only futures are here), or loaded here without a cluster. ``call(k, function,
+    ...)`` runs ``function(part_k, run, k, ...)`` where partition k is; ``submit`` runs any
+    function on a cluster (or here), ``gather`` collects results."""
+
+    def __init__(self, program: RobustProgram, partitions: Partitions, cluster: Cluster | None):
+        self.cluster = require_cluster(cluster)
+        self.rows = np.asarray(partitions.rows, dtype=int)
+        self.offsets = np.concatenate([[0], np.cumsum(self.rows)])
+        self.shared = partitions.shared
+        self.run = uuid.uuid4().hex
+        if cluster is None:  # a Dask chunk is computed here (.npy partitions need no Dask at all)
+            self.parts = [{name: load_partition_value(v.compute() if hasattr(v, "dask") else v)
+                           for name, v in part.items()} for part in partitions.parts]
+        else:
+            cluster.ship(program.compile())
+            self.parts = [{name: cluster.client.compute(v) if hasattr(v, "dask") else v for name, v in part.items()}
+                          for part in partitions.parts]
+
+    @property
+    def n(self) -> int:
+        return int(self.offsets[-1])
+
+    def submit(self, function: Callable, *arguments):
+        return function(*arguments) if self.cluster is None else self.cluster.submit(function, *arguments)
+
+    def call(self, index: int, function: Callable, *arguments):
+        return self.submit(function, self.parts[index], self.run, index, *arguments)
+
+    def gather(self, results: list) -> list:
+        return list(results) if self.cluster is None else self.cluster.client.gather(list(results))
+
+    def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The partition of each global row number and its row number inside that partition."""
+        index = np.searchsorted(self.offsets, rows, side="right") - 1
+        return index, rows - self.offsets[index]
+
+    def close(self) -> None:
+        """Forget what the run kept of its partitions (here and on the workers)."""
+        _forget_run(self.run)
+        if self.cluster is not None:
+            self.cluster.client.run(_forget_run, self.run)
 
 
 class PartitionedGradients:
@@ -152,42 +220,25 @@ class PartitionedGradients:
         if combine not in COMBINES:
             raise RobustStanInputError(f"combine: must be one of {list(COMBINES)}, got {combine!r}")
         self.program, self.divergence, self.learning_rate = program, divergence, learning_rate
-        self.cluster, self.combine = require_cluster(cluster), combine
+        self.combine = combine
+        self.placed = PlacedPartitions(program, partitions, cluster)
         self.n, self.dimension = partitions.n, dimension
-        self.rows = np.asarray(partitions.rows, dtype=float)
-        self.shared = partitions.shared
-        self._run = uuid.uuid4().hex
-        if cluster is None:  # a Dask chunk is computed here (.npy partitions need no Dask at all)
-            self._parts = [{name: _load(v.compute() if hasattr(v, "dask") else v) for name, v in part.items()}
-                           for part in partitions.parts]
-        else:
-            cluster.ship(program.compile())
-            # each partition is computed on a worker and stays there: only its futures are here
-            self._parts = [{name: cluster.client.compute(v) if hasattr(v, "dask") else v for name, v in part.items()}
-                           for part in partitions.parts]
 
     def robust_means(self, thetas: np.ndarray, factor: np.ndarray, estimate: Callable,
                      epsilon: float) -> tuple[np.ndarray, np.ndarray]:
         """Each chain's combined robust mean (chains, d) and the row-weighted kept share."""
-        arguments = (self.program, self.shared, self.divergence, self.learning_rate, thetas, factor, estimate, epsilon)
-        if self.cluster is None:
-            results = [partition_robust_means(part, self._run, k, *arguments) for k, part in enumerate(self._parts)]
-        else:
-            client = self.cluster.client
-            futures = [self.cluster.submit(partition_robust_means, part, self._run, k, *arguments)
-                       for k, part in enumerate(self._parts)]
-            results = client.gather(futures)
+        placed = self.placed
+        arguments = (self.program, placed.shared, self.divergence, self.learning_rate, thetas, factor, estimate, epsilon)
+        results = placed.gather([placed.call(k, partition_robust_means, *arguments) for k in range(len(placed.parts))])
         means = np.stack([m for m, _ in results])          # (partitions, chains, d)
         kept = np.stack([f for _, f in results])            # (partitions, chains)
-        weights = self.rows / self.rows.sum()
+        weights = placed.rows / placed.rows.sum()
         combined = np.median(means, axis=0) if self.combine == "median" else np.tensordot(weights, means, axes=1)
         return combined, np.tensordot(weights, kept, axes=1)
 
     def close(self) -> None:
         """Forget the partitions' gradient objects (here and on the workers)."""
-        _forget_run(self._run)
-        if self.cluster is not None:
-            self.cluster.client.run(_forget_run, self._run)
+        self.placed.close()
 
 
 def column_sd(value) -> np.ndarray:
@@ -227,6 +278,23 @@ def first_rows(data: Mapping) -> dict:
     return out
 
 
+def prepare_partitioned(program: RobustProgram, data: Mapping, divergence: Divergence,
+                        learning_rate: float) -> tuple[Partitions, dict, dict]:
+    """The checked partitions of a built-in model's ``data`` (with the glm's prior scales over
+    all rows among the shared values), the raw values of its first row with the shared ones, and
+    their prepared Stan data (for the program's sizes and transforms, which the rows do not change)."""
+    if program.spec.standardize:
+        raise RobustStanInputError("model: with the rows held in partitions, each partition would standardise by its "
+                                   "own centre and scale; build the model with standardize=False")
+    partitions = split_partitions(data)  # checked before any pass over the rows
+    if program.spec.family.name == "categorical" and "K" not in partitions.shared:
+        raise RobustStanInputError("data['K']: give the number of categories with rows held in partitions "
+                                   "(each partition would infer its own)")
+    partitions.shared.update(global_prior_scales(program.spec, data))
+    first = {**first_rows(data), **partitions.shared}
+    return partitions, first, prepare_rows(program.spec, first, divergence, learning_rate)[0]
+
+
 def partitioned_target(program: RobustProgram, data: Mapping, divergence: Divergence, learning_rate: float,
                        cluster: Cluster | None, combine: str = "median"):
     """The :class:`~robust_stan.methods.rob_ula.LangevinTarget` of a built-in model whose rows are
@@ -234,13 +302,7 @@ def partitioned_target(program: RobustProgram, data: Mapping, divergence: Diverg
     its first row with the values every partition shares (for the fit's constraining)."""
     from .rob_ula import LangevinTarget, default_estimator
 
-    if program.spec.standardize:
-        raise RobustStanInputError("model: with the rows held in partitions, each partition would standardise by its "
-                                   "own centre and scale; build the model with standardize=False")
-    partitions = split_partitions(data)  # checked before any pass over the rows
-    partitions.shared.update(global_prior_scales(program.spec, data))
-    first = {**first_rows(data), **partitions.shared}
-    stan_data, _ = prepare_data(program.spec, first, divergence, learning_rate, None, "posterior", None)
+    partitions, first, stan_data = prepare_partitioned(program, data, divergence, learning_rate)
     gradients = PartitionedGradients(program, partitions, divergence, learning_rate, program.dimension(stan_data),
                                      cluster, combine)
     target = LangevinTarget(

@@ -28,22 +28,28 @@ class Coreset:
     """
 
     def __init__(self, program, prepared: PreparedData, method: str, unit_weights: np.ndarray,
-                 unit_rows: list[np.ndarray], trace: pd.DataFrame, seconds: float, group_labels=None,
-                 path: list[tuple[np.ndarray, np.ndarray]] | None = None):
+                 unit_rows: list[np.ndarray] | None, trace: pd.DataFrame, seconds: float, group_labels=None,
+                 path: list[tuple[np.ndarray, np.ndarray]] | None = None, local_rows: np.ndarray | None = None):
         self.program = program
         self.prepared = prepared
         self.method = method
         self.divergence: Divergence = prepared.divergence
         self.unit_weights = np.asarray(unit_weights, dtype=float)
         self.group_labels = group_labels
-        self.weights = np.zeros(sum(rows.size for rows in unit_rows))
-        for unit in np.flatnonzero(self.unit_weights):
-            self.weights[unit_rows[unit]] = self.unit_weights[unit]
+        if unit_rows is None:  # every row is a unit
+            self.weights = self.unit_weights.copy()
+        else:
+            self.weights = np.zeros(sum(rows.size for rows in unit_rows))
+            for unit in np.flatnonzero(self.unit_weights):
+                self.weights[unit_rows[unit]] = self.unit_weights[unit]
         self.indices = np.flatnonzero(self.weights)
         self.trace = trace
         self.seconds = seconds
         self.unit_rows = unit_rows
         self.path = path or []
+        # rows held in partitions: ``prepared`` has only the rows fetched here, in the order of
+        # their row numbers ``local_rows`` (None: ``prepared`` has every row)
+        self.local_rows = None if local_rows is None else np.asarray(local_rows, dtype=int)
 
     def at_step(self, step: int) -> Coreset:
         """The coreset as it was after addition ``step`` (0-based, a row of ``trace``)."""
@@ -54,7 +60,7 @@ class Coreset:
         unit_weights[units] = weights
         return type(self)(self.program, self.prepared, self.method, unit_weights, self.unit_rows,
                        self.trace.iloc[:step + 1], self.trace["seconds"].iloc[step], self.group_labels,
-                       self.path[:step + 1])
+                       self.path[:step + 1], self.local_rows)
 
     def __repr__(self) -> str:
         units = "groups" if self.group_labels is not None else "rows"
@@ -74,9 +80,10 @@ class Coreset:
         """The coreset rows as prepared data: weights as data, the beta or the classical loss."""
         divergence = self.divergence_of(posterior)
         rows = self.indices
-        stan_data = with_switches(slice_rows(self.program.spec, self.prepared.stan_data, rows),
+        held = rows if self.local_rows is None else np.searchsorted(self.local_rows, rows)  # positions in prepared
+        stan_data = with_switches(slice_rows(self.program.spec, self.prepared.stan_data, held),
                                   weights=self.weights[rows], divergence=divergence)
-        return PreparedData({"y": outcome_values(self.prepared.data)[rows]}, stan_data, self.prepared.scaling, divergence)
+        return PreparedData({"y": outcome_values(self.prepared.data)[held]}, stan_data, self.prepared.scaling, divergence)
 
     def sample(self, posterior: str = "beta", chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
                thin: int = 1, seed: int | None = None, adapt_delta: float = 0.8, max_treedepth: int = 10,
