@@ -5,7 +5,9 @@ Rob-ULA: each partition's per-example gradients and robust mean computed where i
 Dask ones; with the plain mean joined by the row-weighted mean the chain is the in-memory run's
 to rounding; bad input. beta-Cores: the batches' gains computed where their partitions live,
 only reductions travel: the coreset on a cluster equals the serial partitioned one, which makes
-the in-memory run's choices with its weights to rounding; a killed worker changes nothing."""
+the in-memory run's choices with its weights to rounding; a killed worker changes nothing.
+Robust VI: each step's data term summed where the rows live: the in-memory fit to rounding,
+full-batch and on minibatches, and the same on a cluster."""
 
 import os
 import signal
@@ -18,6 +20,7 @@ import pandas as pd
 import pytest
 
 import robust_stan as rs
+from robust_stan.results.arviz_output import group_names
 
 da = pytest.importorskip("dask.array", reason="partitioned data needs dask (the test extra)")
 cloudpickle = pytest.importorskip("cloudpickle")
@@ -222,6 +225,51 @@ def test_an_improper_coreset_posterior_is_a_clear_error(glm_normal):
     X, y = _rows()
     with pytest.raises(rs.RobustStanInputError, match="^start: the weighted posterior on the coreset's"):
         rs.coreset(glm_normal, {"X": X, "y": y}, **dict(CORESET, start=None))
+
+
+VARIATIONAL = dict(divergence=rs.BetaD(0.3), seed=2, iter=600, show_progress=False)
+
+
+@pytest.mark.parametrize("batch_size", [None, 200])
+def test_partitioned_variational_is_the_in_memory_fit(glm_normal, batch_size):
+    """log pi = prior + the partitions' data terms (each partition's program minus its prior):
+    the same q as in memory to rounding, full-batch and with minibatches (the same rows drawn)."""
+    X, y = _rows()
+    in_memory = glm_normal.variational({"X": X, "y": y}, batch_size=batch_size, **VARIATIONAL)
+    partitioned = glm_normal.variational(_partitioned(X, y, rows=700), batch_size=batch_size, **VARIATIONAL)
+    np.testing.assert_allclose(partitioned.q.mean, in_memory.q.mean, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(partitioned.q.cholesky, in_memory.q.cholesky, rtol=0, atol=1e-10)
+    assert partitioned.elbo == pytest.approx(in_memory.elbo, rel=1e-10)
+    assert partitioned.settings.iterations_run == in_memory.settings.iterations_run
+    for name in in_memory.posterior:
+        np.testing.assert_allclose(partitioned.posterior[name], in_memory.posterior[name], rtol=0, atol=1e-9)
+    groups = set(group_names(partitioned.to_arviz()))
+    assert {"posterior", "sample_stats", "variational_elbo"} <= groups and "log_likelihood" not in groups
+    with pytest.raises(rs.RobustStanInputError, match="held in partitions"):
+        partitioned.draws("log_lik")
+
+
+def test_partitioned_variational_on_a_cluster_equals_the_serial_run(glm_normal):
+    X, y = _rows()
+    options = dict(VARIATIONAL, batch_size=200)
+    serial = glm_normal.variational(_partitioned(X, y), **options)
+    with rs.Cluster(workers=2, show_progress=False) as cluster:
+        on_cluster = glm_normal.variational(_partitioned(X, y), cluster=cluster, **options)
+    np.testing.assert_array_equal(on_cluster.q.mean, serial.q.mean)
+    np.testing.assert_array_equal(on_cluster.q.cholesky, serial.q.cholesky)
+
+
+def test_bad_partitioned_variational_input_is_refused(glm_normal):
+    X, y = _rows(200)
+    data = _partitioned(X, y, rows=100)
+    with pytest.raises(rs.RobustStanInputError, match="^method: rows held in partitions"):
+        glm_normal.variational(data, method="advi")
+    with pytest.raises(rs.RobustStanInputError, match="^weights: not with rows held in partitions"):
+        glm_normal.variational(data, weights=np.ones(200))
+    with pytest.raises(rs.RobustStanInputError, match="^batch_size: at most the 200 rows"):
+        glm_normal.variational(data, batch_size=500, **VARIATIONAL)
+    with pytest.raises(rs.RobustStanInputError, match="^cluster: variational inference uses a cluster"):
+        glm_normal.variational({"X": X, "y": y}, cluster=object())
 
 
 def _kill_a_worker_once_busy(cluster):

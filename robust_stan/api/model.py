@@ -13,14 +13,17 @@ import numpy as np
 
 from ..building.data import PreparedData, prepare_data
 from ..building.divergences import Divergence, as_divergence
+from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
 from ..methods.nuts import nuts_settings, run_nuts
 from ..methods.stan_methods import run_stan_method
+from ..methods.partitioned import is_partitioned, prepare_rows
+from ..methods.partitioned_variational import partitioned_variational_target
 from ..methods.variational import fit_variational
 from ..results.fit import Fit
-from ..results.method_fits import StanMethodFit, VariationalFit
+from ..results.method_fits import PartitionedVariationalFit, StanMethodFit, VariationalFit
 
 
 class Model(RobustProgram):
@@ -127,7 +130,7 @@ class Model(RobustProgram):
     def variational(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                     weights=None, family: str = "meanfield", method: str = "robust-stan", draws: int = 1000,
                     seed: int | None = None, show_progress: bool = True, init: Mapping | None = None,
-                    **options):
+                    cluster: Cluster | None = None, **options):
         """Variational approximation of the generalized posterior; returns a fit with draws from q.
 
         ``method="robust-stan"`` (default) runs this library's driver
@@ -148,7 +151,21 @@ class Model(RobustProgram):
         ``method="advi"``, ``"pathfinder"`` and ``"laplace"`` run Stan's own
         algorithms on the same program through CmdStanPy (CmdStan engine only);
         ``options`` then go to CmdStanPy's method of that name.
+
+        Rows held in partitions (``data`` values that are Dask arrays split into row chunks, or
+        lists of ``.npy`` paths; ``standardize=False``; robust-stan's driver, no ``weights``):
+        each step's data term is computed where its rows live (on ``cluster``'s workers, an
+        :class:`rs.Cluster`; here without one) and only its sum travels
+        (:mod:`robust_stan.methods.partitioned_variational`); the fit is the in-memory one's up
+        to rounding and has no per-observation quantities.
         """
+        if is_partitioned(data):
+            return self._variational_on_partitions(data, divergence, learning_rate, weights, family, method, draws,
+                                                   seed, show_progress, init, cluster, options)
+        if cluster is not None:
+            raise RobustStanInputError("cluster: variational inference uses a cluster for rows held in partitions "
+                                       "(Dask arrays or lists of .npy paths in data); with the rows in memory it "
+                                       "runs here")
         prepared = self.prepare(data, divergence, learning_rate, weights)
         if method == "robust-stan":
             start = None if init is None else self.unconstrain_init(init, prepared.stan_data, prepared.scaling)
@@ -161,6 +178,28 @@ class Model(RobustProgram):
         raw, settings = run_stan_method(self, method, prepared.stan_data, family=family, draws=draws, seed=seed,
                                         show_progress=show_progress, **options)
         return StanMethodFit(self, raw, prepared, settings)
+
+    def _variational_on_partitions(self, data, divergence, learning_rate, weights, family, method, draws, seed,
+                                   show_progress, init, cluster, options) -> PartitionedVariationalFit:
+        """:meth:`variational` on rows held in partitions."""
+        if method != "robust-stan":
+            raise RobustStanInputError(f"method: rows held in partitions need robust-stan's driver "
+                                       f"(method='robust-stan'), got {method!r}")
+        if weights is not None:
+            raise RobustStanInputError("weights: not with rows held in partitions (give each partition's rows "
+                                       "their weights by repeating or leaving out rows)")
+        divergence = as_divergence(divergence)
+        first, stan_data, placed, make_target = partitioned_variational_target(self, data, divergence, learning_rate,
+                                                                               cluster)
+        try:
+            prepared = PreparedData(first, *prepare_rows(self.spec, first, divergence, learning_rate), divergence)
+            start = None if init is None else self.unconstrain_init(init, stan_data, prepared.scaling)
+            out = fit_variational(self, stan_data, family=family, draws=draws, seed=seed, start=start,
+                                  show_progress=show_progress, target=make_target, **options)
+        finally:
+            placed.close()
+        return PartitionedVariationalFit(self, out.raw, prepared, out.settings, q=out.q, elbo=out.elbo,
+                                         elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
 
 
 def require_builtin_model(model, method: str) -> None:

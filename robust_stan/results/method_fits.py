@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common.errors import RobustStanInputError
 from ..methods.variational import GaussianQ
 from .arviz_output import pareto_khat
 from .fit import Fit
@@ -83,13 +82,14 @@ class PartitionedRobULAFit(RobULAFit):
     posterior and sample_stats groups of ArviZ; the per-observation quantities (log_lik,
     robust_loss, y_rep, outlier scores) would need every row here, so they are refused."""
 
-    def _pointwise_quantities(self):
-        raise RobustStanInputError("name: the rows of this fit were held in partitions on a cluster, so log_lik, "
-                                   "robust_loss, y_rep and outlier scores are not computed here; take the draws "
-                                   "(fit.posterior) to the rows instead")
+    rows_here = False
 
-    def _arviz_groups(self) -> dict:
-        return self._draw_groups()[0]
+
+class PartitionedVariationalFit(VariationalFit):
+    """A robust variational fit whose rows were held in partitions on a cluster: as
+    :class:`PartitionedRobULAFit`, draws and summaries but no per-observation quantities."""
+
+    rows_here = False
 
 
 class StanMethodFit(Fit):
