@@ -16,6 +16,7 @@ from scipy import stats
 import robust_stan as rs
 from robust_stan.building.data import slice_rows, with_switches
 from robust_stan.engines import compile_program
+from robust_stan.gradients.per_example import PerExampleGradients
 from robust_stan.methods.dpvi import PerExampleObjective, clip_rows, noisy_gradient, poisson_batch, softplus
 from robust_stan.methods.noise_aware import trace_model_data, trace_model_program
 from robust_stan.methods.privacy_accounting import epsilon_for, solve_noise_multiplier
@@ -366,3 +367,68 @@ def test_the_defaults_work_on_a_plain_regression():
     assert {"r_hat", "ess_bulk", "ess_tail"} <= set(posterior.trace_summary.columns)
     draws = posterior.draws("b").reshape(-1, 2)
     assert np.all(np.abs(draws.mean(axis=0) - b) < 5 * draws.std(axis=0))
+
+
+# -- rows held in partitions ---------------------------------------------------------------------
+def _in_partitions(y: np.ndarray, rows: int):
+    da = pytest.importorskip("dask.array", reason="partitioned data needs dask (the test extra)")
+    return {"y": da.from_array(y, chunks=rows)}
+
+
+def test_partitioned_clipped_sums_are_the_in_memory_ones(exponential):
+    """kappa = 1 (every row in the step) and C = 0.5 (most rows clipped): the partitions' clipped
+    sums at the same draws eps add up to the in-memory clipped sum."""
+    from robust_stan.methods.dpvi import DPVISettings
+    from robust_stan.methods.partitioned_dpvi import partitioned_dpvi_setup
+
+    y = data_of(1.5, 1000, 9)["y"]
+    stan_data, placed, n_rows, make_batches = partitioned_dpvi_setup(exponential, _in_partitions(y, 300),
+                                                                     rs.KL(), None)
+    beta = np.array([1.0, 30.0])
+    settings = DPVISettings(clip=0.5, steps=1, sampling_rate=1.0, noise_multiplier=1.0, step_size=1.0,
+                            precondition=beta, draws_per_step=3, seed=0)
+    phi = np.array([0.2, -3.0])
+    partitioned = make_batches(1, settings)(np.random.default_rng(5), 0, phi)
+    placed.close()
+    prepared = exponential.prepare({"y": y})
+    objective = PerExampleObjective(PerExampleGradients(exponential, prepared.stan_data),
+                                    exponential.oracle_for(with_switches(prepared.stan_data, mode="prior")), 1000)
+    eps = np.random.default_rng(5).standard_normal((3, 1))
+    in_memory = objective.clipped_sum(phi, eps, np.arange(1000), beta, 0.5)
+    assert n_rows == 1000 and len(placed.parts) == 4
+    np.testing.assert_allclose(partitioned, in_memory, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
+def test_partitioned_dpvi_with_almost_no_noise_reaches_the_meanfield_optimum(exponential):
+    """The in-memory test's run (above) with the rows in 4 partitions, each drawing its rows of
+    every step's subsample: the same closed-form optimum within 4 standard errors."""
+    y = data_of(1.5, 1000, 9)["y"]
+    steps, kappa, clip, n = 3000, 0.1, 10.0, 1000
+    sigma = solve_noise_multiplier(1e5, 1e-5, kappa, steps).noise_multiplier
+    step_size = 0.1 / (kappa * n)
+    lambda_c = step_size * sigma * clip * np.sqrt(steps * 2) / np.sqrt(2)
+    beta_u = 10 / (step_size * kappa * 0.5 * steps)
+    fit = rs.dpvi(exponential, _in_partitions(y, 250), epsilon=1e5, clip=clip, steps=steps, sampling_rate=kappa,
+                  lambda_c=lambda_c, precondition=beta_u, seed=4, show_progress=False)
+    trace = fit.release.iterates[1500:3000]
+    mu_star, s_star = meanfield_optimum(y)
+    batches = trace.reshape(30, 50, 2).mean(axis=1)
+    se = batches.std(axis=0, ddof=1) / np.sqrt(30)
+    assert abs(trace[:, 0].mean() - mu_star) < 4 * se[0]
+    assert abs(trace[:, 1].mean() - np.log(np.expm1(s_star))) < 4 * se[1]
+
+
+def test_partitioned_dpvi_on_a_cluster_equals_the_serial_run(exponential):
+    """Each partition's subsample comes from its own generator, seeded by (seed, step, partition):
+    2 workers give the serial run's release exactly."""
+    pytest.importorskip("distributed", reason="rs.Cluster needs dask[distributed] (the test extra)")
+    y = data_of(1.5, 1000, 9)["y"]
+    options = dict(epsilon=1.0, clip=10.0, steps=100, sampling_rate=0.1, seed=3, show_progress=False)
+    serial = rs.dpvi(exponential, _in_partitions(y, 250), **options)
+    with rs.Cluster(workers=2, show_progress=False) as cluster:
+        on_cluster = rs.dpvi(exponential, _in_partitions(y, 250), cluster=cluster, **options)
+    np.testing.assert_array_equal(on_cluster.release.iterates, serial.release.iterates)
+    np.testing.assert_array_equal(on_cluster.release.noisy_gradients, serial.release.noisy_gradients)
+    with pytest.raises(rs.RobustStanInputError, match="^cluster: rs.dpvi uses a cluster for rows held"):
+        rs.dpvi(exponential, {"y": y}, cluster=object(), **options)

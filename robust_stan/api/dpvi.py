@@ -9,10 +9,13 @@ import numpy as np
 
 from ..building.data import with_switches, zero_row_data
 from ..building.divergences import as_divergence
+from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
 from ..gradients.per_example import PerExampleGradients
 from ..methods.dpvi import DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, run_dp_sgd
 from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data
+from ..methods.partitioned import is_partitioned
+from ..methods.partitioned_dpvi import partitioned_dpvi_setup
 from ..methods.privacy_accounting import check_privacy_arguments, solve_noise_multiplier
 from ..results.dpvi import DPVIFit, PrivatePosterior
 from .model import Model, require_builtin_model
@@ -21,7 +24,7 @@ from .model import Model, require_builtin_model
 def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip: float = 1.0, steps: int = 10_000,
          sampling_rate: float = 0.1, lambda_c: float = 1.0, precondition: float | None = None,
          draws_per_step: int = 10, initial_variance: float = 1.0, divergence=None, seed: int | None = None,
-         show_progress: bool = True) -> DPVIFit:
+         show_progress: bool = True, cluster: Cluster | None = None) -> DPVIFit:
     """(epsilon, delta)-differentially private mean-field VI by DP-SGD (noise-aware DPVI paper,
     ``../shared/papers/noise-aware-dpvi.txt``; :mod:`robust_stan.methods.dpvi` has the objective).
 
@@ -42,6 +45,12 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     ``standardize=False``, a glm's ``prior_scale_b`` and a categorical model's ``K`` given
     in ``data``. Returns a :class:`~robust_stan.results.dpvi.DPVIFit` whose ``release`` is
     all that leaves: the iterates, the noisy gradients and the public settings.
+
+    Rows held in partitions (``data`` values that are Dask arrays split into row chunks, or
+    lists of ``.npy`` paths): each partition draws its rows of a step's subsample and sums their
+    clipped gradients where it lives (on ``cluster``'s workers, an :class:`rs.Cluster`; here
+    without one); only the sums travel, and the noise is added here
+    (:mod:`robust_stan.methods.partitioned_dpvi`). The guarantee is the same.
     """
     require_builtin_model(model, "rs.dpvi")
     epsilon, delta, sampling_rate, steps = check_privacy_arguments(epsilon, delta, sampling_rate, steps)
@@ -53,9 +62,16 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     seed = require_seed(seed)
     seed = int(np.random.default_rng().integers(0, 2**31 - 1)) if seed is None else seed
     _refuse_data_dependent_settings(model, data)
-    prepared = model.prepare(data, as_divergence(divergence))
-    stan_data = prepared.stan_data
-    n_rows = int(stan_data["N"])
+    divergence = as_divergence(divergence)
+    placed = make_batches = None
+    if is_partitioned(data):
+        stan_data, placed, n_rows, make_batches = partitioned_dpvi_setup(model, data, divergence, cluster)
+    elif cluster is not None:
+        raise RobustStanInputError("cluster: rs.dpvi uses a cluster for rows held in partitions (Dask arrays or "
+                                   "lists of .npy paths in data); with the rows in memory it runs here")
+    else:
+        stan_data = model.prepare(data, divergence).stan_data
+        n_rows = int(stan_data["N"])
     per_example = PerExampleGradients(model, stan_data)
     prior = model.oracle_for(with_switches(stan_data, mode="prior"))
     objective = PerExampleObjective(per_example, prior, n_rows)
@@ -66,7 +82,11 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     settings = DPVISettings(clip, steps, sampling_rate, accounting.noise_multiplier, step_size, beta,
                             draws_per_step, seed, bool(show_progress), initial_variance)
     start = time.perf_counter()
-    iterates, noisy = run_dp_sgd(objective, settings)
+    try:
+        iterates, noisy = run_dp_sgd(objective, settings, make_batches(n, settings) if make_batches else None)
+    finally:
+        if placed is not None:
+            placed.close()
     release = DPVIRelease(iterates, noisy, accounting, clip, step_size, lambda_c, beta, draws_per_step,
                           model, zero_row_data(model.spec, stan_data), seed)
     return DPVIFit(release, time.perf_counter() - start)

@@ -38,6 +38,7 @@ research and evaluation, not for a hostile deployment.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,6 +129,13 @@ class PerExampleObjective:
     def draws(self, phi: np.ndarray, eps: np.ndarray) -> np.ndarray:
         return reparameterised(phi, eps)
 
+    def clipped_sum(self, phi: np.ndarray, eps: np.ndarray, rows: np.ndarray, beta: np.ndarray,
+                    clip: float) -> np.ndarray:
+        """The sum over ``rows`` of each row's preconditioned phi-gradient clipped to norm ``clip``."""
+        if rows.size == 0:
+            return np.zeros(phi.size)
+        return clip_rows(self.gradients(phi, eps, rows) * beta, clip).sum(axis=0)
+
     def gradients(self, phi: np.ndarray, eps: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """(rows, 2 n): each row's gradient in phi = (mu, u) at the shared standard-normal ``eps`` (S, n)."""
         n = self.dimension
@@ -180,20 +188,28 @@ def noisy_gradient(clipped_sum: np.ndarray, noise_sd: float, beta: np.ndarray, r
     return (clipped_sum + noise_sd * rng.standard_normal(clipped_sum.size)) / beta
 
 
-def run_dp_sgd(objective: PerExampleObjective, settings: DPVISettings) -> tuple[np.ndarray, np.ndarray]:
-    """Algorithm 3 (preconditioned DP-SGD): the iterates (T + 1, d) and noisy gradients (T, d)."""
+def in_memory_batches(objective: PerExampleObjective, settings: DPVISettings) -> Callable:
+    """A step's clipped sum over its Poisson subsample, the rows here: (rng, t, phi) -> (2 n,)."""
+    def clipped_sum(rng: np.random.Generator, t: int, phi: np.ndarray) -> np.ndarray:
+        rows = poisson_batch(rng, objective.n_rows, settings.sampling_rate)
+        eps = rng.standard_normal((settings.draws_per_step, objective.dimension))
+        return objective.clipped_sum(phi, eps, rows, settings.precondition, settings.clip)
+    return clipped_sum
+
+
+def run_dp_sgd(objective: PerExampleObjective, settings: DPVISettings,
+               batches: Callable | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 3 (preconditioned DP-SGD): the iterates (T + 1, d) and noisy gradients (T, d).
+    ``batches`` makes each step's clipped sum (default: :func:`in_memory_batches`)."""
     rng = np.random.default_rng(settings.seed)
     n = objective.dimension
     beta = settings.precondition
+    batches = batches or in_memory_batches(objective, settings)
     iterates = np.empty((settings.steps + 1, 2 * n))
     noisy = np.empty((settings.steps, 2 * n))
     phi = iterates[0] = initial_phi(n, settings.initial_variance)
     for t in tqdm(range(settings.steps), desc="DP-VI", unit="step", disable=not settings.show_progress):
-        rows = poisson_batch(rng, objective.n_rows, settings.sampling_rate)
-        eps = rng.standard_normal((settings.draws_per_step, n))
-        clipped_sum = np.zeros(2 * n)
-        if rows.size:
-            clipped_sum = clip_rows(objective.gradients(phi, eps, rows) * beta, settings.clip).sum(axis=0)
+        clipped_sum = batches(rng, t, phi)
         noisy[t] = noisy_gradient(clipped_sum, settings.noise_multiplier * settings.clip, beta, rng)
         phi = iterates[t + 1] = phi - settings.step_size * beta * noisy[t]
     return iterates, noisy

@@ -1,0 +1,75 @@
+"""DP-VI over rows held in partitions: each step's Poisson subsample is drawn, and its rows'
+gradients clipped and summed, where the rows live; only each partition's clipped sum travels.
+
+Step t: every partition k draws its rows of the subsample itself, each row independently with
+probability kappa, from a generator seeded by (seed, t, k); it computes those rows' per-example
+phi-gradients at this process's draws eps (the prior, entropy and Jacobian terms divided by the
+total N, as in memory), preconditions and clips each, and returns their sum (2 n numbers; not
+its batch size, which is not public). Here the sums are added and the Gaussian noise is drawn.
+Each row is still in the subsample independently with probability kappa, so the accounting is
+the in-memory one's; the random numbers differ from an in-memory run's (the subsample is drawn
+per partition), but not with the number of workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from ..building.data import with_switches
+from ..building.divergences import Divergence
+from ..common.cluster import Cluster
+from ..gradients.per_example import PerExampleGradients
+from ..gradients.program import RobustProgram
+from .dpvi import DPVISettings, PerExampleObjective, poisson_batch
+from .partitioned import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned
+
+
+def partition_clipped_sum(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+                          divergence: Divergence, n_rows: int, rows_here: int, seed: int, step: int,
+                          sampling_rate: float, phi: np.ndarray, eps: np.ndarray, beta: np.ndarray,
+                          clip: float) -> np.ndarray:
+    """Partition ``index``'s share of step ``step``: its Poisson subsample's clipped, preconditioned
+    phi-gradients summed (run where the partition is; its objective is kept for the run)."""
+    def build():
+        stan_data = partition_stan_data(program, part, shared, divergence, 1.0)
+        prior = program.oracle_for(with_switches(stan_data, mode="prior"))
+        return PerExampleObjective(PerExampleGradients(program, stan_data), prior, n_rows)
+
+    objective = kept_on_worker(run, index, build)
+    rows = poisson_batch(np.random.default_rng([seed, step, index]), rows_here, sampling_rate)
+    return objective.clipped_sum(phi, eps, rows, beta, clip)
+
+
+class PartitionedBatches:
+    """Each step's clipped sum over the partitions (module docstring): a ``batches`` for
+    :func:`~robust_stan.methods.dpvi.run_dp_sgd`."""
+
+    def __init__(self, program: RobustProgram, placed: PlacedPartitions, divergence: Divergence,
+                 dimension: int, settings: DPVISettings):
+        self.program, self.placed, self.divergence = program, placed, divergence
+        self.dimension, self.settings = dimension, settings
+
+    def __call__(self, rng: np.random.Generator, t: int, phi: np.ndarray) -> np.ndarray:
+        s, placed = self.settings, self.placed
+        eps = rng.standard_normal((s.draws_per_step, self.dimension))
+        sums = placed.gather([
+            placed.call(k, partition_clipped_sum, self.program, placed.shared, self.divergence, placed.n,
+                        int(placed.rows[k]), s.seed, t, s.sampling_rate, phi, eps, s.precondition, s.clip)
+            for k in range(len(placed.parts))])
+        return np.sum(sums, axis=0)
+
+
+def partitioned_dpvi_setup(program: RobustProgram, data: Mapping, divergence: Divergence,
+                           cluster: Cluster | None) -> tuple[dict, PlacedPartitions, int, Callable]:
+    """The first row's prepared Stan data (for the release's public data), the placed partitions
+    (close them after the run), the total number of rows and a maker of the run's batches from
+    its settings and the model's dimension."""
+    partitions, _, stan_data = prepare_partitioned(program, data, divergence, 1.0)
+    placed = PlacedPartitions(program, partitions, cluster)
+
+    def batches(dimension: int, settings: DPVISettings) -> PartitionedBatches:
+        return PartitionedBatches(program, placed, divergence, dimension, settings)
+
+    return stan_data, placed, placed.n, batches
