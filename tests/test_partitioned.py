@@ -131,13 +131,7 @@ def test_a_worker_killed_during_a_partitioned_run_loses_nothing(glm_normal, seri
     """One of two workers is killed (SIGKILL, by its pid) while the chains step: Dask recomputes its
     partitions from their graph and reruns its tasks, the partition's gradients are rebuilt on
     the worker that takes it over, and the draws equal the undisturbed serial run's."""
-    X, y = _rows()
-    with rs.Cluster(workers=2, show_progress=False) as cluster:
-        killed = _kill_a_worker_once_busy(cluster)
-        on_cluster = rs.rob_ula(glm_normal, _partitioned(X, y), cluster=cluster, **RUN)
-        finished = time.monotonic()
-        killed.thread.join()
-    assert killed.is_set() and killed.at < finished  # killed while the run went on
+    on_cluster = _run_with_a_worker_killed(lambda cluster, data: rs.rob_ula(glm_normal, data, cluster=cluster, **RUN))
     _same_draws(on_cluster, serial)
 
 
@@ -192,13 +186,8 @@ def test_partitioned_coreset_on_a_cluster_equals_the_serial_run(glm_normal, seri
 def test_a_worker_killed_during_a_partitioned_coreset_loses_nothing(glm_normal, serial_coreset):
     """A worker killed (SIGKILL) while the coreset grows: its partitions and the batch gains it
     held are recomputed from their graph elsewhere, and the coreset equals the serial one."""
-    X, y = _rows()
-    with rs.Cluster(workers=2, show_progress=False) as cluster:
-        killed = _kill_a_worker_once_busy(cluster)
-        on_cluster = rs.coreset(glm_normal, _partitioned(X, y), cluster=cluster, **CORESET)
-        finished = time.monotonic()
-        killed.thread.join()
-    assert killed.is_set() and killed.at < finished
+    on_cluster = _run_with_a_worker_killed(
+        lambda cluster, data: rs.coreset(glm_normal, data, cluster=cluster, **CORESET))
     np.testing.assert_array_equal(on_cluster.weights, serial_coreset.weights)
 
 
@@ -270,6 +259,18 @@ def test_bad_partitioned_variational_input_is_refused(glm_normal):
         glm_normal.variational(data, batch_size=500, **VARIATIONAL)
     with pytest.raises(rs.RobustStanInputError, match="^cluster: variational inference uses a cluster"):
         glm_normal.variational({"X": X, "y": y}, cluster=object())
+
+
+def _run_with_a_worker_killed(run):
+    """``run(cluster, data)`` on a 2-worker LocalCluster, one worker killed while it runs; its result."""
+    X, y = _rows()
+    with rs.Cluster(workers=2, show_progress=False) as cluster:
+        killed = _kill_a_worker_once_busy(cluster)
+        result = run(cluster, _partitioned(X, y))
+        finished = time.monotonic()
+        killed.thread.join()
+    assert killed.is_set() and killed.at < finished  # killed while the run went on
+    return result
 
 
 def _kill_a_worker_once_busy(cluster):
