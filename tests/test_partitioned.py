@@ -172,6 +172,19 @@ def test_partitioned_coreset_makes_the_in_memory_choices(glm_normal, serial_core
     np.testing.assert_array_equal(prepared.stan_data["weights"], serial_coreset.weights[here])
 
 
+def test_partitioned_uniform_coreset_and_earlier_steps(glm_normal, serial_coreset):
+    """A uniform coreset draws the in-memory run's rows and fetches them; a partitioned coreset's
+    earlier steps make their posterior data from the fetched rows too."""
+    X, y = _rows()
+    options = dict(size=30, method="uniform", seed=8, show_progress=False)
+    uniform = rs.coreset(glm_normal, _partitioned(X, y), **options)
+    np.testing.assert_array_equal(uniform.weights, rs.coreset(glm_normal, {"X": X, "y": y}, **options).weights)
+    np.testing.assert_array_equal(uniform.prepared_for("classical").stan_data["y"], y[uniform.indices])
+    earlier = serial_coreset.at_step(2)
+    assert earlier.indices.size < serial_coreset.indices.size
+    np.testing.assert_array_equal(earlier.prepared_for("beta").stan_data["X"], X[earlier.indices])
+
+
 @pytest.mark.parametrize("workers", [2])
 def test_partitioned_coreset_on_a_cluster_equals_the_serial_run(glm_normal, serial_coreset, workers):
     X, y = _rows()
