@@ -272,6 +272,18 @@ def test_bad_partitioned_variational_input_is_refused(glm_normal):
         glm_normal.variational(data, batch_size=500, **VARIATIONAL)
     with pytest.raises(rs.RobustStanInputError, match="^cluster: variational inference uses a cluster"):
         glm_normal.variational({"X": X, "y": y}, cluster=object())
+    with pytest.raises(rs.RobustStanInputError, match="^divergence: the original gamma form is not a sum"):
+        glm_normal.variational(data, divergence=rs.GammaD(0.3, form="original"))
+
+
+def test_empty_partitions_are_left_out(glm_normal):
+    """A chunk without rows adds nothing: full-batch VI on partitions of 0, 1000, 0 and 1000 rows
+    is the fit on 2 partitions of 1000."""
+    X, y = _rows()
+    uneven = {"X": da.from_array(X, chunks=((0, 1000, 0, 1000), (3,))), "y": da.from_array(y, chunks=((0, 1000, 0, 1000),))}
+    a = glm_normal.variational(uneven, **VARIATIONAL)
+    b = glm_normal.variational(_partitioned(X, y, rows=1000), **VARIATIONAL)
+    np.testing.assert_array_equal(a.q.mean, b.q.mean)
 
 
 def _run_with_a_worker_killed(run):

@@ -43,14 +43,16 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
 
     The data must not shape anything released: the model must be built with
     ``standardize=False``, a glm's ``prior_scale_b`` and a categorical model's ``K`` given
-    in ``data``. Returns a :class:`~robust_stan.results.dpvi.DPVIFit` whose ``release`` is
+    in ``data``. ``seed`` is the key to the noise: keep it to yourself (it is not released;
+    without it a fresh one is drawn). Returns a :class:`~robust_stan.results.dpvi.DPVIFit` whose ``release`` is
     all that leaves: the iterates, the noisy gradients and the public settings.
 
     Rows held in partitions (``data`` values that are Dask arrays split into row chunks, or
     lists of ``.npy`` paths): each partition draws its rows of a step's subsample and sums their
     clipped gradients where it lives (on ``cluster``'s workers, an :class:`rs.Cluster`; here
     without one); only the sums travel, and the noise is added here
-    (:mod:`robust_stan.methods.partitioned_dpvi`). The guarantee is the same.
+    (:mod:`robust_stan.methods.partitioned_dpvi`). The guarantee is the same, with this process
+    and the workers as the trusted curator (they see the data and the sums before the noise).
     """
     require_builtin_model(model, "rs.dpvi")
     epsilon, delta, sampling_rate, steps = check_privacy_arguments(epsilon, delta, sampling_rate, steps)
@@ -88,7 +90,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
         if placed is not None:
             placed.close()
     release = DPVIRelease(iterates, noisy, accounting, clip, step_size, lambda_c, beta, draws_per_step,
-                          model, zero_row_data(model.spec, stan_data), seed)
+                          model, zero_row_data(model.spec, stan_data))
     return DPVIFit(release, time.perf_counter() - start)
 
 

@@ -189,6 +189,9 @@ class Model(RobustProgram):
             raise RobustStanInputError("weights: not with rows held in partitions (give each partition's rows "
                                        "their weights by repeating or leaving out rows)")
         divergence = as_divergence(divergence)
+        if divergence.code == 3:
+            raise RobustStanInputError("divergence: the original gamma form is not a sum over observations, so the "
+                                       "partitions' terms do not add up to it; use rs.GammaD(gamma) or rows in memory")
         first, stan_data, placed, make_target = partitioned_variational_target(self, data, divergence, learning_rate,
                                                                                cluster)
         try:

@@ -33,7 +33,9 @@ g~_1..g~_T with the public settings (:class:`DPVIRelease`). Nothing computed
 from the data (batch sizes, clipped counts, losses) is kept. The noise comes
 from NumPy's generator, which is not cryptographically secure and samples
 floating-point Gaussians (Mironov 2012 on the attacks that allows): fine for
-research and evaluation, not for a hostile deployment.
+research and evaluation, not for a hostile deployment. The seed is the key to the
+noise: it stays with the curator and is not part of the release (with it, the noise
+could be drawn again and taken off).
 """
 
 from __future__ import annotations
@@ -89,7 +91,6 @@ class DPVIRelease:
     draws_per_step: int
     model: object = field(repr=False)
     public_data: dict = field(repr=False)
-    seed: int = 0
 
     @property
     def steps(self) -> int:

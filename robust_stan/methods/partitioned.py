@@ -114,8 +114,11 @@ def split_partitions(data: Mapping) -> Partitions:
         elif these != rows:
             raise RobustStanInputError(f"data[{name!r}]: its partitions' row counts {these} differ from the other "
                                        f"values' {rows}")
-    parts = [{name: pieces[name][k] for name in pieces} for k in range(len(rows))]
-    return Partitions(parts, rows, shared)
+    kept = [k for k in range(len(rows)) if rows[k] > 0]  # a partition without rows has nothing to add
+    if not kept:
+        raise RobustStanInputError("data: every partition is empty")
+    parts = [{name: pieces[name][k] for name in pieces} for k in kept]
+    return Partitions(parts, [rows[k] for k in kept], shared)
 
 
 def load_partition_value(value) -> np.ndarray:

@@ -15,7 +15,7 @@ units. Here:
   correlation with it (eq. 14).
 
 So a weight step moves 2 S numbers per partition each way and a selection step B more; nothing
-scales with the number of rows N. The draws and the choices are the in-memory run's (the same
+that travels scales with the number of rows N (this process keeps the N weights, one number a row). The draws and the choices are the in-memory run's (the same
 random numbers in the same order); only the order of the batch sums' additions differs.
 """
 
@@ -31,7 +31,7 @@ from ..common.cluster import Cluster
 from ..gradients.program import RobustProgram
 from .coreset import centred, correlations
 from .coreset_targets import CoresetTarget
-from .partitioned import (PlacedPartitions, kept_on_worker, load_partition_value, partition_stan_data,
+from .partitioned import (PlacedPartitions, kept_on_worker, partition_stan_data,
                           prepare_partitioned, prepare_rows)
 
 
@@ -56,8 +56,9 @@ def batch_correlations(gains: dict[str, np.ndarray], kind: str, residual: np.nda
 
 
 def partition_rows(part: dict, run: str, index: int, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """Partition ``index``'s raw values of its rows ``rows``."""
-    return {name: load_partition_value(value)[rows] for name, value in part.items()}
+    """Partition ``index``'s raw values of its rows ``rows`` (a .npy file is mapped, not read whole)."""
+    return {name: np.array(np.load(value, mmap_mode="r")[rows]) if isinstance(value, str) else np.asarray(value)[rows]
+            for name, value in part.items()}
 
 
 class PartitionedUnitGains:

@@ -2,13 +2,16 @@
 gradients clipped and summed, where the rows live; only each partition's clipped sum travels.
 
 Step t: every partition k draws its rows of the subsample itself, each row independently with
-probability kappa, from a generator seeded by (seed, t, k); it computes those rows' per-example
+probability kappa, from a generator seeded by (a subsample key, t, k), the key derived from the
+seed by SeedSequence (the workers are not given the seed, which is the key to the noise
+added here); it computes those rows' per-example
 phi-gradients at this process's draws eps (the prior, entropy and Jacobian terms divided by the
 total N, as in memory), preconditions and clips each, and returns their sum (2 n numbers; not
 its batch size, which is not public). Here the sums are added and the Gaussian noise is drawn.
 Each row is still in the subsample independently with probability kappa, so the accounting is
 the in-memory one's; the random numbers differ from an in-memory run's (the subsample is drawn
-per partition), but not with the number of workers.
+per partition), but not with the number of workers. This process reads the data's first row
+to learn the program's sizes (it is not released).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from .partitioned import PlacedPartitions, kept_on_worker, partition_stan_data, 
 
 
 def partition_clipped_sum(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
-                          divergence: Divergence, n_rows: int, rows_here: int, seed: int, step: int,
+                          divergence: Divergence, n_rows: int, rows_here: int, key: np.ndarray, step: int,
                           sampling_rate: float, phi: np.ndarray, eps: np.ndarray, beta: np.ndarray,
                           clip: float) -> np.ndarray:
     """Partition ``index``'s share of step ``step``: its Poisson subsample's clipped, preconditioned
@@ -38,7 +41,7 @@ def partition_clipped_sum(part: dict, run: str, index: int, program: RobustProgr
         return PerExampleObjective(PerExampleGradients(program, stan_data), prior, n_rows)
 
     objective = kept_on_worker(run, index, build)
-    rows = poisson_batch(np.random.default_rng([seed, step, index]), rows_here, sampling_rate)
+    rows = poisson_batch(np.random.default_rng([*key, step, index]), rows_here, sampling_rate)
     return objective.clipped_sum(phi, eps, rows, beta, clip)
 
 
@@ -50,13 +53,14 @@ class PartitionedBatches:
                  dimension: int, settings: DPVISettings):
         self.program, self.placed, self.divergence = program, placed, divergence
         self.dimension, self.settings = dimension, settings
+        self.key = np.random.SeedSequence([settings.seed, 1]).generate_state(4)  # the subsamples' key
 
     def __call__(self, rng: np.random.Generator, t: int, phi: np.ndarray) -> np.ndarray:
         s, placed = self.settings, self.placed
         eps = rng.standard_normal((s.draws_per_step, self.dimension))
         sums = placed.gather([
             placed.call(k, partition_clipped_sum, self.program, placed.shared, self.divergence, placed.n,
-                        int(placed.rows[k]), s.seed, t, s.sampling_rate, phi, eps, s.precondition, s.clip)
+                        int(placed.rows[k]), self.key, t, s.sampling_rate, phi, eps, s.precondition, s.clip)
             for k in range(len(placed.parts))])
         return np.sum(sums, axis=0)
 

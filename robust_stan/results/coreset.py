@@ -80,7 +80,11 @@ class Coreset:
         """The coreset rows as prepared data: weights as data, the beta or the classical loss."""
         divergence = self.divergence_of(posterior)
         rows = self.indices
-        held = rows if self.local_rows is None else np.searchsorted(self.local_rows, rows)  # positions in prepared
+        held = rows
+        if self.local_rows is not None:  # positions in prepared
+            held = np.minimum(np.searchsorted(self.local_rows, rows), max(self.local_rows.size - 1, 0))
+            if not np.array_equal(self.local_rows[held], rows):
+                raise RobustStanInputError("coreset: some of its rows were not fetched from their partitions")
         stan_data = with_switches(slice_rows(self.program.spec, self.prepared.stan_data, held),
                                   weights=self.weights[rows], divergence=divergence)
         return PreparedData({"y": outcome_values(self.prepared.data)[held]}, stan_data, self.prepared.scaling, divergence)

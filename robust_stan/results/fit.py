@@ -133,14 +133,17 @@ class Fit:
     # False for a fit whose rows were held in partitions elsewhere (its data here: the first row)
     rows_here = True
 
+    def _require_rows_here(self) -> None:
+        if not self.rows_here:
+            raise RobustStanInputError("fit: the rows of this fit were held in partitions on a cluster, so "
+                                       "log_lik, robust_loss, y_rep and outlier scores are not computed here; take "
+                                       "the draws (fit.posterior) to the rows instead")
+
     # -- per-observation quantities, on demand ----------------------------------------
     def _pointwise_quantities(self) -> dict[str, np.ndarray]:
         """log_lik, robust_loss and y_rep of every draw, computed the first time one is asked for
         (one engine call per chain, Stan's standalone generated quantities) and then kept."""
-        if not self.rows_here:
-            raise RobustStanInputError("name: the rows of this fit were held in partitions on a cluster, so "
-                                       "log_lik, robust_loss, y_rep and outlier scores are not computed here; take "
-                                       "the draws (fit.posterior) to the rows instead")
+        self._require_rows_here()
         if self._pointwise is None:
             spec = self.model.spec
             computed = self.generated_quantities_at()
@@ -159,6 +162,7 @@ class Fit:
         scale of y (standardised where the model standardises): log_lik, robust_loss under
         ``divergence`` (default: the fit's own), y_rep and, with ``y_score`` (families that have
         it), d/dy and d^2/dy^2 of log p. One engine call per chain; nothing is kept."""
+        self._require_rows_here()
         data = with_switches(self.stan_data, pointwise=2 if y_score else True, divergence=divergence)
         parameters = parameter_columns(self.raw.variables, [f"{p.name}_copies" for p in self.model.spec.parameters])
         return self.model.compile().generated_quantities(data, parameters, self.settings.seed, self.raw.backend)
