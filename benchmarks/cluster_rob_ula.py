@@ -21,7 +21,7 @@ Prints, from one run:
   takes about 5 s on this machine (--subset 1000000 runs it).
 
     python benchmarks/cluster_rob_ula.py [--rows 10000000] [--partitions 20] [--workers 2] [--timed-steps 5]
-        [--subset 200000] [--iters 100] [--warmup 300]
+        [--subset 200000] [--iters 100] [--warmup 300] [--compare-only | --timing-only]
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ def main(argv=None) -> None:
     parser.add_argument("--subset", type=int, default=200_000, help="rows of the in-memory comparison")
     parser.add_argument("--combine", default="median", help="how the partitions' robust means are joined")
     parser.add_argument("--compare-only", action="store_true", help="only the comparison with the in-memory run")
+    parser.add_argument("--timing-only", action="store_true", help="no comparison with the in-memory run")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore", rs.RobustStanWarning)  # short chains
     model = rs.glm("normal", standardize=False)
@@ -138,9 +139,20 @@ def main(argv=None) -> None:
                              **options(args.rows))
             return fit, time.perf_counter() - start
 
+        from distributed import get_task_stream
+
         _, t_short = run(1, 0)
-        _, t_long = run(1 + args.timed_steps, 0)
+        with get_task_stream(client=cluster.client) as stream:
+            _, t_long = run(1 + args.timed_steps, 0)
         step = (t_long - t_short) / args.timed_steps  # set-up (partitions, builds, prior scales) left out
+        spent = {}
+        for task in stream.data:
+            for part in task["startstops"]:
+                key = (task["worker"], part["action"])
+                spent[key] = spent.get(key, 0.0) + part["stop"] - part["start"]
+        print("time the workers spent over the timed run (compute, transfer, ...), per step: " + ", ".join(
+            f"{worker.rsplit(':', 1)[-1]} {action} {seconds / (1 + args.timed_steps):.2f} s"
+            for (worker, action), seconds in sorted(spent.items())))
         bound = args.rows / throughput / args.workers
         print(f"\nRob-ULA step on the cluster: {step:.2f} s; (rows / throughput) / workers = {bound:.2f} s")
         estimator_share = estimator_seconds * args.partitions / args.workers
@@ -150,7 +162,8 @@ def main(argv=None) -> None:
         print(f"RATIO this process's peak memory = {peak_memory_gib():.2f} GiB  (target < 1: "
               f"{'met' if peak_memory_gib() < 1 else 'MISSED'})")
 
-        compare(cluster)
+        if not args.timing_only:
+            compare(cluster)
 
 
 if __name__ == "__main__":
