@@ -10,17 +10,18 @@ clean rows alone (both Gaussian: closed form). Median and quartiles over trials.
 
 Writes examples/results/coreset_gaussian/{runs.csv, summary.csv, kl.png}.
 
-    python examples/coreset_gaussian.py [--trials 5] [--max-size 200] [--iters 100]
+    python examples/coreset_gaussian.py [--trials 5] [--max-size 200] [--iters 100] [--workers 2 | --address ADDR]
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from _cluster import add_address_argument, cluster_pool
 
 import robust_stan as rs
 from robust_stan.methods.coreset_targets import ExactGaussianMean
@@ -37,6 +38,35 @@ def simulate(n: int, d: int, fraction: float, rng: np.random.Generator):
     return y, bad
 
 
+def one_trial(fraction: float, trial: int, args) -> list[dict]:
+    """One contaminated data set: every method's coreset, its reverse KL to the clean rows' posterior."""
+    model = rs.location("multi_normal", covariance="known", priors={"mu": "normal(0, 1)"})
+    rng = np.random.default_rng(1000 * trial + int(100 * fraction))
+    y, bad = simulate(args.n, args.d, fraction, rng)
+    data = {"y": y, "Sigma": np.eye(args.d)}
+    exact = ExactGaussianMean(y, np.eye(args.d), 0.0, 1.0)
+    clean = np.flatnonzero(~bad)
+    rows = []
+    for method in METHODS:
+        sizes = [args.max_size] if method != "uniform" else sorted({s for s in (5, 10, 20, 50, 100, 150) if s < args.max_size} | {args.max_size})
+        for size in sizes:
+            coreset = rs.coreset(model, data, size=size, method=method, divergence=rs.BetaD(args.beta),
+                                 draws=args.draws, iters_per_point=args.iters, select_batch=args.select_batch,
+                                 opt_batch=args.opt_batch, inner="classical", sampler="exact",
+                                 seed=trial, show_progress=False)
+            steps = range(len(coreset.path)) if method != "uniform" else [0]
+            for step in steps:
+                weights = coreset.at_step(step).weights if method != "uniform" else coreset.weights
+                kept = np.flatnonzero(weights)
+                kl = exact.kl(kept, weights[kept], clean, np.ones(clean.size))
+                rows.append({"F": fraction, "trial": trial, "method": method,
+                             "iterations": step + 1 if method != "uniform" else size,
+                             "coreset_rows": kept.size, "outlier_rows": int(bad[kept].sum()),
+                             "outlier_weight_share": float(weights[bad].sum() / max(weights.sum(), 1e-300)),
+                             "reverse_kl_to_clean": kl})
+    return rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=5)
@@ -49,44 +79,26 @@ def main(argv=None) -> None:
     parser.add_argument("--select-batch", type=int, default=1000)
     parser.add_argument("--opt-batch", type=int, default=200)
     parser.add_argument("--beta", type=float, default=0.01)
+    parser.add_argument("--workers", type=int, default=2, help="local worker processes (one trial per task)")
+    add_address_argument(parser)
     parser.add_argument("--out", default="coreset_gaussian", help="folder under examples/results")
     args = parser.parse_args(argv)
     global OUT
     OUT = OUT.parent / args.out
     OUT.mkdir(parents=True, exist_ok=True)
 
-    model = rs.location("multi_normal", covariance="known", priors={"mu": "normal(0, 1)"})
-    model.compile()
+    rs.location("multi_normal", covariance="known", priors={"mu": "normal(0, 1)"}).compile()  # once, for the workers
+    tasks = [(fraction, trial) for fraction in args.fractions for trial in range(args.trials)]
     rows = []
-    for fraction in args.fractions:
-        for trial in range(args.trials):
-            rng = np.random.default_rng(1000 * trial + int(100 * fraction))
-            y, bad = simulate(args.n, args.d, fraction, rng)
-            data = {"y": y, "Sigma": np.eye(args.d)}
-            exact = ExactGaussianMean(y, np.eye(args.d), 0.0, 1.0)
-            clean = np.flatnonzero(~bad)
+    with cluster_pool(args.workers, args.address) as pool:
+        for task_rows in pool.map(one_trial, *zip(*tasks), [args] * len(tasks)):
+            rows.extend(task_rows)
             for method in METHODS:
-                start = time.perf_counter()
-                sizes = [args.max_size] if method != "uniform" else sorted({s for s in (5, 10, 20, 50, 100, 150) if s < args.max_size} | {args.max_size})
-                for size in sizes:
-                    coreset = rs.coreset(model, data, size=size, method=method, divergence=rs.BetaD(args.beta),
-                                         draws=args.draws, iters_per_point=args.iters, select_batch=args.select_batch,
-                                         opt_batch=args.opt_batch, inner="classical", sampler="exact",
-                                         seed=trial, show_progress=False)
-                    steps = range(len(coreset.path)) if method != "uniform" else [0]
-                    for step in steps:
-                        weights = coreset.at_step(step).weights if method != "uniform" else coreset.weights
-                        kept = np.flatnonzero(weights)
-                        kl = exact.kl(kept, weights[kept], clean, np.ones(clean.size))
-                        rows.append({"F": fraction, "trial": trial, "method": method,
-                                     "iterations": step + 1 if method != "uniform" else size,
-                                     "coreset_rows": kept.size, "outlier_rows": int(bad[kept].sum()),
-                                     "outlier_weight_share": float(weights[bad].sum() / max(weights.sum(), 1e-300)),
-                                     "reverse_kl_to_clean": kl})
-                print(f"F = {fraction:.2f} trial {trial} {method:10s} {time.perf_counter() - start:6.1f} s, "
-                      f"final KL to the clean posterior {rows[-1]['reverse_kl_to_clean']:.3g}, "
-                      f"{rows[-1]['outlier_rows']} outlier rows of {rows[-1]['coreset_rows']}", flush=True)
-            pd.DataFrame(rows).to_csv(OUT / "runs.csv", index=False)
+                last = [r for r in task_rows if r["method"] == method][-1]
+                print(f"F = {last['F']:.2f} trial {last['trial']} {method:10s} final KL to the clean posterior "
+                      f"{last['reverse_kl_to_clean']:.3g}, {last['outlier_rows']} outlier rows of "
+                      f"{last['coreset_rows']}", flush=True)
+    pd.DataFrame(rows).to_csv(OUT / "runs.csv", index=False)
 
     runs = pd.DataFrame(rows)
     summary = (runs.groupby(["F", "method", "iterations"])["reverse_kl_to_clean"]

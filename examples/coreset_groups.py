@@ -11,7 +11,7 @@ number of groups drawn at random, each row weighted N / (rows chosen).
 
 Writes examples/results/coreset_groups/{runs.csv, summary.csv, accuracy.png, chosen_groups.csv}.
 
-    python examples/coreset_groups.py [--trials 5] [--beta 0.6]
+    python examples/coreset_groups.py [--trials 5] [--beta 0.6] [--workers 2 | --address ADDR]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from _cluster import add_address_argument, cluster_pool
 from _coreset_data import _one_hot, accuracy, adult_frames, balanced, principal_components
 
 import robust_stan as rs
@@ -62,6 +63,50 @@ def corrupt_groups(X, y, groups, rng):
 
 
 
+def one_trial(trial: int, args) -> tuple[list[dict], list[dict]]:
+    """One corrupted training set: beta-Cores over groups and random groups, scored after each addition."""
+    import warnings
+
+    warnings.simplefilter("ignore", rs.RobustStanWarning)
+    X_train, y_train, X_test, y_test, groups = adult_with_groups()
+    model = rs.glm("bernoulli", standardize=False)
+    rows, chosen_rows = [], []
+    rng = np.random.default_rng(trial)
+    X, y, corrupted, levels = corrupt_groups(X_train, y_train, groups, rng)
+    X_eval, y_eval = balanced(X_test, y_test, rng)
+    data = {"X": X, "y": y, "prior_scale_b": np.ones(X.shape[1])}
+    coreset = rs.coreset(model, data, size=args.iterations, method="beta_cores", divergence=rs.BetaD(args.beta),
+                         groups=groups, draws=args.draws, iters_per_point=args.iters,
+                         select_batch=len(np.unique(groups)), opt_batch=args.opt_batch, sampler="laplace",
+                         seed=trial, show_progress=False)
+    labels = coreset.group_labels
+    for step in range(len(coreset.path)):
+        current = coreset.at_step(step)
+        chosen = np.flatnonzero(current.unit_weights)
+        fit = current.sample("classical", seed=trial, **NUTS)
+        rows.append({"trial": trial, "method": "beta_cores", "iteration": step + 1, "groups": chosen.size,
+                     "rows": current.indices.size, "outlier_share": float(corrupted[current.indices].mean()),
+                     "accuracy": accuracy(fit, X_eval, y_eval)})
+    for label, weight in zip(labels, coreset.unit_weights):
+        if weight > 0:
+            chosen_rows.append({"trial": trial, "group": label, "weight": weight, "outlier_level": levels[label],
+                                "rows": int(np.sum(groups == label))})
+    for count in range(1, args.iterations + 1):
+        picked = rng.choice(labels, count, replace=False)
+        in_picked = np.isin(groups, picked)
+        weights = np.where(in_picked, len(y) / in_picked.sum(), 0.0)
+        kept = np.flatnonzero(weights)
+        fit = model.sample({"X": X[kept], "y": y[kept], "prior_scale_b": np.ones(X.shape[1])},
+                           weights=weights[kept], seed=trial, **NUTS)
+        rows.append({"trial": trial, "method": "random groups", "iteration": count, "groups": count,
+                     "rows": kept.size, "outlier_share": float(corrupted[kept].mean()),
+                     "accuracy": accuracy(fit, X_eval, y_eval)})
+    print(f"trial {trial}: beta-Cores chose {np.count_nonzero(coreset.unit_weights)} groups, outlier levels "
+          f"{sorted(levels[g] for g in labels[coreset.unit_weights > 0])}; accuracy "
+          f"{rows[-args.iterations - 1]['accuracy']:.3f} against random {rows[-1]['accuracy']:.3f}", flush=True)
+    return rows, chosen_rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=5)
@@ -70,51 +115,21 @@ def main(argv=None) -> None:
     parser.add_argument("--iters", type=int, default=50, help="weight steps per added group (T)")
     parser.add_argument("--draws", type=int, default=50)
     parser.add_argument("--opt-batch", type=int, default=8, help="groups per weight step")
+    parser.add_argument("--workers", type=int, default=2, help="local worker processes (one trial per task)")
+    add_address_argument(parser)
     parser.add_argument("--out", default="coreset_groups", help="folder under examples/results")
     args = parser.parse_args(argv)
     global OUT
     OUT = OUT.parent / args.out
     OUT.mkdir(parents=True, exist_ok=True)
-    X_train, y_train, X_test, y_test, groups = adult_with_groups()
-    model = rs.glm("bernoulli", standardize=False)
-    model.compile()
+    rs.glm("bernoulli", standardize=False).compile()  # once, before the workers load the cache
     rows, chosen_rows = [], []
-    for trial in range(args.trials):
-        rng = np.random.default_rng(trial)
-        X, y, corrupted, levels = corrupt_groups(X_train, y_train, groups, rng)
-        X_eval, y_eval = balanced(X_test, y_test, rng)
-        data = {"X": X, "y": y, "prior_scale_b": np.ones(X.shape[1])}
-        coreset = rs.coreset(model, data, size=args.iterations, method="beta_cores", divergence=rs.BetaD(args.beta),
-                             groups=groups, draws=args.draws, iters_per_point=args.iters,
-                             select_batch=len(np.unique(groups)), opt_batch=args.opt_batch, sampler="laplace",
-                             seed=trial, show_progress=False)
-        labels = coreset.group_labels
-        for step in range(len(coreset.path)):
-            current = coreset.at_step(step)
-            chosen = np.flatnonzero(current.unit_weights)
-            fit = current.sample("classical", seed=trial, **NUTS)
-            rows.append({"trial": trial, "method": "beta_cores", "iteration": step + 1, "groups": chosen.size,
-                         "rows": current.indices.size, "outlier_share": float(corrupted[current.indices].mean()),
-                         "accuracy": accuracy(fit, X_eval, y_eval)})
-        for label, weight in zip(labels, coreset.unit_weights):
-            if weight > 0:
-                chosen_rows.append({"trial": trial, "group": label, "weight": weight, "outlier_level": levels[label],
-                                    "rows": int(np.sum(groups == label))})
-        for count in range(1, args.iterations + 1):
-            picked = rng.choice(labels, count, replace=False)
-            in_picked = np.isin(groups, picked)
-            weights = np.where(in_picked, len(y) / in_picked.sum(), 0.0)
-            kept = np.flatnonzero(weights)
-            fit = model.sample({"X": X[kept], "y": y[kept], "prior_scale_b": np.ones(X.shape[1])},
-                               weights=weights[kept], seed=trial, **NUTS)
-            rows.append({"trial": trial, "method": "random groups", "iteration": count, "groups": count,
-                         "rows": kept.size, "outlier_share": float(corrupted[kept].mean()),
-                         "accuracy": accuracy(fit, X_eval, y_eval)})
-        print(f"trial {trial}: beta-Cores chose {np.count_nonzero(coreset.unit_weights)} groups, outlier levels "
-              f"{sorted(levels[g] for g in labels[coreset.unit_weights > 0])}; accuracy "
-              f"{rows[-args.iterations - 1]['accuracy']:.3f} against random {rows[-1]['accuracy']:.3f}", flush=True)
-        pd.DataFrame(rows).to_csv(OUT / "runs.csv", index=False)
-        pd.DataFrame(chosen_rows).to_csv(OUT / "chosen_groups.csv", index=False)
+    with cluster_pool(args.workers, args.address) as pool:
+        for trial_rows, trial_chosen in pool.map(one_trial, range(args.trials), [args] * args.trials):
+            rows.extend(trial_rows)
+            chosen_rows.extend(trial_chosen)
+    pd.DataFrame(rows).to_csv(OUT / "runs.csv", index=False)
+    pd.DataFrame(chosen_rows).to_csv(OUT / "chosen_groups.csv", index=False)
     runs = pd.DataFrame(rows)
     summary = (runs.groupby(["method", "iteration"])[["accuracy", "outlier_share", "groups"]].median().reset_index())
     summary.to_csv(OUT / "summary.csv", index=False)

@@ -12,6 +12,7 @@ The full-data classical and beta posteriors (NUTS) are the horizontal references
 Writes examples/results/coreset_logistic/{runs.csv, summary.csv, accuracy.png}.
 
     python examples/coreset_logistic.py [--datasets adult phishing] [--fractions 0 0.1 0.2 0.3] [--trials 10]
+        [--workers 2 | --address tcp://HOST:8786]   # every (data set, fraction, trial) is a task on an rs.Cluster
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from _cluster import add_address_argument, cluster_pool
 from _coreset_data import accuracy, balanced, contaminate, load_adult, load_phishing
 
 import robust_stan as rs
@@ -32,6 +34,47 @@ OUT = Path(__file__).parent / "results" / "coreset_logistic"
 NUTS = {"chains": 2, "iter_warmup": 500, "iter_sampling": 500, "show_progress": False}
 
 
+
+
+def one_trial(name: str, fraction: float, trial: int, args) -> list[dict]:
+    """One contaminated training set: the full-data references and every method's coresets, scored."""
+    import warnings
+
+    warnings.simplefilter("ignore", rs.RobustStanWarning)
+    model = rs.glm("bernoulli", standardize=False)
+    divergence = rs.BetaD(args.beta)
+    X_train, y_train, X_test, y_test = LOADERS[name]()
+    rng = np.random.default_rng(100 * trial + int(100 * fraction))
+    X, y, corrupted = contaminate(X_train, y_train, fraction, rng)
+    X_eval, y_eval = balanced(X_test, y_test, rng)
+    data = {"X": X, "y": y, "prior_scale_b": np.ones(X.shape[1])}
+    rows = []
+    for reference, div in (("full classical", rs.KL()), ("full beta", divergence)):
+        fit = model.sample(data, divergence=div, seed=trial, **NUTS)
+        rows.append({"dataset": name, "F": fraction, "trial": trial, "method": reference,
+                     "size": len(y), "outlier_share": float(corrupted.mean()),
+                     "accuracy": accuracy(fit, X_eval, y_eval), "seconds": np.nan})
+    for method in METHODS:
+        largest = None
+        start = time.perf_counter()
+        if method != "uniform":
+            largest = rs.coreset(model, data, size=max(args.sizes), method=method, divergence=divergence,
+                                 draws=args.draws, iters_per_point=args.iters,
+                                 select_batch=args.select_batch, opt_batch=args.opt_batch,
+                                 sampler="laplace", seed=trial, show_progress=False)
+        seconds = time.perf_counter() - start
+        for size in args.sizes:
+            if method == "uniform":
+                coreset = rs.coreset(model, data, size=size, method="uniform", divergence=divergence,
+                                     seed=trial, show_progress=False)
+            else:
+                coreset = largest.at_step(min(size, len(largest.path)) - 1)
+            kept = coreset.indices
+            fit = coreset.sample("classical", seed=trial, **NUTS)
+            rows.append({"dataset": name, "F": fraction, "trial": trial, "method": method, "size": size,
+                         "coreset_rows": kept.size, "outlier_share": float(corrupted[kept].mean()),
+                         "accuracy": accuracy(fit, X_eval, y_eval), "seconds": seconds})
+    return rows
 
 
 def main(argv=None) -> None:
@@ -45,52 +88,25 @@ def main(argv=None) -> None:
     parser.add_argument("--draws", type=int, default=100)
     parser.add_argument("--select-batch", type=int, default=1000)
     parser.add_argument("--opt-batch", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=2, help="local worker processes (one trial per task)")
+    add_address_argument(parser)
     parser.add_argument("--out", default="coreset_logistic", help="folder under examples/results")
     args = parser.parse_args(argv)
     global OUT
     OUT = OUT.parent / args.out
     OUT.mkdir(parents=True, exist_ok=True)
-    model = rs.glm("bernoulli", standardize=False)
-    model.compile()
-    divergence = rs.BetaD(args.beta)
+    rs.glm("bernoulli", standardize=False).compile()  # once, before the workers load the cache
+    tasks = [(name, fraction, trial) for name in args.datasets for fraction in args.fractions
+             for trial in range(args.trials)]
     rows = []
-    for name in args.datasets:
-        X_train, y_train, X_test, y_test = LOADERS[name]()
-        for fraction in args.fractions:
-            for trial in range(args.trials):
-                rng = np.random.default_rng(100 * trial + int(100 * fraction))
-                X, y, corrupted = contaminate(X_train, y_train, fraction, rng)
-                X_eval, y_eval = balanced(X_test, y_test, rng)
-                data = {"X": X, "y": y, "prior_scale_b": np.ones(X.shape[1])}
-                for reference, div in (("full classical", rs.KL()), ("full beta", divergence)):
-                    fit = model.sample(data, divergence=div, seed=trial, **NUTS)
-                    rows.append({"dataset": name, "F": fraction, "trial": trial, "method": reference,
-                                 "size": len(y), "outlier_share": float(corrupted.mean()),
-                                 "accuracy": accuracy(fit, X_eval, y_eval), "seconds": np.nan})
-                for method in METHODS:
-                    largest = None
-                    start = time.perf_counter()
-                    if method != "uniform":
-                        largest = rs.coreset(model, data, size=max(args.sizes), method=method, divergence=divergence,
-                                             draws=args.draws, iters_per_point=args.iters,
-                                             select_batch=args.select_batch, opt_batch=args.opt_batch,
-                                             sampler="laplace", seed=trial, show_progress=False)
-                    seconds = time.perf_counter() - start
-                    for size in args.sizes:
-                        if method == "uniform":
-                            coreset = rs.coreset(model, data, size=size, method="uniform", divergence=divergence,
-                                                 seed=trial, show_progress=False)
-                        else:
-                            coreset = largest.at_step(min(size, len(largest.path)) - 1)
-                        kept = coreset.indices
-                        fit = coreset.sample("classical", seed=trial, **NUTS)
-                        rows.append({"dataset": name, "F": fraction, "trial": trial, "method": method, "size": size,
-                                     "coreset_rows": kept.size, "outlier_share": float(corrupted[kept].mean()),
-                                     "accuracy": accuracy(fit, X_eval, y_eval), "seconds": seconds})
-                    print(f"{name} F = {fraction:.2f} trial {trial} {method:10s} {seconds:6.0f} s, accuracy at size "
-                          f"{args.sizes[-1]}: {rows[-1]['accuracy']:.3f}, outlier share {rows[-1]['outlier_share']:.2f}",
-                          flush=True)
-                pd.DataFrame(rows).to_csv(OUT / "runs.csv", index=False)
+    with cluster_pool(args.workers, args.address) as pool:
+        for task_rows in pool.map(one_trial, *zip(*tasks), [args] * len(tasks)):
+            rows.extend(task_rows)
+            last = task_rows[-1]
+            print(f"{last['dataset']} F = {last['F']:.2f} trial {last['trial']}: accuracy at size "
+                  f"{last['size']} ({last['method']}) {last['accuracy']:.3f}, outlier share "
+                  f"{last['outlier_share']:.2f}", flush=True)
+    pd.DataFrame(rows).to_csv(OUT / "runs.csv", index=False)
     runs = pd.DataFrame(rows)
     summary = (runs.groupby(["dataset", "F", "method", "size"])["accuracy"].quantile([0.25, 0.5, 0.75]).unstack()
                .rename(columns={0.25: "q25", 0.5: "median", 0.75: "q75"}).reset_index())

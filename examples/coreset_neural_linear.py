@@ -32,7 +32,7 @@ its value).
 
 Writes examples/results/coreset_neural_linear/{runs.csv, summary.csv, rmse.png}.
 
-    python examples/coreset_neural_linear.py [--fractions 0 0.3] [--trials 5] [--beta 0.5]
+    python examples/coreset_neural_linear.py [--fractions 0 0.3] [--trials 5] [--beta 0.5] [--workers 2 | --address ADDR]
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from _cluster import add_address_argument, cluster_pool
 from _uci import load_regression
 
 import robust_stan as rs
@@ -210,17 +211,20 @@ def main(argv=None) -> None:
     parser.add_argument("--iters", type=int, default=50, help="weight steps per added minibatch (T)")
     parser.add_argument("--draws", type=int, default=50)
     parser.add_argument("--opt-batch", type=int, default=20, help="minibatches per weight step (B')")
+    parser.add_argument("--workers", type=int, default=2, help="local worker processes (one trial per task)")
+    add_address_argument(parser)
     parser.add_argument("--out", default="coreset_neural_linear", help="folder under examples/results")
     args = parser.parse_args(argv)
     out = OUT.parent / args.out
     out.mkdir(parents=True, exist_ok=True)
     model = neural_linear_model()
-    model.compile()
+    model.compile()  # once, before the workers load the cache
+    tasks = [(fraction, trial) for fraction in args.fractions for trial in range(args.trials)]
     rows = []
-    for fraction in args.fractions:
-        for trial in range(args.trials):
-            rows += run_trial(model, args, fraction, trial)
-            pd.DataFrame(rows).to_csv(out / "runs.csv", index=False)
+    with cluster_pool(args.workers, args.address) as pool:
+        for trial_rows in pool.map(run_trial, [model] * len(tasks), [args] * len(tasks), *zip(*tasks)):
+            rows += trial_rows
+    pd.DataFrame(rows).to_csv(out / "runs.csv", index=False)
     runs = pd.DataFrame(rows)
     summary = (runs.groupby(["F", "method", "step"]).agg(
         rows=("rows", "median"), q25=("rmse", lambda v: v.quantile(0.25)), median=("rmse", "median"),
