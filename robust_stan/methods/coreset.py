@@ -99,6 +99,12 @@ class UnitGains:
 
     def __init__(self, gains: dict[str, np.ndarray], coreset_size: int):
         self._gains, self._k = gains, coreset_size
+        self._centred_batch: dict[str, np.ndarray] = {}  # centred once per kind, used by two reductions
+
+    def _centred(self, kind: str) -> np.ndarray:
+        if kind not in self._centred_batch:
+            self._centred_batch[kind] = centred(self._gains[kind][:, self._k:])
+        return self._centred_batch[kind]
 
     @property
     def batch_size(self) -> int:
@@ -110,11 +116,11 @@ class UnitGains:
 
     def batch_centred_sum(self, kind: str) -> np.ndarray:
         """sum over the batch of g_s(n), the gains centred over the draws (S,)."""
-        return centred(self._gains[kind][:, self._k:]).sum(axis=1)
+        return self._centred(kind).sum(axis=1)
 
     def batch_correlations(self, kind: str, residual: np.ndarray) -> np.ndarray:
         """Each batch unit's Corr_n with ``residual`` (B,), eq. 14."""
-        return correlations(centred(self._gains[kind][:, self._k:]), residual)
+        return correlations(self._centred(kind), residual)
 
     def batch_means(self, kind: str) -> np.ndarray:
         """Each batch unit's gain averaged over the draws (B,)."""

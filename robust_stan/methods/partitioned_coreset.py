@@ -15,8 +15,11 @@ units. Here:
   correlation with it (eq. 14).
 
 So a weight step moves 2 S numbers per partition each way and a selection step B more; nothing
-that travels scales with the number of rows N (this process keeps the N weights, one number a row). The draws and the choices are the in-memory run's (the same
-random numbers in the same order); only the order of the batch sums' additions differs.
+that travels scales with the number of rows N (this process keeps the N weights, one number a
+row). The draws and the choices are the in-memory run's (the same random numbers in the same
+order); only the order of the batch sums' additions differs. A partition's batch gains are a
+:class:`~robust_stan.methods.coreset.UnitGains` kept on its worker, so the reductions are the
+in-memory ones, computed there.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..building.data import PreparedData, with_switches
 from ..building.divergences import Divergence
 from ..common.cluster import Cluster
 from ..gradients.program import RobustProgram
-from .coreset import centred, correlations
+from .coreset import UnitGains
 from .coreset_targets import CoresetTarget
 from .partitioned import (PlacedPartitions, kept_on_worker, partition_stan_data,
                           prepare_partitioned, prepare_rows)
@@ -37,22 +40,22 @@ from .partitioned import (PlacedPartitions, kept_on_worker, partition_stan_data,
 
 def partition_batch_gains(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
                           divergence: Divergence, learning_rate: float, inner: str, rows: np.ndarray,
-                          columns: np.ndarray) -> dict[str, np.ndarray]:
-    """The gains {"beta", "classical"} (S, len(rows)) of partition ``index``'s rows ``rows`` at the
-    constrained draws ``columns`` (run where the partition is; its target is kept for the run)."""
+                          columns: np.ndarray) -> UnitGains:
+    """The gains of partition ``index``'s rows ``rows`` at the constrained draws ``columns``, as the
+    batch of a :class:`UnitGains` (run where the partition is; its target is kept for the run)."""
     target = kept_on_worker(run, index, lambda: CoresetTarget(
         program, partition_stan_data(program, part, shared, divergence, learning_rate), divergence, inner, "laplace"))
-    return target.gains(rows, columns)
+    return UnitGains(target.gains(rows, columns), 0)
 
 
-def batch_reductions(gains: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per kind of gain: the sum of the rows' gains centred over the draws (S,) and each row's mean gain."""
-    return {kind: (centred(values).sum(axis=1), values.mean(axis=0)) for kind, values in gains.items()}
+def batch_reductions(gains: UnitGains, kinds) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per kind of gain: the batch's centred sum (S,) and each batch row's mean gain."""
+    return {kind: (gains.batch_centred_sum(kind), gains.batch_means(kind)) for kind in kinds}
 
 
-def batch_correlations(gains: dict[str, np.ndarray], kind: str, residual: np.ndarray) -> np.ndarray:
-    """Each row's Corr_n with ``residual`` (eq. 14)."""
-    return correlations(centred(gains[kind]), residual)
+def batch_correlations(gains: UnitGains, kind: str, residual: np.ndarray) -> np.ndarray:
+    """Each batch row's Corr_n with ``residual`` (eq. 14)."""
+    return gains.batch_correlations(kind, residual)
 
 
 def partition_rows(part: dict, run: str, index: int, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -69,7 +72,7 @@ class PartitionedUnitGains:
                  pieces: list[tuple[np.ndarray, object]]):
         self._coreset, self._placed, self._pieces = coreset_gains, placed, pieces
         self.batch_size = batch_size
-        reductions = placed.gather([placed.submit(batch_reductions, gains) for _, gains in pieces])
+        reductions = placed.gather([placed.submit(batch_reductions, gains, list(coreset_gains)) for _, gains in pieces])
         self._sums = {kind: sum(r[kind][0] for r in reductions) for kind in coreset_gains}
         self._means = {kind: self._in_batch_order([r[kind][1] for r in reductions]) for kind in coreset_gains}
 
@@ -109,7 +112,6 @@ class PartitionedCoresetTarget(CoresetTarget):
         self.local_values = {name: np.asarray(first[name]) for name in self._partitioned_names}
         super().__init__(program, stan_data, divergence, inner, sampler)
         self.n_rows = self.n_units = self.placed.n
-        self._settings = (divergence, float(learning_rate))
 
     def local_data(self) -> dict:
         """The fetched rows' raw values with the shared ones."""
@@ -117,9 +119,9 @@ class PartitionedCoresetTarget(CoresetTarget):
 
     def local_prepared(self) -> PreparedData:
         """The fetched rows as prepared data (the coreset result's ``prepared``)."""
-        divergence, learning_rate = self._settings
         values = self.local_data()
-        return PreparedData(values, *prepare_rows(self.spec, values, divergence, learning_rate), divergence)
+        return PreparedData(values, *prepare_rows(self.spec, values, self.divergence, self.learning_rate),
+                            self.divergence)
 
     def fetch(self, rows) -> None:
         """Bring the raw values of ``rows`` here (those not here yet), and prepare the local rows again."""
@@ -135,8 +137,7 @@ class PartitionedCoresetTarget(CoresetTarget):
             stacked = np.concatenate([self.local_values[name], *[piece[name] for piece in fetched]])
             self.local_values[name] = stacked[order]
         self.local_rows = order_rows[order]
-        divergence, learning_rate = self._settings
-        stan_data, _ = prepare_rows(self.spec, self.local_data(), divergence, learning_rate)
+        stan_data, _ = prepare_rows(self.spec, self.local_data(), self.divergence, self.learning_rate)
         self.stan_data = with_switches(stan_data, pointwise=False, divergence=self.divergence)
 
     def rows_of(self, units, weights=None):
@@ -150,13 +151,12 @@ class PartitionedCoresetTarget(CoresetTarget):
         columns = np.asarray(columns, dtype=float)
         coreset_gains = self.gains(support, columns)
         index, inside = self.placed.locate(np.asarray(batch, dtype=int))
-        divergence, learning_rate = self._settings
         pieces = []
         for k in np.unique(index):
             positions = np.flatnonzero(index == k)
             pieces.append((positions, self.placed.call(int(k), partition_batch_gains, self.program, self.placed.shared,
-                                                       divergence, learning_rate, self.inner, inside[positions],
-                                                       columns)))
+                                                       self.divergence, self.learning_rate, self.inner,
+                                                       inside[positions], columns)))
         return PartitionedUnitGains(coreset_gains, self.placed, len(batch), pieces)
 
     def close(self) -> None:
