@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -326,3 +327,13 @@ def _cached_partitions() -> int:
     from robust_stan.methods import partitioned
 
     return len(partitioned._ON_THIS_WORKER)
+
+
+def test_a_beta_loss_on_partitions_is_not_judged_on_its_first_row(glm_normal):
+    """The first row is prepared only for the program's sizes; the check that a beta loss leaves
+    the data enough weight is about all the rows, so one row must not trigger it."""
+    X, y = _rows()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rs.rob_ula(glm_normal, _partitioned(X, y), divergence=rs.BetaD(0.5), **{**RUN, "iters": 20, "warmup": 10})
+    assert not [w for w in caught if "almost no influence" in str(w.message)]

@@ -184,7 +184,7 @@ def _partitioned_coreset(model, data: Mapping, method: str, divergence: Divergen
         else:
             out = greedy_coreset(target, settings, "beta" if method == "beta_cores" else "classical", start_units)
         target.fetch(np.flatnonzero(out.unit_weights))
-        prepared = target.local_prepared()
+        prepared = target.local_prepared
     finally:
         target.close()
     return Coreset(model, prepared, method, out.unit_weights, None, out.trace, out.seconds, None, out.path,

@@ -19,7 +19,7 @@ from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
 from ..methods.nuts import nuts_settings, run_nuts
 from ..methods.stan_methods import run_stan_method
-from ..methods.partitioned import is_partitioned, prepare_rows
+from ..methods.partitioned import is_partitioned
 from ..methods.partitioned_variational import partitioned_variational_target
 from ..methods.variational import fit_variational
 from ..results.fit import Fit
@@ -192,12 +192,10 @@ class Model(RobustProgram):
         if divergence.code == 3:
             raise RobustStanInputError("divergence: the original gamma form is not a sum over observations, so the "
                                        "partitions' terms do not add up to it; use rs.GammaD(gamma) or rows in memory")
-        first, stan_data, placed, make_target = partitioned_variational_target(self, data, divergence, learning_rate,
-                                                                               cluster)
+        prepared, placed, make_target = partitioned_variational_target(self, data, divergence, learning_rate, cluster)
         try:
-            prepared = PreparedData(first, *prepare_rows(self.spec, first, divergence, learning_rate), divergence)
-            start = None if init is None else self.unconstrain_init(init, stan_data, prepared.scaling)
-            out = fit_variational(self, stan_data, family=family, draws=draws, seed=seed, start=start,
+            start = None if init is None else self.unconstrain_init(init, prepared.stan_data, prepared.scaling)
+            out = fit_variational(self, prepared.stan_data, family=family, draws=draws, seed=seed, start=start,
                                   show_progress=show_progress, target=make_target, **options)
         finally:
             placed.close()

@@ -122,7 +122,7 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     if is_partitioned(data):
         require_builtin_model(model, "rs.rob_ula with rows held in partitions")
         divergence = as_divergence(divergence)
-        target, gradients, first_row = partitioned_target(model, data, divergence, learning_rate, cluster, combine)
+        target, gradients, prepared = partitioned_target(model, data, divergence, learning_rate, cluster, combine)
         try:
             out = run_rob_ula(target, epsilon, step_size=step_size, iters=iters, warmup=warmup, thin=thin,
                               chains=chains, estimator=estimator, init=init, init_scale=init_scale, metric=metric,
@@ -130,7 +130,6 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
                               gradient_total=gradient_total)
         finally:
             gradients.close()
-        prepared = model.prepare(first_row, divergence, learning_rate)
         fit = PartitionedRobULAFit(model, out.raw, prepared, out.settings, inverse_metric=out.inverse_metric,
                                    unconstrained_draws=out.unconstrained_draws)
         fit.warn_if_not_converged()

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..building.data import default_prior_scales, prepare_data, with_switches
+from ..building.data import PreparedData, default_prior_scales, prepare_data, with_switches
 from ..building.divergences import Divergence
 from ..common.cluster import Cluster, require_cluster
 from ..common.errors import RobustStanInputError, RobustStanWarning
@@ -121,25 +121,29 @@ def split_partitions(data: Mapping) -> Partitions:
     return Partitions(parts, [rows[k] for k in kept], shared)
 
 
-def load_partition_value(value) -> np.ndarray:
-    """A partition's value as an array (a .npy path is read; a computed Dask chunk is taken as it is)."""
-    return np.load(value) if isinstance(value, str) else np.asarray(value)
+def load_partition_value(value, rows: np.ndarray | None = None) -> np.ndarray:
+    """A partition's value as an array (a .npy path is read; a computed Dask chunk is taken as it
+    is), or only its rows ``rows`` (then a .npy file is mapped, not read whole)."""
+    if rows is None:
+        return np.load(value) if isinstance(value, str) else np.asarray(value)
+    return np.array(np.load(value, mmap_mode="r")[rows]) if isinstance(value, str) else np.asarray(value)[rows]
 
 
-def prepare_rows(spec, values: Mapping, divergence: Divergence, learning_rate: float):
-    """Some of the rows (a partition, the first row, a coreset's) prepared as posterior data:
-    (Stan data, scaling). Without the check that a beta loss leaves the data enough weight, which
-    is about all the rows, not a part of them."""
+def prepare_rows(spec, values: Mapping, divergence: Divergence, learning_rate: float) -> PreparedData:
+    """Some of the rows (a partition, the first row, a coreset's) prepared as posterior data.
+    Without the check that a beta loss leaves the data enough weight, which is about all the
+    rows, not a part of them."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RobustStanWarning)
-        return prepare_data(spec, values, divergence, learning_rate, None, "posterior", None)
+        stan_data, scaling = prepare_data(spec, values, divergence, learning_rate, None, "posterior", None)
+    return PreparedData(values, stan_data, scaling, divergence)
 
 
 def partition_stan_data(program: RobustProgram, part: dict, shared: dict, divergence: Divergence,
                         learning_rate: float) -> dict:
     """A partition's rows with the shared values, prepared as the program's posterior data."""
     values = {**shared, **{name: load_partition_value(value) for name, value in part.items()}}
-    return prepare_rows(program.spec, values, divergence, learning_rate)[0]
+    return prepare_rows(program.spec, values, divergence, learning_rate).stan_data
 
 
 def kept_on_worker(run: str, index: int, build: Callable[[], object]):
@@ -282,10 +286,10 @@ def first_rows(data: Mapping) -> dict:
 
 
 def prepare_partitioned(program: RobustProgram, data: Mapping, divergence: Divergence,
-                        learning_rate: float) -> tuple[Partitions, dict, dict]:
+                        learning_rate: float) -> tuple[Partitions, PreparedData]:
     """The checked partitions of a built-in model's ``data`` (with the glm's prior scales over
-    all rows among the shared values), the raw values of its first row with the shared ones, and
-    their prepared Stan data (for the program's sizes and transforms, which the rows do not change)."""
+    all rows among the shared values), and its first row with the shared values, prepared (for
+    the program's sizes and transforms, which the rows do not change, and a fit's constraining)."""
     if program.spec.standardize:
         raise RobustStanInputError("model: with the rows held in partitions, each partition would standardise by its "
                                    "own centre and scale; build the model with standardize=False")
@@ -295,17 +299,18 @@ def prepare_partitioned(program: RobustProgram, data: Mapping, divergence: Diver
                                    "(each partition would infer its own)")
     partitions.shared.update(global_prior_scales(program.spec, data))
     first = {**first_rows(data), **partitions.shared}
-    return partitions, first, prepare_rows(program.spec, first, divergence, learning_rate)[0]
+    return partitions, prepare_rows(program.spec, first, divergence, learning_rate)
 
 
 def partitioned_target(program: RobustProgram, data: Mapping, divergence: Divergence, learning_rate: float,
                        cluster: Cluster | None, combine: str = "median"):
     """The :class:`~robust_stan.methods.rob_ula.LangevinTarget` of a built-in model whose rows are
     held in partitions, its :class:`PartitionedGradients` (close it after the run) and the data of
-    its first row with the values every partition shares (for the fit's constraining)."""
+    its first row with the values every partition shares, prepared (for the fit's constraining)."""
     from .rob_ula import LangevinTarget, default_estimator
 
-    partitions, first, stan_data = prepare_partitioned(program, data, divergence, learning_rate)
+    partitions, first = prepare_partitioned(program, data, divergence, learning_rate)
+    stan_data = first.stan_data
     gradients = PartitionedGradients(program, partitions, divergence, learning_rate, program.dimension(stan_data),
                                      cluster, combine)
     target = LangevinTarget(

@@ -28,13 +28,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..building.data import PreparedData, with_switches
+from ..building.data import with_switches
 from ..building.divergences import Divergence
 from ..common.cluster import Cluster
 from ..gradients.program import RobustProgram
 from .coreset import UnitGains
 from .coreset_targets import CoresetTarget
-from .partitioned import (PlacedPartitions, kept_on_worker, partition_stan_data,
+from .partitioned import (PlacedPartitions, kept_on_worker, load_partition_value, partition_stan_data,
                           prepare_partitioned, prepare_rows)
 
 
@@ -59,9 +59,8 @@ def batch_correlations(gains: UnitGains, kind: str, residual: np.ndarray) -> np.
 
 
 def partition_rows(part: dict, run: str, index: int, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """Partition ``index``'s raw values of its rows ``rows`` (a .npy file is mapped, not read whole)."""
-    return {name: np.array(np.load(value, mmap_mode="r")[rows]) if isinstance(value, str) else np.asarray(value)[rows]
-            for name, value in part.items()}
+    """Partition ``index``'s raw values of its rows ``rows``."""
+    return {name: load_partition_value(value, rows) for name, value in part.items()}
 
 
 class PartitionedUnitGains:
@@ -101,27 +100,19 @@ class PartitionedCoresetTarget(CoresetTarget):
     """A :class:`CoresetTarget` of a built-in model whose rows are held in partitions: the rows of
     the coreset are fetched here as they join (``local_rows``, their row numbers, sorted; the
     data's first row is fetched from the start), the batches' gains are computed where their
-    partitions are (module docstring). Units are rows."""
+    partitions are (module docstring); ``local_prepared`` holds the fetched rows as prepared data
+    (the coreset result's ``prepared``). Units are rows."""
 
     def __init__(self, program: RobustProgram, data: Mapping, divergence: Divergence, inner: str, sampler: str,
                  learning_rate: float, cluster: Cluster | None):
-        partitions, first, stan_data = prepare_partitioned(program, data, divergence, learning_rate)
+        partitions, first = prepare_partitioned(program, data, divergence, learning_rate)
         self.placed = PlacedPartitions(program, partitions, cluster)
         self._partitioned_names = sorted(partitions.parts[0])
         self.local_rows = np.zeros(1, dtype=int)
-        self.local_values = {name: np.asarray(first[name]) for name in self._partitioned_names}
-        super().__init__(program, stan_data, divergence, inner, sampler)
+        self.local_values = {name: np.asarray(first.data[name]) for name in self._partitioned_names}
+        self.local_prepared = first
+        super().__init__(program, first.stan_data, divergence, inner, sampler)
         self.n_rows = self.n_units = self.placed.n
-
-    def local_data(self) -> dict:
-        """The fetched rows' raw values with the shared ones."""
-        return {**self.placed.shared, **self.local_values}
-
-    def local_prepared(self) -> PreparedData:
-        """The fetched rows as prepared data (the coreset result's ``prepared``)."""
-        values = self.local_data()
-        return PreparedData(values, *prepare_rows(self.spec, values, self.divergence, self.learning_rate),
-                            self.divergence)
 
     def fetch(self, rows) -> None:
         """Bring the raw values of ``rows`` here (those not here yet), and prepare the local rows again."""
@@ -137,8 +128,9 @@ class PartitionedCoresetTarget(CoresetTarget):
             stacked = np.concatenate([self.local_values[name], *[piece[name] for piece in fetched]])
             self.local_values[name] = stacked[order]
         self.local_rows = order_rows[order]
-        stan_data, _ = prepare_rows(self.spec, self.local_data(), self.divergence, self.learning_rate)
-        self.stan_data = with_switches(stan_data, pointwise=False, divergence=self.divergence)
+        self.local_prepared = prepare_rows(self.spec, {**self.placed.shared, **self.local_values}, self.divergence,
+                                            self.learning_rate)
+        self.stan_data = with_switches(self.local_prepared.stan_data, pointwise=False, divergence=self.divergence)
 
     def rows_of(self, units, weights=None):
         """The positions of ``units`` (row numbers) among the local rows, fetching those not here yet."""

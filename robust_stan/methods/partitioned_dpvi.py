@@ -70,10 +70,10 @@ def partitioned_dpvi_setup(program: RobustProgram, data: Mapping, divergence: Di
     """The first row's prepared Stan data (for the release's public data), the placed partitions
     (close them after the run), the total number of rows and a maker of the run's batches from
     its settings and the model's dimension."""
-    partitions, _, stan_data = prepare_partitioned(program, data, divergence, 1.0)
+    partitions, first = prepare_partitioned(program, data, divergence, 1.0)
     placed = PlacedPartitions(program, partitions, cluster)
 
     def batches(dimension: int, settings: DPVISettings) -> PartitionedBatches:
         return PartitionedBatches(program, placed, divergence, dimension, settings)
 
-    return stan_data, placed, placed.n, batches
+    return first.stan_data, placed, placed.n, batches

@@ -73,14 +73,15 @@ class PartitionedVariationalTarget(VariationalTarget):
 
 def partitioned_variational_target(program: RobustProgram, data: Mapping, divergence: Divergence,
                                    learning_rate: float, cluster: Cluster | None):
-    """The first row's raw data (with the shared values), its prepared Stan data, the placed
+    """The first row with the shared values, prepared (for the fit's constraining), the placed
     partitions (close them after the fit) and a maker of the fit's target for
     :func:`~robust_stan.methods.variational.fit_variational` (``target=``)."""
-    partitions, first, stan_data = prepare_partitioned(program, data, divergence, learning_rate)
+    partitions, first = prepare_partitioned(program, data, divergence, learning_rate)
+    stan_data = first.stan_data
     placed = PlacedPartitions(program, partitions, cluster)
 
     def make_target(batch_size, oracle, rng):
         return PartitionedVariationalTarget(program, placed, stan_data, divergence, learning_rate, batch_size,
                                             oracle, rng)
 
-    return first, stan_data, placed, make_target
+    return first, placed, make_target
