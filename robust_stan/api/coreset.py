@@ -119,15 +119,7 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
     n_rows = int(prepared.stan_data["N"]) if not own_program else model.rows_of_outcome(prepared.stan_data)
     unit_rows, labels = _units(groups, n_rows)
     n_units = len(unit_rows) if unit_rows is not None else n_rows
-    if size > n_units:
-        raise RobustStanInputError(f"size: at most the number of {'groups' if labels is not None else 'rows'} "
-                                   f"({n_units}), got {size}")
-    start_units = _start_units(start, labels, n_units)
-    if size + start_units.size > n_units:
-        raise RobustStanInputError(f"size: start ({start_units.size}) plus size ({size}) exceeds the number of "
-                                   f"{'groups' if labels is not None else 'rows'} ({n_units})")
-    if method == "uniform" and (start is not None or refresh is not None):
-        raise RobustStanInputError("start, refresh: only for the greedy methods 'beta_cores' and 'sparse_vi'")
+    start_units = _checked_start(start, labels, n_units, size, method, refresh)
     if refresh is not None and not callable(refresh):
         raise RobustStanInputError(f"refresh: must be a function of the row weights, got {type(refresh).__name__}")
 
@@ -172,14 +164,8 @@ def _partitioned_coreset(model, data: Mapping, method: str, divergence: Divergen
                                    "in partitions")
     target = PartitionedCoresetTarget(model, data, divergence, inner, sampler, learning_rate, cluster)
     try:
-        n_rows = target.n_units
-        start_units = _start_units(start, None, n_rows)
-        if settings.size + start_units.size > n_rows:
-            raise RobustStanInputError(f"size: start ({start_units.size}) plus size ({settings.size}) exceeds the "
-                                       f"number of rows ({n_rows})")
+        start_units = _checked_start(start, None, target.n_units, settings.size, method, None)
         if method == "uniform":
-            if start is not None:
-                raise RobustStanInputError("start: only for the greedy methods 'beta_cores' and 'sparse_vi'")
             out = uniform_coreset(target, settings.size, settings.seed)
         else:
             out = greedy_coreset(target, settings, "beta" if method == "beta_cores" else "classical", start_units)
@@ -201,6 +187,21 @@ def _prepared(model, data: Mapping, divergence: Divergence, learning_rate: float
 def _seed(seed) -> int:
     seed = require_seed(seed)
     return int(np.random.default_rng().integers(0, 2**31 - 1)) if seed is None else seed
+
+
+def _checked_start(start, labels, n_units: int, size: int, method: str, refresh) -> np.ndarray:
+    """The unit numbers of ``start``, once ``size`` more units are known to fit among the
+    ``n_units`` and the method is known to take a start (and a refresh)."""
+    units = "groups" if labels is not None else "rows"
+    if size > n_units:
+        raise RobustStanInputError(f"size: at most the number of {units} ({n_units}), got {size}")
+    if method == "uniform" and (start is not None or refresh is not None):
+        raise RobustStanInputError("start, refresh: only for the greedy methods 'beta_cores' and 'sparse_vi'")
+    start_units = _start_units(start, labels, n_units)
+    if size + start_units.size > n_units:
+        raise RobustStanInputError(f"size: start ({start_units.size}) plus size ({size}) exceeds the number of "
+                                   f"{units} ({n_units})")
+    return start_units
 
 
 def _start_units(start, labels, n_units: int) -> np.ndarray:
