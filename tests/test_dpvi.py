@@ -216,18 +216,25 @@ def test_dpvi_with_almost_no_noise_reaches_the_meanfield_optimum(exponential):
     set for a stable contraction of 0.1 per step in mu, beta_u for a contraction of 10 of u
     over the T steps."""
     data = data_of(1.5, 1000, 9)
-    steps, kappa, clip, n = 3000, 0.1, 10.0, 1000
+    fit, step_size, u_contraction = _run_with_almost_no_noise(exponential, data)
+    assert fit.release.step_size == pytest.approx(step_size)
+    mu_star, s_star = meanfield_optimum(data["y"])
+    _assert_near_the_optimum(fit.release.iterates, mu_star, s_star, u_contraction)
+    vi = exponential.variational(data, family="meanfield", seed=1, show_progress=False)
+    assert abs(vi.q.mean[0] - mu_star) < 0.05 * np.sqrt(s_star) and abs(vi.q.sd[0] / np.sqrt(s_star) - 1) < 0.05
+
+
+def _run_with_almost_no_noise(exponential, data: dict, n: int = 1000):
+    """rs.dpvi at epsilon 1e5 with the step and preconditioning of the docstring above: the fit,
+    its step size and the contraction of u per step."""
+    steps, kappa, clip = 3000, 0.1, 10.0
     sigma = solve_noise_multiplier(1e5, 1e-5, kappa, steps).noise_multiplier
     step_size = 0.1 / (kappa * n)
     lambda_c = step_size * sigma * clip * np.sqrt(steps * 2) / np.sqrt(2)
     beta_u = 10 / (step_size * kappa * 0.5 * steps)
     fit = rs.dpvi(exponential, data, epsilon=1e5, clip=clip, steps=steps, sampling_rate=kappa, lambda_c=lambda_c,
                   precondition=beta_u, seed=4, show_progress=False)
-    assert fit.release.step_size == pytest.approx(step_size)
-    mu_star, s_star = meanfield_optimum(data["y"])
-    _assert_near_the_optimum(fit.release.iterates, mu_star, s_star, 1 - step_size * kappa * 0.5 * beta_u)
-    vi = exponential.variational(data, family="meanfield", seed=1, show_progress=False)
-    assert abs(vi.q.mean[0] - mu_star) < 0.05 * np.sqrt(s_star) and abs(vi.q.sd[0] / np.sqrt(s_star) - 1) < 0.05
+    return fit, step_size, 1 - step_size * kappa * 0.5 * beta_u
 
 
 def _assert_near_the_optimum(iterates: np.ndarray, mu_star: float, s_star: float, u_contraction: float) -> None:
@@ -418,14 +425,8 @@ def test_partitioned_dpvi_with_almost_no_noise_reaches_the_meanfield_optimum(exp
     """The in-memory test's run (above) with the rows in 4 partitions, each drawing its rows of
     every step's subsample: the same closed-form optimum within 4 standard errors."""
     y = data_of(1.5, 1000, 9)["y"]
-    steps, kappa, clip, n = 3000, 0.1, 10.0, 1000
-    sigma = solve_noise_multiplier(1e5, 1e-5, kappa, steps).noise_multiplier
-    step_size = 0.1 / (kappa * n)
-    lambda_c = step_size * sigma * clip * np.sqrt(steps * 2) / np.sqrt(2)
-    beta_u = 10 / (step_size * kappa * 0.5 * steps)
-    fit = rs.dpvi(exponential, _in_partitions(y, 250), epsilon=1e5, clip=clip, steps=steps, sampling_rate=kappa,
-                  lambda_c=lambda_c, precondition=beta_u, seed=4, show_progress=False)
-    _assert_near_the_optimum(fit.release.iterates, *meanfield_optimum(y), 1 - step_size * kappa * 0.5 * beta_u)
+    fit, _, u_contraction = _run_with_almost_no_noise(exponential, _in_partitions(y, 250))
+    _assert_near_the_optimum(fit.release.iterates, *meanfield_optimum(y), u_contraction)
 
 
 def test_partitioned_dpvi_on_a_cluster_equals_the_serial_run(exponential):
