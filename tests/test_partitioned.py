@@ -76,6 +76,68 @@ def test_npy_partitions_equal_dask_partitions(glm_normal, serial, tmp_path):
     _same_draws(rs.rob_ula(glm_normal, paths, **RUN), serial)
 
 
+def _frame(X, y) -> pd.DataFrame:
+    return pd.DataFrame({**{f"x{j}": X[:, j] for j in range(X.shape[1])}, "y": y})
+
+
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
+def test_dask_frames_and_parquet_files_equal_dask_array_partitions(glm_normal, serial, tmp_path):
+    """The same 4 partitions of 500 rows as a Dask DataFrame (X its columns, y a Series), as
+    Parquet files read by Dask, and as one Parquet file per partition and value."""
+    dd = pytest.importorskip("dask.dataframe", reason="Dask DataFrames need dask[dataframe] (the test extra)")
+    pytest.importorskip("pyarrow", reason="Parquet files need pyarrow (the test extra)")
+    X, y = _rows()
+    frame = dd.from_pandas(_frame(X, y), chunksize=500)
+    assert frame.npartitions == 4
+    columns = ["x0", "x1", "x2"]
+    _same_draws(rs.rob_ula(glm_normal, {"X": frame[columns], "y": frame["y"]}, **RUN), serial)
+    paths = {"X": [], "y": []}
+    for k in range(4):
+        rows = slice(500 * k, 500 * (k + 1))
+        _frame(X[rows], y[rows]).to_parquet(tmp_path / f"part{k}.parquet")
+        _frame(X[rows], y[rows])[columns].to_parquet(tmp_path / f"X{k}.parquet")
+        _frame(X[rows], y[rows])[["y"]].to_parquet(tmp_path / f"y{k}.parquet")
+        for name in paths:
+            paths[name].append(str(tmp_path / f"{name}{k}.parquet"))
+    read = dd.read_parquet([str(tmp_path / f"part{k}.parquet") for k in range(4)])
+    _same_draws(rs.rob_ula(glm_normal, {"X": read[columns], "y": read["y"]}, **RUN), serial)
+    _same_draws(rs.rob_ula(glm_normal, paths, **RUN), serial)
+
+
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
+def test_dask_values_chunked_differently_are_split_at_every_boundary(glm_normal):
+    X, y = _rows(200)
+    unequal = {"X": da.from_array(X, chunks=(100, 3)), "y": da.from_array(y, chunks=((50, 150),))}
+    split = {"X": da.from_array(X, chunks=((50, 50, 100), 3)), "y": da.from_array(y, chunks=((50, 50, 100),))}
+    _same_draws(rs.rob_ula(glm_normal, unequal, **RUN), rs.rob_ula(glm_normal, split, **RUN))
+
+
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
+def test_parquet_files_read_on_a_cluster_equal_the_serial_run(glm_normal, serial, tmp_path):
+    """The files are read by the workers (the frame's partitions are tasks of the graph)."""
+    dd = pytest.importorskip("dask.dataframe", reason="Dask DataFrames need dask[dataframe] (the test extra)")
+    pytest.importorskip("pyarrow", reason="Parquet files need pyarrow (the test extra)")
+    X, y = _rows()
+    for k in range(4):
+        _frame(X[500 * k:500 * (k + 1)], y[500 * k:500 * (k + 1)]).to_parquet(tmp_path / f"part{k}.parquet")
+    with rs.Cluster(workers=2, show_progress=False) as cluster:
+        frame = dd.read_parquet([str(tmp_path / f"part{k}.parquet") for k in range(4)])
+        fit = rs.rob_ula(glm_normal, {"X": frame[["x0", "x1", "x2"]], "y": frame["y"]}, cluster=cluster, **RUN)
+    _same_draws(fit, serial)
+
+
+def test_bad_dask_frames_are_refused(glm_normal):
+    dd = pytest.importorskip("dask.dataframe", reason="Dask DataFrames need dask[dataframe] (the test extra)")
+    X, y = _rows(200)
+    table = _frame(X, y).assign(label=["a"] * 200)
+    frame = dd.from_pandas(table, chunksize=100)
+    with pytest.raises(rs.RobustStanInputError, match=r"^data\['X'\]: every column must be numeric; not \{'label'"):
+        rs.rob_ula(glm_normal, {"X": frame[["x0", "label"]], "y": frame["y"]}, **RUN)
+    other = dd.from_pandas(table.iloc[:150], chunksize=50)
+    with pytest.raises(rs.RobustStanInputError, match=r"^data: the Dask values \['X', 'y'\] have different numbers"):
+        rs.rob_ula(glm_normal, {"X": frame[["x0", "x1"]], "y": other["y"]}, **RUN)
+
+
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_plain_mean_joined_by_the_weighted_mean_is_the_in_memory_chain(glm_normal):
     """With estimator="mean" (ULA) and combine="mean", the partitions' row-weighted mean of
@@ -120,8 +182,14 @@ def test_bad_partitioned_data_is_refused(glm_normal, glm_normal_standardized, tm
     with pytest.raises(rs.RobustStanInputError, match=r"^data\['X'\]: its partitions have different column counts"):
         rs.rob_ula(glm_normal, {"X": [str(tmp_path / "X0.npy"), str(tmp_path / "X1.npy")],
                                 "y": [str(tmp_path / "y0.npy"), str(tmp_path / "y1.npy")]}, **RUN)
+    np.save(tmp_path / "X1.npy", X[100:])
+    np.save(tmp_path / "y0.npy", y[:50])
+    np.save(tmp_path / "y1.npy", y[50:])
     with pytest.raises(rs.RobustStanInputError, match=r"^data\['y'\]: its partitions' row counts"):
-        rs.rob_ula(glm_normal, {"X": da.from_array(X, chunks=(100, 3)), "y": da.from_array(y, chunks=((50, 150),))},
+        rs.rob_ula(glm_normal, {"X": [str(tmp_path / "X0.npy"), str(tmp_path / "X1.npy")],
+                                "y": [str(tmp_path / "y0.npy"), str(tmp_path / "y1.npy")]}, **RUN)
+    with pytest.raises(rs.RobustStanInputError, match=r"^data: the Dask values \['X', 'y'\] have different numbers"):
+        rs.rob_ula(glm_normal, {"X": da.from_array(X, chunks=(100, 3)), "y": da.from_array(y[:150], chunks=50)},
                    **RUN)
     with pytest.raises(rs.RobustStanInputError, match="^cluster"):
         rs.rob_ula(glm_normal, {"X": X, "y": y}, cluster=object(), **RUN)

@@ -12,7 +12,7 @@ from ..methods.coreset import METHODS, OPTIMIZERS, CoresetSettings, greedy_cores
 from ..building.data import PreparedData
 from ..common.cluster import Cluster
 from ..methods.coreset_targets import INNER, SAMPLERS, CoresetTarget
-from ..methods.partitioned import is_partitioned
+from ..methods.partitioned import is_partitioned, refuse_cluster_for_rows_here
 from ..methods.partitioned_coreset import PartitionedCoresetTarget
 from ..results.coreset import Coreset, ProgramCoreset
 from .model import Model, require_builtin_model
@@ -72,9 +72,9 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
     each draw and each gains call then costs O(N) rows. ``refresh`` returns the program's
     data (its data block's variables).
 
-    Rows held in partitions (``data`` values that are Dask arrays split into row chunks, or
-    lists of ``.npy`` paths, one per partition; a built-in model with ``standardize=False``):
-    each batch's gains are computed where their partitions live (on ``cluster``'s workers, an
+    Rows held in partitions (``data`` values that are Dask arrays split into row chunks, Dask
+    DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths, one file per partition; a
+    built-in model with ``standardize=False``): each batch's gains are computed where their partitions live (on ``cluster``'s workers, an
     :class:`rs.Cluster`; here without one) and only their reductions travel; the coreset's rows
     are fetched here as they join (:mod:`robust_stan.methods.partitioned_coreset`). The choices
     are the in-memory run's; the result's ``prepared`` then holds the fetched rows only
@@ -112,9 +112,7 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
     if is_partitioned(data):
         return _partitioned_coreset(model, data, method, divergence, inner, sampler, settings, learning_rate,
                                     groups, start, refresh, cluster)
-    if cluster is not None:
-        raise RobustStanInputError("cluster: rs.coreset uses a cluster for rows held in partitions (Dask arrays or "
-                                   "lists of .npy paths in data); with the rows in memory the construction runs here")
+    refuse_cluster_for_rows_here(cluster, "rs.coreset")
     prepared = _prepared(model, data, divergence, learning_rate)
     n_rows = int(prepared.stan_data["N"]) if not own_program else model.rows_of_outcome(prepared.stan_data)
     unit_rows, labels = _units(groups, n_rows)

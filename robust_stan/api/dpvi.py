@@ -14,7 +14,7 @@ from ..common.errors import RobustStanInputError, require_count, require_positiv
 from ..gradients.per_example import PerExampleGradients
 from ..methods.dpvi import DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, run_dp_sgd
 from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data
-from ..methods.partitioned import is_partitioned
+from ..methods.partitioned import is_partitioned, refuse_cluster_for_rows_here
 from ..methods.partitioned_dpvi import partitioned_dpvi_setup
 from ..methods.privacy_accounting import check_privacy_arguments, solve_noise_multiplier
 from ..results.dpvi import DPVIFit, PrivatePosterior
@@ -47,9 +47,9 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     without it a fresh one is drawn). Returns a :class:`~robust_stan.results.dpvi.DPVIFit` whose ``release`` is
     all that leaves: the iterates, the noisy gradients and the public settings.
 
-    Rows held in partitions (``data`` values that are Dask arrays split into row chunks, or
-    lists of ``.npy`` paths): each partition draws its rows of a step's subsample and sums their
-    clipped gradients where it lives (on ``cluster``'s workers, an :class:`rs.Cluster`; here
+    Rows held in partitions (``data`` values that are Dask arrays split into row chunks, Dask
+    DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths): each partition draws its
+    rows of a step's subsample and sums their clipped gradients where it lives (on ``cluster``'s workers, an :class:`rs.Cluster`; here
     without one); only the sums travel, and the noise is added here
     (:mod:`robust_stan.methods.partitioned_dpvi`). The guarantee is the same, with this process
     and the workers as the trusted curator (they see the data and the sums before the noise).
@@ -68,10 +68,8 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     placed = make_batches = None
     if is_partitioned(data):
         stan_data, placed, n_rows, make_batches = partitioned_dpvi_setup(model, data, divergence, cluster)
-    elif cluster is not None:
-        raise RobustStanInputError("cluster: rs.dpvi uses a cluster for rows held in partitions (Dask arrays or "
-                                   "lists of .npy paths in data); with the rows in memory it runs here")
     else:
+        refuse_cluster_for_rows_here(cluster, "rs.dpvi")
         stan_data = model.prepare(data, divergence).stan_data
         n_rows = int(stan_data["N"])
     per_example = PerExampleGradients(model, stan_data)

@@ -19,7 +19,7 @@ from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
 from ..methods.nuts import nuts_settings, run_nuts
 from ..methods.stan_methods import run_stan_method
-from ..methods.partitioned import is_partitioned
+from ..methods.partitioned import is_partitioned, refuse_cluster_for_rows_here
 from ..methods.partitioned_variational import partitioned_variational_target
 from ..methods.variational import fit_variational
 from ..results.fit import Fit
@@ -152,9 +152,9 @@ class Model(RobustProgram):
         algorithms on the same program through CmdStanPy (CmdStan engine only);
         ``options`` then go to CmdStanPy's method of that name.
 
-        Rows held in partitions (``data`` values that are Dask arrays split into row chunks, or
-        lists of ``.npy`` paths; ``standardize=False``; robust-stan's driver, no ``weights``):
-        each step's data term is computed where its rows live (on ``cluster``'s workers, an
+        Rows held in partitions (``data`` values that are Dask arrays split into row chunks, Dask
+        DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths; ``standardize=False``;
+        robust-stan's driver, no ``weights``): each step's data term is computed where its rows live (on ``cluster``'s workers, an
         :class:`rs.Cluster`; here without one) and only its sum travels
         (:mod:`robust_stan.methods.partitioned_variational`); the fit is the in-memory one's up
         to rounding and has no per-observation quantities.
@@ -162,10 +162,7 @@ class Model(RobustProgram):
         if is_partitioned(data):
             return self._variational_on_partitions(data, divergence, learning_rate, weights, family, method, draws,
                                                    seed, show_progress, init, cluster, options)
-        if cluster is not None:
-            raise RobustStanInputError("cluster: variational inference uses a cluster for rows held in partitions "
-                                       "(Dask arrays or lists of .npy paths in data); with the rows in memory it "
-                                       "runs here")
+        refuse_cluster_for_rows_here(cluster, "variational inference")
         prepared = self.prepare(data, divergence, learning_rate, weights)
         if method == "robust-stan":
             start = None if init is None else self.unconstrain_init(init, prepared.stan_data, prepared.scaling)

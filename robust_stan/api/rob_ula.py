@@ -7,8 +7,7 @@ from collections.abc import Mapping
 
 from ..building.divergences import Divergence, as_divergence
 from ..common.cluster import Cluster
-from ..common.errors import RobustStanInputError
-from ..methods.partitioned import is_partitioned, partitioned_target
+from ..methods.partitioned import is_partitioned, partitioned_target, refuse_cluster_for_rows_here
 from ..methods.rob_ula import builtin_target, run_rob_ula
 from ..results.method_fits import PartitionedRobULAFit, RobULAFit
 from ..results.program_fit import ProgramFit
@@ -98,9 +97,9 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     later draws are NaN. Like NUTS, a run whose R-hat or ESS is poor warns
     (:meth:`Fit.warn_if_not_converged`).
 
-    Rows held in partitions (``data`` values that are Dask arrays split into row chunks, or lists
-    of ``.npy`` paths, one per partition; a built-in model with ``standardize=False``): each
-    partition's per-example gradients and the estimator on them are computed where the partition
+    Rows held in partitions (``data`` values that are Dask arrays split into row chunks, Dask
+    DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths, one file per partition; a
+    built-in model with ``standardize=False``): each partition's per-example gradients and the estimator on them are computed where the partition
     lives (on ``cluster``'s workers, an :class:`rs.Cluster`; here without one), and only each
     partition's robust mean travels; ``combine`` ("median", default, or "mean") joins them
     (:mod:`robust_stan.methods.partitioned` states each one's guarantee). The run is then the
@@ -134,9 +133,7 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
                                    unconstrained_draws=out.unconstrained_draws)
         fit.warn_if_not_converged()
         return fit
-    if cluster is not None:
-        raise RobustStanInputError("cluster: Rob-ULA uses a cluster for rows held in partitions (Dask arrays or lists "
-                                   "of .npy paths in data); these data are all here")
+    refuse_cluster_for_rows_here(cluster, "Rob-ULA")
     if own_program:
         stan_data = model.stan_data(data, divergence, learning_rate)
         target = model.langevin_target(stan_data, oracle)

@@ -49,18 +49,97 @@ COMBINES = ("median", "mean")
 _ON_THIS_WORKER: dict[tuple[str, int], object] = {}  # (run, partition) -> what the run keeps of it there
 
 
+PATH_SUFFIXES = (".npy", ".parquet")
+
+
 def _is_dask_array(value) -> bool:
     return type(value).__module__.startswith("dask.array") and hasattr(value, "chunks")
 
 
-def _is_npy_list(value) -> bool:
-    return isinstance(value, (list, tuple)) and len(value) > 0 and all(
-        isinstance(v, (str, Path)) and str(v).endswith(".npy") for v in value)
+def _is_dask_frame(value) -> bool:
+    """A Dask DataFrame or Series (dask.dataframe, or dask-expr's collections on dask 2024-2025)."""
+    return type(value).__module__.split(".")[0] in ("dask", "dask_expr") and hasattr(value, "to_dask_array")
+
+
+def _is_path_list(value) -> bool:
+    """A list of .npy paths, or of .parquet paths: one file per partition."""
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, (str, Path)) for v in value):
+        return False
+    return any(all(str(v).endswith(suffix) for v in value) for suffix in PATH_SUFFIXES)
+
+
+def _is_partitioned_value(value) -> bool:
+    return _is_dask_array(value) or _is_dask_frame(value) or _is_path_list(value)
 
 
 def is_partitioned(data: Mapping) -> bool:
-    """Whether ``data`` holds any value as row partitions (a Dask array or a list of .npy paths)."""
-    return isinstance(data, Mapping) and any(_is_dask_array(v) or _is_npy_list(v) for v in data.values())
+    """Whether ``data`` holds any value as row partitions (a Dask array, DataFrame or Series, or
+    a list of .npy or .parquet paths)."""
+    return isinstance(data, Mapping) and any(_is_partitioned_value(v) for v in data.values())
+
+
+PARTITIONED_FORMS = "Dask arrays, DataFrames or Series, or lists of .npy or .parquet paths"
+
+
+def refuse_cluster_for_rows_here(cluster, method: str) -> None:
+    """An error naming ``cluster`` when one is given for data that are all in this process."""
+    if cluster is not None:
+        raise RobustStanInputError(f"cluster: {method} uses a cluster for rows held in partitions ({PARTITIONED_FORMS} "
+                                   "in data); these data are all here, so it runs here")
+
+
+def unified_dask_values(data: Mapping) -> dict:
+    """``data`` with each Dask DataFrame or Series as a Dask array (a DataFrame a matrix of its
+    columns, a Series a vector; its row counts are computed, one pass where the rows are), and
+    the Dask arrays' row chunks unified: a partition boundary of any of them is one of all
+    (dask.array's ``unify_chunks``: chunks are split, never merged). Dask may partition two
+    column selections of one frame differently (``read_parquet`` joins small files for fewer
+    columns), hence the unification. A column that is not numeric is an error."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    out = dict(data)
+    for name, value in data.items():
+        if not _is_dask_frame(value):
+            continue
+        dtypes = value.dtypes.to_dict() if value.ndim == 2 else {value.name: value.dtype}
+        bad = {column: str(dtype) for column, dtype in dtypes.items()
+               if not (is_numeric_dtype(dtype) or is_bool_dtype(dtype))}
+        if bad:
+            raise RobustStanInputError(f"data[{name!r}]: every column must be numeric; not {bad}")
+        if hasattr(value, "optimize"):  # the partitions it computes, so that the row counts are theirs
+            value = value.optimize()
+        out[name] = value.astype(float).to_dask_array(lengths=True)
+    arrays = [name for name, value in out.items() if _is_dask_array(value)]
+    if len({out[name].chunks[0] for name in arrays}) > 1:
+        from dask.array.core import unify_chunks
+
+        letters = iter("abcdefghjklmnopqrstuvwxyz")  # "i" indexes the rows; each other axis its own letter
+        pairs = [(out[name], "i" + "".join(next(letters) for _ in range(out[name].ndim - 1))) for name in arrays]
+        try:
+            _, unified = unify_chunks(*[item for pair in pairs for item in pair])
+        except ValueError as exc:  # different numbers of rows
+            raise RobustStanInputError(f"data: the Dask values {arrays} have different numbers of rows: {exc}") from exc
+        out.update(zip(arrays, unified))
+    return out
+
+
+def _read_parquet(path: str) -> np.ndarray:
+    """A Parquet file's table as an array: a vector when it has one column, else a matrix."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path).to_pandas().to_numpy()
+    return table[:, 0] if table.shape[1] == 1 else table
+
+
+def _parquet_shape(path: str) -> tuple[int, ...]:
+    import pyarrow.parquet as pq
+
+    meta = pq.read_metadata(path)
+    return (meta.num_rows,) if meta.num_columns == 1 else (meta.num_rows, meta.num_columns)
+
+
+def _path_shape(path: str) -> tuple[int, ...]:
+    return _parquet_shape(path) if path.endswith(".parquet") else tuple(np.load(path, mmap_mode="r").shape)
 
 
 @dataclass(frozen=True)
@@ -81,7 +160,7 @@ class Partitions:
 def split_partitions(data: Mapping) -> Partitions:
     """The row partitions of ``data``, checked: every partitioned value with the same number of
     partitions and rows per partition, and every partition of a value with the same trailing shape."""
-    partitioned = {name: v for name, v in data.items() if _is_dask_array(v) or _is_npy_list(v)}
+    partitioned = {name: v for name, v in data.items() if _is_dask_array(v) or _is_path_list(v)}
     shared = {name: v for name, v in data.items() if name not in partitioned}
     pieces: dict[str, list] = {}
     shapes: dict[str, list[tuple[int, ...]]] = {}
@@ -96,7 +175,7 @@ def split_partitions(data: Mapping) -> Partitions:
             shapes[name] = []
             for path in value:
                 try:
-                    shapes[name].append(tuple(np.load(path, mmap_mode="r").shape))
+                    shapes[name].append(_path_shape(str(path)))
                 except (OSError, ValueError) as exc:
                     raise RobustStanInputError(f"data[{name!r}]: cannot read {path}: {exc}") from exc
     counts = {name: len(p) for name, p in pieces.items()}
@@ -122,8 +201,11 @@ def split_partitions(data: Mapping) -> Partitions:
 
 
 def load_partition_value(value, rows: np.ndarray | None = None) -> np.ndarray:
-    """A partition's value as an array (a .npy path is read; a computed Dask chunk is taken as it
-    is), or only its rows ``rows`` (then a .npy file is mapped, not read whole)."""
+    """A partition's value as an array (a .npy or .parquet path is read; a computed Dask chunk is
+    taken as it is), or only its rows ``rows`` (then a .npy file is mapped, not read whole)."""
+    if isinstance(value, str) and value.endswith(".parquet"):
+        table = _read_parquet(value)
+        return table if rows is None else table[rows]
     if rows is None:
         return np.load(value) if isinstance(value, str) else np.asarray(value)
     return np.array(np.load(value, mmap_mode="r")[rows]) if isinstance(value, str) else np.asarray(value)[rows]
@@ -255,7 +337,7 @@ def column_sd(value) -> np.ndarray:
         return np.asarray(value.std(axis=0).compute(), dtype=float)
     count, total, squares = 0, 0.0, 0.0
     for path in value:
-        block = np.load(path).astype(float)
+        block = load_partition_value(str(path)).astype(float)
         count, total, squares = count + block.shape[0], total + block.sum(axis=0), squares + (block**2).sum(axis=0)
     mean = total / count
     return np.sqrt(np.maximum(squares / count - mean**2, 0.0))
@@ -278,8 +360,8 @@ def first_rows(data: Mapping) -> dict:
     for name, value in data.items():
         if _is_dask_array(value):
             out[name] = np.asarray(value[:1].compute())
-        elif _is_npy_list(value):
-            out[name] = np.array(np.load(value[0], mmap_mode="r")[:1])
+        elif _is_path_list(value):
+            out[name] = load_partition_value(str(value[0]), np.arange(1))
         else:
             out[name] = value
     return out
@@ -293,7 +375,8 @@ def prepare_partitioned(program: RobustProgram, data: Mapping, divergence: Diver
     if program.spec.standardize:
         raise RobustStanInputError("model: with the rows held in partitions, each partition would standardise by its "
                                    "own centre and scale; build the model with standardize=False")
-    partitions = split_partitions(data)  # checked before any pass over the rows
+    data = unified_dask_values(data)
+    partitions = split_partitions(data)  # checked before any pass over the rows (but a Dask frame's row counts)
     if program.spec.family.name == "categorical" and "K" not in partitions.shared:
         raise RobustStanInputError("data['K']: give the number of categories with rows held in partitions "
                                    "(each partition would infer its own)")
