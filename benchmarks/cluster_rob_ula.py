@@ -4,7 +4,7 @@
 Data: y = 0.5 + X b + N(0, 1) with X ~ N(0, I_20), b ~ N(0, 1), a tenth of the rows' y shifted
 by +8; generated on the workers (dask.array's random numbers), never in this process. The model
 is rs.glm("normal", standardize=False) under the KL loss (as in the paper); Rob-ULA runs the paper's update (unit
-metric, init="random", a fixed step 0.3 / n) with the default estimator, 2 chains. The run on all
+metric, init="random", a fixed step 0.3 / n) with the default estimator (--estimator), 2 chains. The run on all
 rows is timed over a few steps (each takes tens of seconds); the comparison with the in-memory
 run uses enough steps for both to converge.
 
@@ -21,7 +21,8 @@ Prints, from one run:
   takes about 5 s on this machine (--subset 1000000 runs it).
 
     python benchmarks/cluster_rob_ula.py [--rows 10000000] [--partitions 20] [--workers 2] [--timed-steps 5]
-        [--subset 200000] [--iters 100] [--warmup 300] [--compare-only | --timing-only]
+        [--subset 200000] [--iters 100] [--warmup 300] [--combine median] [--estimator NAME]
+        [--compare-only | --timing-only]
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ def dask_rows(rows: int, columns: int, partitions: int, seed: int = 0):
     return X, y
 
 
-def partition_costs(model, X0: np.ndarray, y0: np.ndarray, divergence) -> tuple[float, float, str]:
-    """Seconds of one per-example call (2 chains) and of the default estimator on its gradients,
-    on one partition's rows (run on a worker)."""
+def partition_costs(model, X0: np.ndarray, y0: np.ndarray, divergence, estimator: str | None
+                    ) -> tuple[float, float, str]:
+    """Seconds of one per-example call (2 chains) and of the run's estimator (None: the default)
+    on its gradients, on one partition's rows (run on a worker)."""
     per_example = model.per_example({"X": X0, "y": y0}, divergence)
     thetas = np.random.default_rng(1).normal(scale=0.1, size=(2, per_example.dimension))
     eye = np.eye(per_example.dimension)
@@ -62,7 +64,7 @@ def partition_costs(model, X0: np.ndarray, y0: np.ndarray, divergence) -> tuple[
     start = time.perf_counter()
     G = per_example.gradients_many_in(thetas, eye)
     call = time.perf_counter() - start
-    estimate = get_estimator(default_estimator(model.spec.family))
+    estimate = get_estimator(estimator or default_estimator(model.spec.family))
     start = time.perf_counter()
     for chain in range(2):
         estimate(G[chain], 0.1)
@@ -84,6 +86,9 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=int, default=300, help="warm-up steps of the comparison runs")
     parser.add_argument("--subset", type=int, default=200_000, help="rows of the in-memory comparison")
     parser.add_argument("--combine", default="median", help="how the partitions' robust means are joined")
+    parser.add_argument("--estimator", default=None,
+                        help="each partition's estimator (default: Rob-ULA's default; 'mean' with combine='median' "
+                             "is the median of means)")
     parser.add_argument("--compare-only", action="store_true", help="only the comparison with the in-memory run")
     parser.add_argument("--timing-only", action="store_true", help="no comparison with the in-memory run")
     args = parser.parse_args(argv)
@@ -95,7 +100,7 @@ def main(argv=None) -> None:
 
     def options(n):
         return dict(epsilon=0.1, divergence=divergence, init="random", metric="unit", step_size=0.3 / n,
-                    log_density=False, chains=2, seed=5, show_progress=False)
+                    log_density=False, chains=2, seed=5, show_progress=False, estimator=args.estimator or "auto")
 
     def compare(cluster):
         """The first rows in partitions on the cluster, and all at once here."""
@@ -125,18 +130,19 @@ def main(argv=None) -> None:
         # measured on a worker (this process never holds the rows)
         rows_per_partition = args.rows // args.partitions
         first = [cluster.client.compute(v[:rows_per_partition]) for v in (X, y)]
-        call, estimator_seconds, estimator_name = cluster.submit(partition_costs, model, *first, divergence).result()
+        call, estimator_seconds, estimator_name = cluster.submit(partition_costs, model, *first, divergence,
+                                                                 args.estimator).result()
         del first
         throughput = rows_per_partition / call
         print(f"{args.rows:,} rows x {args.columns} predictors in {args.partitions} partitions, {args.workers} "
-              f"workers, 2 chains; default estimator {estimator_name}")
+              f"workers, 2 chains; estimator {estimator_name}, combine={args.combine!r}")
         print(f"one partition ({rows_per_partition:,} rows), on a worker: per-example call {call:.3f} s "
               f"({throughput / 1e6:.2f} M rows/s), the estimator on its gradients {estimator_seconds:.3f} s")
 
         def run(iters, warmup):
             start = time.perf_counter()
             fit = rs.rob_ula(model, {"X": X, "y": y}, iters=iters, warmup=warmup, cluster=cluster,
-                             **options(args.rows))
+                             combine=args.combine, **options(args.rows))
             return fit, time.perf_counter() - start
 
         from distributed import get_task_stream
