@@ -17,7 +17,8 @@ import robust_stan as rs
 from robust_stan.building.data import slice_rows, with_switches
 from robust_stan.engines import compile_program
 from robust_stan.gradients.per_example import PerExampleGradients
-from robust_stan.methods.dpvi import PerExampleObjective, clip_rows, noisy_gradient, poisson_batch, softplus
+from robust_stan.methods.dpvi import (PerExampleObjective, clip_rows, heuristic_step_size, noisy_gradient, poisson_batch,
+                                      softplus)
 from robust_stan.methods.noise_aware import trace_model_data, trace_model_program
 from robust_stan.methods.privacy_accounting import epsilon_for, solve_noise_multiplier
 from robust_stan.results.coverage import (calibrated_rmse_reference, calibration_curve, calibration_rmse,
@@ -343,12 +344,35 @@ def test_calibration_curve_and_its_rmse():
     ({"clip": 0}, r"^clip: "),
     ({"precondition": -1}, r"^precondition: "),
     ({"divergence": rs.GammaD(0.5, form="original")}, r"^divergence: the original gamma form"),
+    ({"init": {"shape": 1.0}}, r"^init: give a value for every parameter; missing \['rate'\]"),
+    ({"lambda_c": [1.0, 2.0, 3.0]}, r"^lambda_c: must be a positive number or 2 of them"),
+    ({"lambda_c": [1.0, -2.0]}, r"^lambda_c: "),
+    ({"precondition": [1.0, 2.0]}, r"^precondition: must be a positive number or 1 of them"),
 ])
 def test_bad_input_is_refused_with_the_argument_named(exponential, options, message):
     settings = {"epsilon": 1.0, "steps": 10, "clip": 1.0, "show_progress": False}
     settings.update(options)
     with pytest.raises(rs.RobustStanInputError, match=message):
         rs.dpvi(exponential, data_of(1.0, 50, 0), **settings)
+
+
+def test_init_and_initial_variance_are_phi_0(exponential):
+    """phi_0 = (the unconstrained init, softplus^-1 of the initial variance): log(2) for rate = 2."""
+    fit = rs.dpvi(exponential, data_of(1.0, 50, 0), epsilon=1.0, steps=3, clip=1.0, init={"rate": 2.0},
+                  initial_variance=0.01, seed=1, show_progress=False)
+    np.testing.assert_allclose(fit.release.iterates[0], [np.log(2.0), np.log(np.expm1(0.01))], rtol=1e-12)
+
+
+def test_a_step_per_coordinate_is_the_update(exponential):
+    """lambda_c given per entry of phi: the step is lambda_heur per entry, and each update is
+    phi_t - step * beta * g~_t, coordinate by coordinate."""
+    fit = rs.dpvi(exponential, data_of(1.0, 50, 0), epsilon=1.0, steps=3, clip=1.0, lambda_c=[1.0, 4.0],
+                  precondition=10.0, seed=1, show_progress=False)
+    release = fit.release
+    one = heuristic_step_size(1.0, release.accounting.noise_multiplier, 1.0, 3, 2)
+    np.testing.assert_allclose(release.step_size, [one, 4 * one], rtol=1e-12)
+    np.testing.assert_allclose(np.diff(release.iterates, axis=0),
+                               -release.step_size * np.array([1.0, 10.0]) * release.noisy_gradients, rtol=1e-10)
 
 
 def test_data_dependent_settings_are_refused():

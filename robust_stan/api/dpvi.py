@@ -22,9 +22,9 @@ from .model import Model, require_builtin_model
 
 
 def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip: float = 1.0, steps: int = 10_000,
-         sampling_rate: float = 0.1, lambda_c: float = 1.0, precondition: float | None = None,
-         draws_per_step: int = 10, initial_variance: float = 1.0, divergence=None, seed: int | None = None,
-         show_progress: bool = True, cluster: Cluster | None = None) -> DPVIFit:
+         sampling_rate: float = 0.1, lambda_c=1.0, precondition=None,
+         draws_per_step: int = 10, initial_variance: float = 1.0, init: Mapping | None = None, divergence=None,
+         seed: int | None = None, show_progress: bool = True, cluster: Cluster | None = None) -> DPVIFit:
     """(epsilon, delta)-differentially private mean-field VI by DP-SGD (noise-aware DPVI paper,
     ``../shared/papers/noise-aware-dpvi.txt``; :mod:`robust_stan.methods.dpvi` has the objective).
 
@@ -34,12 +34,16 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     terms divided by N and folded in), from ``draws_per_step`` draws of q and one per-example
     call; u's gradients times ``precondition`` (beta_u; mu's times 1); each row clipped to
     norm ``clip`` (C); N(0, sigma^2 C^2) noise on the sum; the step lambda_heur =
-    sqrt(2) lambda_c / (sigma C sqrt(T d)) times beta. sigma is solved for
+    sqrt(2) lambda_c / (sigma C sqrt(T d)) times beta. ``lambda_c`` may be one number per
+    entry of phi (mu's, then u's) and ``precondition`` one per entry of u (appendix H.2 makes
+    the step a vector anyway). sigma is solved for
     (``epsilon``, ``delta``, ``steps``, kappa) by dp-accounting's PLD accountant
     (:mod:`robust_stan.methods.privacy_accounting`). ``divergence``: the loss (KL by default;
-    a robust one gives private generalized-Bayes VI). phi_0 is mu = 0 and variances
-    ``initial_variance``, which must not come from the data (1 / N is a good guess when the
-    number of rows is public by design; the variances converge slowly from far away).
+    a robust one gives private generalized-Bayes VI). phi_0 is mu = 0, or the unconstrained
+    values of ``init`` (a dict of every parameter's value, e.g. the prior's means), and
+    variances ``initial_variance``. Neither may come from the data: they are released as
+    phi_0. (1 / N, or a typical posterior variance under the prior, is a good guess when the
+    number of rows is public by design; the variances converge slowly from far away.)
 
     The data must not shape anything released: the model must be built with
     ``standardize=False``, a glm's ``prior_scale_b`` and a categorical model's ``K`` given
@@ -57,8 +61,6 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     require_builtin_model(model, "rs.dpvi")
     epsilon, delta, sampling_rate, steps = check_privacy_arguments(epsilon, delta, sampling_rate, steps)
     clip = require_positive("clip", clip)
-    lambda_c = require_positive("lambda_c", lambda_c)
-    beta_u = 1.0 if precondition is None else require_positive("precondition", precondition)
     draws_per_step = require_count("draws_per_step", draws_per_step)
     initial_variance = require_positive("initial_variance", initial_variance)
     seed = require_seed(seed)
@@ -72,15 +74,19 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
         refuse_cluster_for_rows_here(cluster, "rs.dpvi")
         stan_data = model.prepare(data, divergence).stan_data
         n_rows = int(stan_data["N"])
+    start_mean = None if init is None else model.unconstrain_init(init, stan_data, None)
     per_example = PerExampleGradients(model, stan_data)
     prior = model.oracle_for(with_switches(stan_data, mode="prior"))
     objective = PerExampleObjective(per_example, prior, n_rows)
     n = objective.dimension
+    lambda_c = _positive_per_coordinate("lambda_c", lambda_c, 2 * n, "one per entry of phi: mu's, then u's")
+    beta_u = _positive_per_coordinate("precondition", 1.0 if precondition is None else precondition, n,
+                                      "one per entry of u")
     accounting = solve_noise_multiplier(epsilon, delta, sampling_rate, steps)
     step_size = heuristic_step_size(lambda_c, accounting.noise_multiplier, clip, steps, 2 * n)
-    beta = np.concatenate([np.ones(n), np.full(n, beta_u)])
+    beta = np.concatenate([np.ones(n), np.broadcast_to(beta_u, (n,))])
     settings = DPVISettings(clip, steps, sampling_rate, accounting.noise_multiplier, step_size, beta,
-                            draws_per_step, seed, bool(show_progress), initial_variance)
+                            draws_per_step, seed, bool(show_progress), initial_variance, start_mean)
     start = time.perf_counter()
     try:
         iterates, noisy = run_dp_sgd(objective, settings, make_batches(n, settings) if make_batches else None)
@@ -90,6 +96,17 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     release = DPVIRelease(iterates, noisy, accounting, clip, step_size, lambda_c, beta, draws_per_step,
                           model, zero_row_data(model.spec, stan_data))
     return DPVIFit(release, time.perf_counter() - start)
+
+
+def _positive_per_coordinate(name: str, value, length: int, what: str):
+    """A positive number, or ``length`` of them (``what``) as an array; else an error naming ``name``."""
+    if np.ndim(value) == 0:
+        return require_positive(name, value)
+    values = np.asarray(value, dtype=float)
+    if values.shape != (length,) or not np.all(np.isfinite(values)) or np.any(values <= 0):
+        raise RobustStanInputError(f"{name}: must be a positive number or {length} of them ({what}); got shape "
+                                   f"{values.shape}")
+    return values
 
 
 def _refuse_data_dependent_settings(model: Model, data: Mapping) -> None:

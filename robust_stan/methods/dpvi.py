@@ -85,8 +85,8 @@ class DPVIRelease:
     noisy_gradients: np.ndarray
     accounting: PrivacyAccounting
     clip: float
-    step_size: float
-    lambda_c: float
+    step_size: float | np.ndarray
+    lambda_c: float | np.ndarray
     precondition: np.ndarray
     draws_per_step: int
     model: object = field(repr=False)
@@ -155,28 +155,34 @@ class PerExampleObjective:
 @dataclass(frozen=True)
 class DPVISettings:
     """DP-SGD's settings: clip C, steps T, sampling rate kappa, noise multiplier sigma,
-    step lambda_heur, preconditioning beta (d,) and the draws per step."""
+    step lambda_heur, preconditioning beta (d,), the draws per step, and phi_0's variances and
+    mean (None: 0)."""
 
     clip: float
     steps: int
     sampling_rate: float
     noise_multiplier: float
-    step_size: float
+    step_size: float | np.ndarray
     precondition: np.ndarray
     draws_per_step: int
     seed: int
     show_progress: bool = True
     initial_variance: float = 1.0
+    initial_mean: np.ndarray | None = None
 
 
-def heuristic_step_size(lambda_c: float, noise_multiplier: float, clip: float, steps: int, d: int) -> float:
-    """lambda_heur = sqrt(2) lambda_c / (sigma C sqrt(T d)) (paper eq. A55/A58)."""
-    return float(np.sqrt(2.0) * lambda_c / (noise_multiplier * clip * np.sqrt(steps * d)))
+def heuristic_step_size(lambda_c, noise_multiplier: float, clip: float, steps: int, d: int):
+    """lambda_heur = sqrt(2) lambda_c / (sigma C sqrt(T d)) (paper eq. A55/A58): a number, or
+    one per entry of phi when ``lambda_c`` is."""
+    step = np.sqrt(2.0) * np.asarray(lambda_c, dtype=float) / (noise_multiplier * clip * np.sqrt(steps * d))
+    return float(step) if step.ndim == 0 else step
 
 
-def initial_phi(n: int, variance: float = 1.0) -> np.ndarray:
-    """phi_0, chosen without the data: mu = 0 and the given variances (u = softplus^-1(variance))."""
-    return np.concatenate([np.zeros(n), np.full(n, float(inverse_softplus(variance)))])
+def initial_phi(n: int, variance: float = 1.0, mean: np.ndarray | None = None) -> np.ndarray:
+    """phi_0, chosen without the data: mu = ``mean`` (default 0) and the given variances
+    (u = softplus^-1(variance))."""
+    mu = np.zeros(n) if mean is None else np.asarray(mean, dtype=float)
+    return np.concatenate([mu, np.full(n, float(inverse_softplus(variance)))])
 
 
 def poisson_batch(rng: np.random.Generator, n_rows: int, sampling_rate: float) -> np.ndarray:
@@ -208,7 +214,7 @@ def run_dp_sgd(objective: PerExampleObjective, settings: DPVISettings,
     batches = batches or in_memory_batches(objective, settings)
     iterates = np.empty((settings.steps + 1, 2 * n))
     noisy = np.empty((settings.steps, 2 * n))
-    phi = iterates[0] = initial_phi(n, settings.initial_variance)
+    phi = iterates[0] = initial_phi(n, settings.initial_variance, settings.initial_mean)
     for t in tqdm(range(settings.steps), desc="DP-VI", unit="step", disable=not settings.show_progress):
         clipped_sum = batches(rng, t, phi)
         noisy[t] = noisy_gradient(clipped_sum, settings.noise_multiplier * settings.clip, beta, rng)
