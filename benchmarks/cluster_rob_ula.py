@@ -64,7 +64,7 @@ def partition_costs(model, X0: np.ndarray, y0: np.ndarray, divergence, estimator
     start = time.perf_counter()
     G = per_example.gradients_many_in(thetas, eye)
     call = time.perf_counter() - start
-    estimate = get_estimator(estimator or default_estimator(model.spec.family))
+    estimate = get_estimator(default_estimator(model.spec.family) if estimator in (None, "auto") else estimator)
     start = time.perf_counter()
     for chain in range(2):
         estimate(G[chain], 0.1)

@@ -345,9 +345,9 @@ def test_calibration_curve_and_its_rmse():
     ({"precondition": -1}, r"^precondition: "),
     ({"divergence": rs.GammaD(0.5, form="original")}, r"^divergence: the original gamma form"),
     ({"init": {"shape": 1.0}}, r"^init: give a value for every parameter; missing \['rate'\]"),
-    ({"lambda_c": [1.0, 2.0, 3.0]}, r"^lambda_c: must be a positive number or 2 of them"),
+    ({"lambda_c": [1.0, 2.0, 3.0]}, r"^lambda_c: must be a positive number or 2 positive numbers"),
     ({"lambda_c": [1.0, -2.0]}, r"^lambda_c: "),
-    ({"precondition": [1.0, 2.0]}, r"^precondition: must be a positive number or 1 of them"),
+    ({"precondition": [1.0, 2.0]}, r"^precondition: must be a positive number or 1 positive numbers"),
 ])
 def test_bad_input_is_refused_with_the_argument_named(exponential, options, message):
     settings = {"epsilon": 1.0, "steps": 10, "clip": 1.0, "show_progress": False}

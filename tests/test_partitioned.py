@@ -126,15 +126,54 @@ def test_parquet_files_read_on_a_cluster_equal_the_serial_run(glm_normal, serial
     _same_draws(fit, serial)
 
 
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
+def test_edge_cases_of_partition_files_and_dask_values(glm_normal, tmp_path):
+    """A one-column X as Parquet files (a vector) with an empty first file, a stored pandas index
+    and a bool column among numbers; and a Dask array whose chunk sizes are unknown: each gives
+    the draws of the same rows as plain Dask arrays."""
+    pytest.importorskip("pyarrow", reason="Parquet files need pyarrow (the test extra)")
+    X, y = _rows(400)
+    flag = X[:, 0] > 0
+    reference = rs.rob_ula(glm_normal, {"X": da.from_array(flag[:, None].astype(float), chunks=(200, 1)),
+                                        "y": da.from_array(y, chunks=200)}, **RUN)
+    paths = {"X": [], "y": []}
+    for k, rows in enumerate([slice(0, 0), slice(0, 200), slice(200, 400)]):
+        frame = pd.DataFrame({"flag": flag[rows], "y": y[rows]}, index=np.arange(400)[rows] * 2)  # an index to store
+        for name, columns in (("X", ["flag"]), ("y", ["y"])):
+            frame[columns].to_parquet(tmp_path / f"{name}{k}.parquet")
+            paths[name].append(str(tmp_path / f"{name}{k}.parquet"))
+    _same_draws(rs.rob_ula(glm_normal, paths, **RUN), reference)
+
+    mixed = pd.DataFrame({"flag": flag, "x1": X[:, 1]})
+    two = {"X": da.from_array(np.c_[flag, X[:, 1]], chunks=(200, 2)), "y": da.from_array(y, chunks=200)}
+    mixed_paths = {"X": [], "y": paths["y"][1:]}
+    for k, rows in enumerate([slice(0, 200), slice(200, 400)]):
+        mixed.iloc[rows].to_parquet(tmp_path / f"mixed{k}.parquet")
+        mixed_paths["X"].append(str(tmp_path / f"mixed{k}.parquet"))
+    _same_draws(rs.rob_ula(glm_normal, mixed_paths, **RUN), rs.rob_ula(glm_normal, two, **RUN))
+
+    unknown = da.from_array(np.c_[X, np.ones(400)], chunks=(200, 4))
+    unknown = unknown[unknown[:, 3] > 0][:, :3]  # a boolean mask leaves the chunk sizes unknown
+    assert np.isnan(unknown.chunks[0][0])
+    _same_draws(rs.rob_ula(glm_normal, {"X": unknown, "y": da.from_array(y, chunks=200)}, **RUN),
+                rs.rob_ula(glm_normal, {"X": da.from_array(X, chunks=(200, 3)), "y": da.from_array(y, chunks=200)},
+                           **RUN))
+
+    pd.DataFrame({"label": ["a"] * 200}).to_parquet(tmp_path / "label.parquet")
+    with pytest.raises(rs.RobustStanInputError, match=r"^data\['X'\]: every column must be numeric or bool \(.*"
+                                                      r"label.parquet\); not \{'label'"):
+        rs.rob_ula(glm_normal, {"X": [str(tmp_path / "label.parquet")] * 2, "y": paths["y"][1:]}, **RUN)
+
+
 def test_bad_dask_frames_are_refused(glm_normal):
     dd = pytest.importorskip("dask.dataframe", reason="Dask DataFrames need dask[dataframe] (the test extra)")
     X, y = _rows(200)
     table = _frame(X, y).assign(label=["a"] * 200)
     frame = dd.from_pandas(table, chunksize=100)
-    with pytest.raises(rs.RobustStanInputError, match=r"^data\['X'\]: every column must be numeric; not \{'label'"):
+    with pytest.raises(rs.RobustStanInputError, match=r"^data\['X'\]: every column must be numeric or bool; not \{'label'"):
         rs.rob_ula(glm_normal, {"X": frame[["x0", "label"]], "y": frame["y"]}, **RUN)
     other = dd.from_pandas(table.iloc[:150], chunksize=50)
-    with pytest.raises(rs.RobustStanInputError, match=r"^data: the Dask values \['X', 'y'\] have different numbers"):
+    with pytest.raises(rs.RobustStanInputError, match=r"^data: the Dask values have different numbers of rows"):
         rs.rob_ula(glm_normal, {"X": frame[["x0", "x1"]], "y": other["y"]}, **RUN)
 
 
@@ -188,7 +227,7 @@ def test_bad_partitioned_data_is_refused(glm_normal, glm_normal_standardized, tm
     with pytest.raises(rs.RobustStanInputError, match=r"^data\['y'\]: its partitions' row counts"):
         rs.rob_ula(glm_normal, {"X": [str(tmp_path / "X0.npy"), str(tmp_path / "X1.npy")],
                                 "y": [str(tmp_path / "y0.npy"), str(tmp_path / "y1.npy")]}, **RUN)
-    with pytest.raises(rs.RobustStanInputError, match=r"^data: the Dask values \['X', 'y'\] have different numbers"):
+    with pytest.raises(rs.RobustStanInputError, match=r"^data: the Dask values have different numbers of rows"):
         rs.rob_ula(glm_normal, {"X": da.from_array(X, chunks=(100, 3)), "y": da.from_array(y[:150], chunks=50)},
                    **RUN)
     with pytest.raises(rs.RobustStanInputError, match="^cluster"):

@@ -7,12 +7,12 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from ..building.divergences import BetaD, Divergence, GammaD, as_divergence
+from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
 from ..methods.coreset import METHODS, OPTIMIZERS, CoresetSettings, greedy_coreset, uniform_coreset
 from ..building.data import PreparedData
 from ..common.cluster import Cluster
 from ..methods.coreset_targets import INNER, SAMPLERS, CoresetTarget
-from ..methods.partitioned import is_partitioned, refuse_cluster_for_rows_here
 from ..methods.partitioned_coreset import PartitionedCoresetTarget
 from ..results.coreset import Coreset, ProgramCoreset
 from .model import Model, require_builtin_model

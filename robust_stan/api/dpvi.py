@@ -7,14 +7,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..building.data import with_switches, zero_row_data
+from ..building.data import Scaling, with_switches, zero_row_data
 from ..building.divergences import as_divergence
+from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
 from ..gradients.per_example import PerExampleGradients
 from ..methods.dpvi import DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, run_dp_sgd
 from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data
-from ..methods.partitioned import is_partitioned, refuse_cluster_for_rows_here
 from ..methods.partitioned_dpvi import partitioned_dpvi_setup
 from ..methods.privacy_accounting import check_privacy_arguments, solve_noise_multiplier
 from ..results.dpvi import DPVIFit, PrivatePosterior
@@ -23,8 +23,8 @@ from .model import Model, require_builtin_model
 
 def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip: float = 1.0, steps: int = 10_000,
          sampling_rate: float = 0.1, lambda_c=1.0, precondition=None,
-         draws_per_step: int = 10, initial_variance: float = 1.0, init: Mapping | None = None, divergence=None,
-         seed: int | None = None, show_progress: bool = True, cluster: Cluster | None = None) -> DPVIFit:
+         draws_per_step: int = 10, initial_variance: float = 1.0, divergence=None, seed: int | None = None,
+         show_progress: bool = True, cluster: Cluster | None = None, init: Mapping | None = None) -> DPVIFit:
     """(epsilon, delta)-differentially private mean-field VI by DP-SGD (noise-aware DPVI paper,
     ``../shared/papers/noise-aware-dpvi.txt``; :mod:`robust_stan.methods.dpvi` has the objective).
 
@@ -74,21 +74,21 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
         refuse_cluster_for_rows_here(cluster, "rs.dpvi")
         stan_data = model.prepare(data, divergence).stan_data
         n_rows = int(stan_data["N"])
-    start_mean = None if init is None else model.unconstrain_init(init, stan_data, None)
-    per_example = PerExampleGradients(model, stan_data)
-    prior = model.oracle_for(with_switches(stan_data, mode="prior"))
-    objective = PerExampleObjective(per_example, prior, n_rows)
-    n = objective.dimension
-    lambda_c = _positive_per_coordinate("lambda_c", lambda_c, 2 * n, "one per entry of phi: mu's, then u's")
-    beta_u = _positive_per_coordinate("precondition", 1.0 if precondition is None else precondition, n,
-                                      "one per entry of u")
-    accounting = solve_noise_multiplier(epsilon, delta, sampling_rate, steps)
-    step_size = heuristic_step_size(lambda_c, accounting.noise_multiplier, clip, steps, 2 * n)
-    beta = np.concatenate([np.ones(n), np.broadcast_to(beta_u, (n,))])
-    settings = DPVISettings(clip, steps, sampling_rate, accounting.noise_multiplier, step_size, beta,
-                            draws_per_step, seed, bool(show_progress), initial_variance, start_mean)
-    start = time.perf_counter()
     try:
+        start_mean = None if init is None else model.unconstrain_init(init, stan_data, Scaling())
+        per_example = PerExampleGradients(model, stan_data)
+        prior = model.oracle_for(with_switches(stan_data, mode="prior"))
+        objective = PerExampleObjective(per_example, prior, n_rows)
+        n = objective.dimension
+        lambda_c = _positive_per_coordinate("lambda_c", lambda_c, 2 * n, "one per entry of phi: mu's, then u's")
+        beta_u = _positive_per_coordinate("precondition", 1.0 if precondition is None else precondition, n,
+                                          "one per entry of u")
+        accounting = solve_noise_multiplier(epsilon, delta, sampling_rate, steps)
+        step_size = heuristic_step_size(lambda_c, accounting.noise_multiplier, clip, steps, 2 * n)
+        beta = np.concatenate([np.ones(n), np.broadcast_to(beta_u, (n,))])
+        settings = DPVISettings(clip, steps, sampling_rate, accounting.noise_multiplier, step_size, beta,
+                                draws_per_step, seed, bool(show_progress), initial_variance, start_mean)
+        start = time.perf_counter()
         iterates, noisy = run_dp_sgd(objective, settings, make_batches(n, settings) if make_batches else None)
     finally:
         if placed is not None:
@@ -102,10 +102,13 @@ def _positive_per_coordinate(name: str, value, length: int, what: str):
     """A positive number, or ``length`` of them (``what``) as an array; else an error naming ``name``."""
     if np.ndim(value) == 0:
         return require_positive(name, value)
-    values = np.asarray(value, dtype=float)
-    if values.shape != (length,) or not np.all(np.isfinite(values)) or np.any(values <= 0):
-        raise RobustStanInputError(f"{name}: must be a positive number or {length} of them ({what}); got shape "
-                                   f"{values.shape}")
+    try:
+        values = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        values = None
+    if values is None or values.shape != (length,) or not np.all(np.isfinite(values)) or np.any(values <= 0):
+        raise RobustStanInputError(f"{name}: must be a positive number or {length} positive numbers ({what}); got "
+                                   f"{value!r:.80}")
     return values
 
 

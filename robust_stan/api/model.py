@@ -13,13 +13,13 @@ import numpy as np
 
 from ..building.data import PreparedData, prepare_data
 from ..building.divergences import Divergence, as_divergence
+from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
 from ..methods.nuts import nuts_settings, run_nuts
 from ..methods.stan_methods import run_stan_method
-from ..methods.partitioned import is_partitioned, refuse_cluster_for_rows_here
 from ..methods.partitioned_variational import partitioned_variational_target
 from ..methods.variational import fit_variational
 from ..results.fit import Fit

@@ -6,8 +6,9 @@ import warnings
 from collections.abc import Mapping
 
 from ..building.divergences import Divergence, as_divergence
+from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
-from ..methods.partitioned import is_partitioned, partitioned_target, refuse_cluster_for_rows_here
+from ..methods.partitioned import partitioned_target
 from ..methods.rob_ula import builtin_target, run_rob_ula
 from ..results.method_fits import PartitionedRobULAFit, RobULAFit
 from ..results.program_fit import ProgramFit

@@ -34,8 +34,8 @@ from ..common.cluster import Cluster
 from ..gradients.program import RobustProgram
 from .coreset import UnitGains
 from .coreset_targets import CoresetTarget
-from .partitioned import (PlacedPartitions, kept_on_worker, load_partition_value, partition_stan_data,
-                          prepare_partitioned, prepare_rows)
+from ..building.partitions import load_partition_value
+from .partitioned import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned, prepare_rows
 
 
 def partition_batch_gains(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
