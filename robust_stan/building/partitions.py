@@ -76,16 +76,19 @@ def _is_numeric_type(kind) -> bool:
     return is_numeric_dtype(kind) or is_bool_dtype(kind)
 
 
-def _frame_as_array(name: str, frame):
-    """A Dask DataFrame or Series as a Dask array with its partitions and their row counts."""
+def _bools_as_ints(frame):
+    """A pandas or Dask DataFrame or Series with its bool columns as 0 / 1 integers."""
     from pandas.api.types import is_bool_dtype
 
-    types = frame.dtypes.to_dict() if frame.ndim == 2 else {frame.name: frame.dtype}
-    _require_numeric_columns(name, types)
-    if frame.ndim == 2:
-        frame = frame.astype({column: "int64" for column, kind in types.items() if is_bool_dtype(kind)})
-    elif is_bool_dtype(frame.dtype):
-        frame = frame.astype("int64")
+    if frame.ndim == 1:
+        return frame.astype("int64") if is_bool_dtype(frame.dtype) else frame
+    return frame.astype({column: "int64" for column, kind in frame.dtypes.items() if is_bool_dtype(kind)})
+
+
+def _frame_as_array(name: str, frame):
+    """A Dask DataFrame or Series as a Dask array with its partitions and their row counts."""
+    _require_numeric_columns(name, frame.dtypes.to_dict() if frame.ndim == 2 else {frame.name: frame.dtype})
+    frame = _bools_as_ints(frame)
     if hasattr(frame, "optimize"):  # the partitions it computes, so that the row counts are theirs
         frame = frame.optimize()
     return frame.to_dask_array(lengths=True)
@@ -134,11 +137,8 @@ def _parquet_layout(path: str) -> tuple[tuple[int, ...], dict]:
 def _read_parquet(path: str) -> np.ndarray:
     """A Parquet file's columns as an array (bool columns as 0 / 1), shaped as _parquet_layout says."""
     import pyarrow.parquet as pq
-    from pandas.api.types import is_bool_dtype
 
-    frame = pq.read_table(path).to_pandas()
-    frame = frame.astype({column: "int64" for column in frame.columns if is_bool_dtype(frame[column].dtype)})
-    table = frame.to_numpy()
+    table = _bools_as_ints(pq.read_table(path).to_pandas()).to_numpy()
     return table[:, 0] if table.shape[1] == 1 else table
 
 
