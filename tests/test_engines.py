@@ -355,6 +355,35 @@ def test_installed_httpstans_object_is_read_and_models_load_on_this_python(glm_n
     assert program.native_model(glm_normal.stan_data(glm_data(n=10), rs.KL())).dimension == 4
 
 
+def test_precompiled_header_is_built_once_used_by_gcc_and_refused_cleanly(tmp_path):
+    """precompiled_header: GCC builds the .gch once per setting and uses it (``-H`` marks a used
+    precompiled header with '!'); a header GCC cannot compile gives None, keeps GCC's message and is
+    not tried again."""
+    from robust_stan.engines.httpstan_build import _compiler_command, _is_gcc, precompiled_header
+
+    command = _compiler_command()
+    if not _is_gcc(command):
+        pytest.skip(f"the compiler ({command[0]}) is not GCC: models build without a precompiled header")
+    arguments = command + ["-O1", "-std=c++14"]
+    header = precompiled_header(tmp_path, arguments, ["<vector>", "<map>"])
+    assert header is not None and Path(f"{header}.gch").stat().st_size > 0
+    assert precompiled_header(tmp_path, arguments, ["<vector>", "<map>"]) == header  # the same setting: reused
+    source = tmp_path / "use.cpp"
+    source.write_text("int main() { std::vector<int> v(3); std::map<int, int> m; return int(v.size() + m.size()) - 3; }\n")
+    used = subprocess.run(arguments + ["-H", "-fsyntax-only", "-include", str(header), str(source)],
+                          capture_output=True, text=True)
+    assert used.returncode == 0, used.stderr
+    assert f"! {header}.gch" in used.stderr.splitlines()
+    assert precompiled_header(tmp_path, arguments + ["-O2"], ["<vector>"]) not in (None, header)  # new flags: new build
+
+    broken = tmp_path / "broken.hpp"
+    broken.write_text("this is not C++;\n")
+    assert precompiled_header(tmp_path, arguments, [f'"{broken}"']) is None
+    (failed,) = tmp_path.glob("*/failed.log")
+    assert "broken.hpp" in failed.read_text()
+    assert precompiled_header(tmp_path, arguments, [f'"{broken}"']) is None
+
+
 @needs_httpstan
 def test_engine_recovers_after_a_chains_process_died(glm_normal):
     """A chain process that dies breaks httpstan's process pool; the call that meets it says so,
