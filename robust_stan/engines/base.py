@@ -132,7 +132,7 @@ def named_values(flat, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarr
 
 def refuse_build_on_worker(engine: str) -> None:
     """An error naming the way out when a cluster worker would have to compile a program: a
-    30-60 s build on every worker is never what a cluster run wants."""
+    15-60 s build on every worker is never what a cluster run wants."""
     if os.environ.get(ON_WORKER) == "1":
         raise RobustStanInputError(
             f"model: the compiled program is not in this worker's {engine} build cache, and workers do not compile. "

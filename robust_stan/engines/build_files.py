@@ -1,7 +1,7 @@
 """A compiled program's build files, carried to another process's cache (``rs.Cluster(ship_builds=True)``).
 
 Workers on another machine do not see this machine's build cache. Rather than compile the
-program again (30-60 s on each worker), the driver reads the build's files once and each
+program again (15-60 s on each worker), the driver reads the build's files once and each
 worker writes them into its own engine cache, where the engine then finds the build as if
 it had made it.
 """

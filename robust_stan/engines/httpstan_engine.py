@@ -321,7 +321,7 @@ def _build(hs, code: str, marked: str, model_name: str, show_progress: bool) -> 
     hs.cache.delete_model_directory(model_name)
     hs.cache.dump_stanc_warnings(warnings, model_name)
     try:
-        with elapsed_bar("Compiling the Stan program with httpstan (30-60 s, once; cached after)", show_progress):
+        with elapsed_bar("Compiling the Stan program with httpstan (15-60 s, once; cached after)", show_progress):
             output = build_in_child(marked)
     except StanCompileError:
         hs.cache.delete_model_directory(model_name)  # leave no half-built module in the cache
