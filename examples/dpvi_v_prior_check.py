@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
-from dpvi_tarp import ALPHAS, CLIP, OUT, bootstrap_rmse, build  # noqa: E402
+from dpvi_tarp import ALPHAS, DEFAULTS, OUT, SETTINGS, bootstrap_rmse, build  # noqa: E402
 
 import robust_stan as rs  # noqa: E402
 from _cluster import add_address_argument, cluster_pool  # noqa: E402
@@ -54,7 +54,7 @@ def one_data_set(k: int, args) -> dict:
     rng = np.random.default_rng([k, 0, int(1000 * args.epsilon), sum(map(ord, name))])  # dpvi_tarp's data sets
     data, truth = simulate(rng, args.rows)
     _, reference = simulate(rng, 1)
-    fit = rs.dpvi(model, data, epsilon=args.epsilon, clip=CLIP[name], steps=args.steps, sampling_rate=0.1,
+    fit = rs.dpvi(model, data, epsilon=args.epsilon, clip={**DEFAULTS, **SETTINGS[name]}["clip"], steps=args.steps, sampling_rate=0.1,
                   precondition=100.0, initial_variance=1 / args.rows, seed=k, show_progress=False)
     release = fit.release
     t_star = args.steps // 2

@@ -119,3 +119,24 @@ def test_no_import_cycles():
 def test_each_module_imports_on_its_own(module):
     result = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_every_example_and_benchmark_script_imports():
+    """The scripts under examples/ and benchmarks/ import (their names from one another and from the
+    package exist), in one fresh interpreter; none runs its main() on import."""
+    root = PACKAGE.parent
+    scripts = sorted(root.glob("examples/*.py")) + sorted(root.glob("benchmarks/*.py"))
+    code = "\n".join([
+        "import importlib.util, sys",
+        f"sys.path[:0] = [{str(root / 'examples')!r}, {str(root / 'benchmarks')!r}]",
+        f"for path in {[str(p) for p in scripts]!r}:",
+        "    spec = importlib.util.spec_from_file_location('script_' + path.split('/')[-1][:-3], path)",
+        "    module = importlib.util.module_from_spec(spec)",
+        "    try:",
+        "        spec.loader.exec_module(module)",
+        "    except BaseException as exc:",
+        "        sys.exit(f'{path}: {type(exc).__name__}: {exc}')",
+    ])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert len(scripts) > 20
+    assert done.returncode == 0, done.stderr[-2000:]
