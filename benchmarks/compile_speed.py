@@ -29,9 +29,7 @@ import time
 from pathlib import Path
 
 import robust_stan as rs
-from robust_stan.engines.httpstan_build import _compiler_command, _is_gcc
-from robust_stan.common.resources import native_header_path
-from robust_stan.engines.native_model import INTERFACE_HEADER
+from robust_stan.engines.httpstan_build import _compiler_command, _is_gcc, forced_headers
 
 
 def newest_precompiled_header() -> tuple[Path, list[str]]:
@@ -70,10 +68,11 @@ def main(argv=None) -> None:
     source = next(Path(program.module.__file__).parent.glob("model_*.cpp"))
     header, arguments = newest_precompiled_header()
     with_g = [a for a in arguments if a != "-g0"]
-    native = ["-include", str(native_header_path())] if "rs_native_" in source.read_text() else []
-    ways = {"httpstan's flags (-g), interface as text": with_g + ["-include", str(INTERFACE_HEADER)] + native,
-            "-g0, interface as text": arguments + ["-include", str(INTERFACE_HEADER)] + native,
-            "-g0 and the precompiled header (robust-stan)": arguments + ["-include", str(header)] + native}
+    interface, *others = forced_headers(program.stan_code)  # the C interface, then the native losses' header if used
+    rest = [flag for other in others for flag in ("-include", str(other))]
+    ways = {"httpstan's flags (-g), interface as text": with_g + ["-include", str(interface)] + rest,
+            "-g0, interface as text": arguments + ["-include", str(interface)] + rest,
+            "-g0 and the precompiled header (robust-stan)": arguments + ["-include", str(header)] + rest}
     first = None
     for name, way in ways.items():
         seconds, size = timed_compile(way, source, args.repeats)

@@ -25,7 +25,6 @@ import argparse
 import sys
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -58,18 +57,17 @@ def one_data_set(epsilon: float, k: int, args) -> list[dict]:
     model, simulate = build(NAME)
     rng = np.random.default_rng([k, 0, int(1000 * epsilon), sum(map(ord, NAME))])  # dpvi_tarp's data sets
     data, truth = simulate(rng, args.rows)
-    settings = settings_of(NAME, SimpleNamespace(rows=args.rows, clip=None, lambda_c=None, precondition=None,
-                                                 burn_in=None))
+    settings = settings_of(NAME, args)
     burn_in = settings.pop("burn_in")
     fit = rs.dpvi(model, data, epsilon=epsilon, steps=args.steps, sampling_rate=args.kappa, seed=k,
                   show_progress=False, **settings)
     release = fit.release
     true_point = release.unconstrain(truth)
     exact = exact_posterior_draws(data, np.random.default_rng(1))
-    noise_aware = rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=k)
-    theta = noise_aware.unconstrained.reshape(-1, exact.shape[1])
-    phi_star = noise_aware.trace_draws["phi_star"].reshape(-1, 2 * exact.shape[1])
     n = exact.shape[1]
+    noise_aware = rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=k)
+    theta = noise_aware.unconstrained.reshape(-1, n)
+    phi_star = noise_aware.trace_draws["phi_star"].reshape(-1, 2 * n)
     rows = []
     for j in range(n):
         rows.append({"epsilon": epsilon, "k": k, "coordinate": j, "name": "log sigma2" if j == n - 1 else f"w[{j + 1}]",

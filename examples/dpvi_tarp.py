@@ -75,10 +75,11 @@ SETTINGS = {
 
 
 def settings_of(name: str, args) -> dict:
-    """DP-VI's settings for model ``name``: DEFAULTS, the model's SETTINGS, then the command line's."""
+    """DP-VI's settings for model ``name``: DEFAULTS, the model's SETTINGS, then the command line's
+    (``args``; a script without one of these options keeps the model's)."""
     out = {**DEFAULTS, **SETTINGS[name]}
     for key in ("clip", "lambda_c", "precondition", "burn_in"):
-        if getattr(args, key) is not None:
+        if getattr(args, key, None) is not None:
             out[key] = getattr(args, key)
     if out["initial_variance"] is None:
         out["initial_variance"] = 1 / args.rows

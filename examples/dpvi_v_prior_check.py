@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
-from dpvi_tarp import ALPHAS, DEFAULTS, OUT, SETTINGS, bootstrap_rmse, build  # noqa: E402
+from dpvi_tarp import ALPHAS, OUT, bootstrap_rmse, build, settings_of  # noqa: E402
 
 import robust_stan as rs  # noqa: E402
 from _cluster import add_address_argument, cluster_pool  # noqa: E402
@@ -54,10 +54,11 @@ def one_data_set(k: int, args) -> dict:
     rng = np.random.default_rng([k, 0, int(1000 * args.epsilon), sum(map(ord, name))])  # dpvi_tarp's data sets
     data, truth = simulate(rng, args.rows)
     _, reference = simulate(rng, 1)
-    fit = rs.dpvi(model, data, epsilon=args.epsilon, clip={**DEFAULTS, **SETTINGS[name]}["clip"], steps=args.steps, sampling_rate=0.1,
-                  precondition=100.0, initial_variance=1 / args.rows, seed=k, show_progress=False)
+    settings = settings_of(name, args)  # the Gamma-exponential's: C = 10, beta_u = 100, variances 1 / N
+    t_star = int(settings.pop("burn_in") * args.steps)
+    fit = rs.dpvi(model, data, epsilon=args.epsilon, steps=args.steps, sampling_rate=0.1, seed=k, show_progress=False,
+                  **settings)
     release = fit.release
-    t_star = args.steps // 2
     standard = trace_model_data(release, t_star)
     separate = dict(standard)
     separate["v_prior_mean"], separate["v_prior_sd"] = slope_prior(release, args.steps // 4, t_star)
