@@ -72,12 +72,29 @@ SETTINGS = {
                           "precondition": 1500.0, "burn_in": 0.2,
                           "init": {"w": np.zeros(11), "sigma2": 0.5 / 19}, "initial_variance": 0.5 / 19 / 5000},
 }
+# ``--settings authors``: the exponential families with the authors' code's choices
+# (coverage_experiment.py, set_default_args_<model> and perform_experiment): priors Gamma(8, 2),
+# Beta(10, 10), Dirichlet(5, 5, 5); C 2 / 2 / sqrt 2; beta_u 100 / 120 / 100; burn-in 20%; mu_0 = 0;
+# their initial pre-transformed scale -4 / -4 / -6 is q's sd softplus(u), here as a variance.
+PRIORS = {"ours": {"gamma_exponential": (2.0, 2.0), "beta_bernoulli": (2.0, 2.0), "dirichlet_categorical": 2.0},
+          "authors": {"gamma_exponential": (8.0, 2.0), "beta_bernoulli": (10.0, 10.0), "dirichlet_categorical": 5.0}}
+AUTHORS_SETTINGS = {
+    "gamma_exponential": {"clip": 2.0, "precondition": 100.0, "burn_in": 0.2,
+                          "initial_variance": float(np.log1p(np.exp(-4.0)) ** 2)},
+    "beta_bernoulli": {"clip": 2.0, "precondition": 120.0, "burn_in": 0.2,
+                       "initial_variance": float(np.log1p(np.exp(-4.0)) ** 2)},
+    "dirichlet_categorical": {"clip": float(np.sqrt(2.0)), "precondition": 100.0, "burn_in": 0.2,
+                              "initial_variance": float(np.log1p(np.exp(-6.0)) ** 2)},
+}
 
 
 def settings_of(name: str, args) -> dict:
     """DP-VI's settings for model ``name``: DEFAULTS, the model's SETTINGS, then the command line's
     (``args``; a script without one of these options keeps the model's)."""
-    out = {**DEFAULTS, **SETTINGS[name]}
+    chosen = AUTHORS_SETTINGS if getattr(args, "settings", "ours") == "authors" else SETTINGS
+    if name not in chosen:
+        raise ValueError(f"--settings {args.settings}: no settings for {name}")
+    out = {**DEFAULTS, **chosen[name]}
     for key in ("clip", "lambda_c", "precondition", "burn_in"):
         if getattr(args, key, None) is not None:
             out[key] = getattr(args, key)
@@ -86,27 +103,31 @@ def settings_of(name: str, args) -> dict:
     return out
 
 
-def build(name: str):
-    """The model, and a simulator (rng, n) -> (data, true parameter values) drawing theta from the prior."""
+def build(name: str, settings: str = "ours"):
+    """The model, and a simulator (rng, n) -> (data, true parameter values) drawing theta from the prior
+    (``settings``: whose prior for the exponential families, PRIORS)."""
+    prior = PRIORS[settings].get(name)
     if name == "gamma_exponential":
-        model = rs.location("exponential", priors={"rate": "gamma(2, 2)"}, standardize=False)
+        shape, rate_of_rate = prior
+        model = rs.location("exponential", priors={"rate": f"gamma({shape:g}, {rate_of_rate:g})"}, standardize=False)
 
         def simulate(rng, n):
-            rate = rng.gamma(2.0, 1 / 2.0)
+            rate = rng.gamma(shape, 1 / rate_of_rate)
             return {"y": rng.exponential(1 / rate, n)}, {"rate": rate}
     elif name == "beta_bernoulli":
-        model = rs.custom("bernoulli", parameters="real<lower=0, upper=1> p;", priors="p ~ beta(2, 2);", eta="logit(p)",
-                          title="Beta-Bernoulli")
+        a, b = prior
+        model = rs.custom("bernoulli", parameters="real<lower=0, upper=1> p;", priors=f"p ~ beta({a:g}, {b:g});",
+                          eta="logit(p)", title="Beta-Bernoulli")
 
         def simulate(rng, n):
-            p = rng.beta(2.0, 2.0)
+            p = rng.beta(a, b)
             return {"y": (rng.random(n) < p).astype(int)}, {"p": p}
     elif name == "dirichlet_categorical":
-        model = rs.custom("categorical", parameters="simplex[3] p;", priors="p ~ dirichlet(rep_vector(2, 3));",
+        model = rs.custom("categorical", parameters="simplex[3] p;", priors=f"p ~ dirichlet(rep_vector({prior:g}, 3));",
                           eta="log(p)'", title="Dirichlet-categorical")
 
         def simulate(rng, n):
-            p = rng.dirichlet([2.0, 2.0, 2.0])
+            p = rng.dirichlet([prior] * 3)
             return {"y": rng.choice(3, n, p=p) + 1, "K": 3}, {"p": p}
     elif name == "linear_regression":
         model = rs.custom("normal", data="int<lower=1> P; matrix[N, P] X;",
@@ -128,7 +149,7 @@ def build(name: str):
 def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
     """DP-VI on data set k, and each method's unconstrained draws, the truth and a reference point."""
     warnings.simplefilter("ignore")
-    model, simulate = build(name)
+    model, simulate = build(name, args.settings)
     rng = np.random.default_rng([k, repeat, int(1000 * epsilon), sum(map(ord, name))])
     data, truth = simulate(rng, args.rows)
     _, reference = simulate(rng, 1)
@@ -143,9 +164,19 @@ def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
         "last iterate": rs.dpvi_baseline(release, "last_iterate", draws=4000, seed=k),
         "DPVIm": rs.dpvi_baseline(release, "averaged", burn_in, draws=4000, seed=k),
     }
+    dimension = release.iterates.shape[1] // 2
+    trace_mean = release.iterates[int(burn_in * args.steps):args.steps, :dimension].mean(axis=0)
     return {"model": name, "epsilon": epsilon, "repeat": repeat, "k": k, "truth": release.unconstrain(truth),
-            "reference": release.unconstrain(reference), "seconds": fit.seconds,
+            "reference": release.unconstrain(reference), "trace_mean": trace_mean, "seconds": fit.seconds,
             "draws": {m: d.unconstrained.reshape(-1, d.unconstrained.shape[-1]) for m, d in draws.items()}}
+
+
+def trace_references(draws, trace_means, rng, scale=4.0):
+    """The authors' code's reference points (coverage_tools.py): theta_ref(xi) = the mean of the
+    post-burn-in mu iterates plus U(-4 sd, 4 sd) per coordinate, sd that of the method's draws;
+    a function of the release (H.4's theta_ref(xi_i)) and of independent noise."""
+    half_range = scale * draws.std(axis=1)
+    return trace_means + rng.uniform(-half_range, half_range)
 
 
 def bootstrap_rmse(draws, truths, references, rng, repeats=200) -> tuple[float, float]:
@@ -173,6 +204,8 @@ def main(argv=None) -> None:
     parser.add_argument("--burn-in", type=float, default=None, help="T* as a share of T (default: SETTINGS, per model)")
     parser.add_argument("--models", nargs="+", default=None, help="a subset of the experiment's models")
     parser.add_argument("--clip", type=float, default=None, help="C for every model (default: SETTINGS, per model)")
+    parser.add_argument("--settings", choices=("ours", "authors"), default="ours",
+                        help="the exponential families' priors and DP-VI settings: ours, or the authors' code's")
     parser.add_argument("--workers", type=int, default=2)
     add_address_argument(parser)
     parser.add_argument("--out", default=None, help="folder under examples/results")
@@ -181,7 +214,7 @@ def main(argv=None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     models = args.models or EXPERIMENTS[args.experiment]
     for name in models:  # compile once, before the workers load the cache
-        build(name)[0].compile()
+        build(name, args.settings)[0].compile()
     tasks = [(name, eps, r, k) for name in models for eps in args.epsilons
              for r in range(args.repeats) for k in range(args.datasets)]
     start = time.perf_counter()
@@ -195,22 +228,27 @@ def main(argv=None) -> None:
     rng = np.random.default_rng(0)
     rows, curves = [], []
     for (name, eps, repeat), group in pd.DataFrame(results).groupby(["model", "epsilon", "repeat"], sort=False):
-        truths, references = np.stack(group["truth"]), np.stack(group["reference"])
+        truths, prior_references = np.stack(group["truth"]), np.stack(group["reference"])
         for method in METHODS:
             draws = np.stack([d[method] for d in group["draws"]])
-            rmse, se = bootstrap_rmse(draws, truths, references, rng)
-            rows.append({"model": name, "epsilon": eps, "repeat": repeat, "method": method, "rmse": rmse,
-                         "rmse_bootstrap_se": se, "datasets": len(group), "dpvi_seconds": group["seconds"].median()})
-            _, coverage = tarp_coverage(draws, truths, references, ALPHAS)
-            curves.append(pd.DataFrame({"model": name, "epsilon": eps, "repeat": repeat, "method": method,
-                                        "alpha": ALPHAS, "coverage": coverage}))
+            references = {"prior": prior_references,
+                          "trace": trace_references(draws, np.stack(group["trace_mean"]), rng)}
+            for reference, points in references.items():
+                rmse, se = bootstrap_rmse(draws, truths, points, rng)
+                rows.append({"model": name, "epsilon": eps, "repeat": repeat, "reference": reference, "method": method,
+                             "rmse": rmse, "rmse_bootstrap_se": se, "datasets": len(group),
+                             "dpvi_seconds": group["seconds"].median()})
+                _, coverage = tarp_coverage(draws, truths, points, ALPHAS)
+                curves.append(pd.DataFrame({"model": name, "epsilon": eps, "repeat": repeat, "reference": reference,
+                                            "method": method, "alpha": ALPHAS, "coverage": coverage}))
     per_repeat = pd.DataFrame(rows)
     per_repeat.to_csv(out / "repeats.csv", index=False)
     rows = []
-    for (name, eps, method), g in per_repeat.groupby(["model", "epsilon", "method"], sort=False):
+    for (name, eps, reference, method), g in per_repeat.groupby(["model", "epsilon", "reference", "method"],
+                                                                sort=False):
         # what a perfectly calibrated posterior scores on this many data sets (the paper's K = 500: 0.017)
         calibrated = calibrated_rmse_reference(int(g["datasets"].iloc[0]), ALPHAS)
-        rows.append({"model": name, "epsilon": eps, "method": method, "rmse": g["rmse"].mean(),
+        rows.append({"model": name, "epsilon": eps, "reference": reference, "method": method, "rmse": g["rmse"].mean(),
                      "rmse_sd_over_repeats": g["rmse"].std(ddof=1) if len(g) > 1 else np.nan,
                      "rmse_bootstrap_se": g["rmse_bootstrap_se"].mean(), "repeats": len(g),
                      "datasets": g["datasets"].iloc[0], "calibrated_rmse_mean": calibrated["mean"],
@@ -224,21 +262,26 @@ def main(argv=None) -> None:
 
 
 def plot(curves: pd.DataFrame, out: Path) -> None:
+    """Coverage curves, one column per (model, epsilon), one row per kind of reference point."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     cells = list(curves.groupby(["model", "epsilon"], sort=False).groups)
-    fig, axes = plt.subplots(1, len(cells), figsize=(4 * len(cells), 3.6), squeeze=False)
-    for ax, (name, eps) in zip(axes[0], cells):
-        for method in METHODS:
-            sub = curves[(curves.model == name) & (curves.epsilon == eps) & (curves.method == method)]
-            ax.plot(1 - sub["alpha"], sub["coverage"], label=method)
-        ax.plot([0, 1], [0, 1], color="grey", linestyle=":")
-        ax.set_title(f"{name}, epsilon {eps:g}")
-        ax.set_xlabel("credibility 1 - alpha")
-    axes[0, 0].set_ylabel("expected coverage (TARP)")
+    references = list(curves["reference"].unique())
+    fig, axes = plt.subplots(len(references), len(cells), figsize=(4 * len(cells), 3.6 * len(references)),
+                             squeeze=False)
+    for row, reference in enumerate(references):
+        for ax, (name, eps) in zip(axes[row], cells):
+            for method in METHODS:
+                sub = curves[(curves.model == name) & (curves.epsilon == eps) & (curves.method == method)
+                             & (curves.reference == reference)]
+                ax.plot(1 - sub["alpha"], sub["coverage"], label=method)
+            ax.plot([0, 1], [0, 1], color="grey", linestyle=":")
+            ax.set_title(f"{name}, epsilon {eps:g}, reference: {reference}", fontsize=9)
+            ax.set_xlabel("credibility 1 - alpha")
+        axes[row, 0].set_ylabel("expected coverage (TARP)")
     axes[0, -1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "coverage.png", dpi=120)

@@ -331,6 +331,30 @@ def test_calibration_curve_and_its_rmse():
         calibration_curve([1.5], [1])
 
 
+def test_equal_count_calibration_bins_against_a_direct_computation():
+    """strategy="quantile": the sorted predictions cut into runs of equal size (a remainder of
+    n mod bins spread one each over the first runs), each run's means computed directly."""
+    rng = np.random.default_rng(13)
+    p = rng.beta(0.5, 2.0, 1003)
+    y = rng.random(p.size) < p
+    table = calibration_curve(p, y, bins=10, strategy="quantile")
+    order = np.argsort(p)
+    sizes = [101] * 3 + [100] * 7
+    edges = np.cumsum([0] + sizes)
+    for k in range(10):
+        run = order[edges[k]:edges[k + 1]]
+        assert table["count"].iloc[k] == sizes[k]
+        assert table["predicted"].iloc[k] == pytest.approx(p[run].mean(), rel=1e-12)
+        assert table["observed"].iloc[k] == pytest.approx(y[run].mean(), rel=1e-12)
+    assert np.all(np.diff(table["predicted"]) > 0)
+    with pytest.raises(rs.RobustStanInputError, match=r"^strategy: "):
+        calibration_curve(p, y, strategy="kmeans")
+    with pytest.raises(rs.RobustStanInputError, match=r"^bins: "):
+        calibration_curve(p[:5], y[:5], bins=10, strategy="quantile")
+    with pytest.raises(rs.RobustStanInputError, match=r"^bins: "):
+        calibration_curve(p, y, bins=0)
+
+
 # -- bad input -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("options, message", [
     ({"epsilon": 0}, r"^epsilon: must be > 0"),

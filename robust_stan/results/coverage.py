@@ -61,16 +61,29 @@ def calibrated_rmse_reference(datasets: int, alphas=None, repeats: int = 4000, s
     return {"mean": float(rmse.mean()), **quantiles, "expected_mse": float(np.mean(alphas * (1 - alphas)) / datasets)}
 
 
-def calibration_curve(probabilities, outcomes, bins: int = 10) -> pd.DataFrame:
-    """Predicted probability against the observed share of positives, in ``bins`` equal-width
-    bins of the prediction (empty bins left out): columns predicted, observed, count, error
-    (observed - predicted)."""
+def calibration_curve(probabilities, outcomes, bins: int = 10, strategy: str = "uniform") -> pd.DataFrame:
+    """Predicted probability against the observed share of positives, by bins of the prediction:
+    ``strategy="uniform"``, ``bins`` equal-width bins of [0, 1] (empty bins left out), or
+    ``"quantile"``, ``bins`` bins of equal count (the predictions sorted and cut into runs whose
+    sizes differ by at most one; the noise-aware DPVI authors' calibration curves bin this way).
+    Columns predicted, observed, count, error (observed - predicted)."""
     p, y = np.asarray(probabilities, dtype=float).ravel(), np.asarray(outcomes, dtype=float).ravel()
     if p.shape != y.shape:
         raise RobustStanInputError(f"outcomes: need one per probability ({p.size}), got {y.size}")
     if np.any((p < 0) | (p > 1)):
         raise RobustStanInputError("probabilities: must lie in [0, 1]")
-    which = np.minimum((p * bins).astype(int), bins - 1)
+    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
+        raise RobustStanInputError(f"bins: must be a positive integer, got {bins!r}")
+    if strategy == "uniform":
+        which = np.minimum((p * bins).astype(int), bins - 1)
+    elif strategy == "quantile":
+        if p.size < bins:
+            raise RobustStanInputError(f"bins: {bins} equal-count bins need at least as many predictions, got {p.size}")
+        which = np.empty(p.size, dtype=int)
+        for k, run in enumerate(np.array_split(np.argsort(p, kind="stable"), bins)):
+            which[run] = k
+    else:
+        raise RobustStanInputError(f"strategy: must be 'uniform' or 'quantile', got {strategy!r}")
     frame = pd.DataFrame({"bin": which, "predicted": p, "observed": y})
     table = frame.groupby("bin").agg(predicted=("predicted", "mean"), observed=("observed", "mean"),
                                      count=("observed", "size"))
