@@ -6,8 +6,11 @@ DP-VI (rs.dpvi) runs on it, and from its release alone come the noise-aware post
 (NUTS, 1000 warm-up + 4000 draws in 2 chains; and Laplace) and the two baselines, the
 last iterate and DPVIm (the mean of the post-burn-in iterates). TARP (the paper's
 algorithm 1 and appendix H.4) scores each method: credible balls on the unconstrained
-scale around a reference point drawn from the prior, coverage over alpha in 0..1 (101
-levels), RMSE of coverage - (1 - alpha) (eq. 27). With ``--repeats R`` the study runs R
+scale around a reference point, coverage over alpha in 0..1 (101 levels), RMSE of
+coverage - (1 - alpha) (eq. 27). Two reference points are scored (``reference`` in the
+tables): ``prior``, a point drawn from the prior, and ``trace``, the authors' code's
+theta_ref(xi) (the mean of the post-burn-in mu iterates plus U(-4 sd, 4 sd), sd that of the
+method's draws; ``trace_references``). With ``--repeats R`` the study runs R
 times on fresh data sets and the table gives the mean and sd of the RMSE over repeats,
 as the paper's tables do; the Monte Carlo error of a single repeat's RMSE is the sd of
 its bootstrap over the K data sets. The RMSE depends on K even for a perfectly calibrated
@@ -32,6 +35,7 @@ last an intercept), x ~ N(0, I_10).
     python examples/dpvi_tarp.py --experiment exponential_families --datasets 100 --workers 2
     python examples/dpvi_tarp.py --experiment exponential_families --datasets 500 --repeats 20 --workers 64   # the paper's size
     python examples/dpvi_tarp.py --experiment linear_regression --epsilons 0.1 0.3 1 --datasets 50
+    python examples/dpvi_tarp.py --settings authors --datasets 60   # the authors' code's priors and settings
 
 Writes examples/results/dpvi_<experiment>/{runs.csv (coverage curves), repeats.csv, table.csv, coverage.png}.
 """
