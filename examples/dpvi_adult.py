@@ -40,6 +40,7 @@ import pandas as pd
 from _coreset_data import adult_frames
 
 import robust_stan as rs
+from robust_stan.methods.dpvi import softplus
 from _cluster import add_address_argument, cluster_pool
 
 OUT = Path(__file__).parent / "results" / "dpvi_adult"
@@ -50,7 +51,7 @@ METHODS = ("noise-aware NUTS", "noise-aware Laplace", "last iterate", "DPVIm")
 SETTINGS = {"ours": {"clip": 5.0, "precondition": 10.0, "lambda_c": 1.0, "initial_variance": 0.01, "burn_in": 0.5,
                      "scaling": "range"},
             "authors": {"clip": 11.0, "precondition": 550.0, "lambda_c": float(np.sqrt(57)),
-                        "initial_variance": float(np.log1p(np.exp(-6.0)) ** 2), "burn_in": 0.2, "scaling": "z"}}
+                        "initial_variance": float(softplus(-6.0) ** 2), "burn_in": 0.2, "scaling": "z"}}
 
 
 def adult_h6(scaling: str = "range"):

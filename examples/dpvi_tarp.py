@@ -52,6 +52,8 @@ import pandas as pd
 
 import robust_stan as rs
 from _cluster import add_address_argument, cluster_pool
+from robust_stan.methods.dpvi import softplus
+from robust_stan.methods.noise_aware import burn_in_steps
 from robust_stan.results.coverage import calibrated_rmse_reference, coverage_rmse, tarp_coverage
 
 OUT = Path(__file__).parent / "results"
@@ -84,11 +86,11 @@ PRIORS = {"ours": {"gamma_exponential": (2.0, 2.0), "beta_bernoulli": (2.0, 2.0)
           "authors": {"gamma_exponential": (8.0, 2.0), "beta_bernoulli": (10.0, 10.0), "dirichlet_categorical": 5.0}}
 AUTHORS_SETTINGS = {
     "gamma_exponential": {"clip": 2.0, "precondition": 100.0, "burn_in": 0.2,
-                          "initial_variance": float(np.log1p(np.exp(-4.0)) ** 2)},
+                          "initial_variance": float(softplus(-4.0) ** 2)},
     "beta_bernoulli": {"clip": 2.0, "precondition": 120.0, "burn_in": 0.2,
-                       "initial_variance": float(np.log1p(np.exp(-4.0)) ** 2)},
+                       "initial_variance": float(softplus(-4.0) ** 2)},
     "dirichlet_categorical": {"clip": float(np.sqrt(2.0)), "precondition": 100.0, "burn_in": 0.2,
-                              "initial_variance": float(np.log1p(np.exp(-6.0)) ** 2)},
+                              "initial_variance": float(softplus(-6.0) ** 2)},
 }
 
 
@@ -169,7 +171,7 @@ def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
         "DPVIm": rs.dpvi_baseline(release, "averaged", burn_in, draws=4000, seed=k),
     }
     dimension = release.iterates.shape[1] // 2
-    trace_mean = release.iterates[int(burn_in * args.steps):args.steps, :dimension].mean(axis=0)
+    trace_mean = release.iterates[burn_in_steps(burn_in, release.steps):release.steps, :dimension].mean(axis=0)  # DPVIm's mean
     return {"model": name, "epsilon": epsilon, "repeat": repeat, "k": k, "truth": release.unconstrain(truth),
             "reference": release.unconstrain(reference), "trace_mean": trace_mean, "seconds": fit.seconds,
             "draws": {m: d.unconstrained.reshape(-1, d.unconstrained.shape[-1]) for m, d in draws.items()}}

@@ -30,7 +30,7 @@ from dpvi_tarp import ALPHAS, OUT, bootstrap_rmse, build, settings_of  # noqa: E
 
 import robust_stan as rs  # noqa: E402
 from _cluster import add_address_argument, cluster_pool  # noqa: E402
-from robust_stan.methods.noise_aware import q_draws, sample_trace_model, trace_model_data  # noqa: E402
+from robust_stan.methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data  # noqa: E402
 from robust_stan.results.coverage import tarp_coverage  # noqa: E402
 
 VARIANTS = ("prior from the post-burn-in trace (rs.noise_aware)", "prior from steps T/4..T/2", "last iterate")
@@ -55,7 +55,7 @@ def one_data_set(k: int, args) -> dict:
     data, truth = simulate(rng, args.rows)
     _, reference = simulate(rng, 1)
     settings = settings_of(name, args)  # the Gamma-exponential's: C = 10, beta_u = 100, variances 1 / N
-    t_star = int(settings.pop("burn_in") * args.steps)
+    t_star = burn_in_steps(settings.pop("burn_in"), args.steps)
     fit = rs.dpvi(model, data, epsilon=args.epsilon, steps=args.steps, sampling_rate=0.1, seed=k, show_progress=False,
                   **settings)
     release = fit.release
