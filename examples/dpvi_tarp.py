@@ -171,7 +171,8 @@ def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
         "DPVIm": rs.dpvi_baseline(release, "averaged", burn_in, draws=4000, seed=k),
     }
     dimension = release.iterates.shape[1] // 2
-    trace_mean = release.iterates[burn_in_steps(burn_in, release.steps):release.steps, :dimension].mean(axis=0)  # DPVIm's mean
+    post_burn_in = release.iterates[burn_in_steps(burn_in, release.steps):release.steps]
+    trace_mean = post_burn_in[:, :dimension].mean(axis=0)  # DPVIm's mean
     return {"model": name, "epsilon": epsilon, "repeat": repeat, "k": k, "truth": release.unconstrain(truth),
             "reference": release.unconstrain(reference), "trace_mean": trace_mean, "seconds": fit.seconds,
             "draws": {m: d.unconstrained.reshape(-1, d.unconstrained.shape[-1]) for m, d in draws.items()}}
