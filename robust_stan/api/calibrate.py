@@ -34,9 +34,9 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
     - ``"lhw"``: Lyddon, Holmes and Walker's (2019) learning rate w = tr(J I^-1 J) / tr(J),
       which matches the posterior's information to the estimate's sampling variability; the
       posterior is sampled again at w (the fit's NUTS settings, no new compile);
-    - ``"sandwich"``: the fit's own draws mapped about their mean so that their covariance is
-      J^-1 I J^-1 / N (Ribatet et al. 2012's curvature adjustment; Shaby 2014), then
-      constrained again: no new sampling;
+    - ``"sandwich"``: the fit's own draws mapped about theta_hat, theta_hat + C (theta - theta_hat),
+      so that their covariance is J^-1 I J^-1 / N (Ribatet et al. 2012's curvature adjustment;
+      Shaby 2014), then constrained again: no new sampling;
     - ``"bootstrap"``: Syring and Martin's (2019) calibration: w such that the ``level`` credible
       sets (ellipsoids on the unconstrained scale) of the w-posteriors of ``bootstraps``
       resamples (multinomial counts as row weights: no compile) hold theta_hat in a share
@@ -66,7 +66,7 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
         w = fit.learning_rate
         prepared = PreparedData(fit.data, fit.stan_data, fit.scaling, fit.divergence)
         posterior = model.oracle_for(with_switches(fit.stan_data, pointwise=False))
-        variables = constrained_draws(posterior, curvature_adjusted(draws, covariance))
+        variables = constrained_draws(posterior, curvature_adjusted(draws, covariance, found.theta_hat))
         # the NUTS run's divergences and tree depths still describe these draws; its lp__ does not
         raw = RawDraws(variables, {k: v for k, v in fit.raw.sampler.items() if k != "lp__"})
     else:

@@ -19,9 +19,13 @@ posterior with learning rate w has covariance (w N J)^-1 for large N.
   other w through importance ratios exp(-(w - w0) L(theta)), L the resample's total loss,
   Pareto-smoothed; where k-hat exceeds 0.7 the resample is fitted again at w. The coverage falls
   as w grows, and w is found by bisection on log w.
-- The curvature adjustment: draws theta_s become theta_bar + C (theta_s - theta_bar) with
+- The curvature adjustment: draws theta_s become theta_hat + C (theta_s - theta_hat) with
   C = chol(S) chol(P)^-1, P the draws' covariance and S = J^-1 I J^-1 / N, so the adjusted
-  draws have covariance S exactly and the same mean theta_bar.
+  draws have covariance S exactly. The map is centred on the estimate theta_hat, as Ribatet et
+  al.'s theta* = theta_hat + C (theta - theta_hat) and Shaby's open-faced sandwich are: their mean
+  becomes theta_hat + C (theta_bar - theta_hat), theta_bar the draws' mean. (Centred on theta_bar
+  instead, a posterior spread over two modes keeps its mean between them and shrinks about it,
+  away from both.)
 """
 
 from __future__ import annotations
@@ -86,13 +90,12 @@ def sandwich_covariance(curvature: np.ndarray, information: np.ndarray, n_rows: 
     return (covariance + covariance.T) / 2
 
 
-def curvature_adjusted(draws: np.ndarray, target_covariance: np.ndarray) -> np.ndarray:
-    """The draws (..., d) mapped affinely about their mean so that their covariance is
+def curvature_adjusted(draws: np.ndarray, target_covariance: np.ndarray, centre: np.ndarray) -> np.ndarray:
+    """The draws (..., d) mapped affinely about ``centre`` (theta_hat) so that their covariance is
     ``target_covariance`` (module docstring)."""
     flat = draws.reshape(-1, draws.shape[-1])
     if flat.shape[0] <= flat.shape[1]:
         raise RobustStanInputError(f"fit: need more draws than parameters ({flat.shape[1]}) to adjust them")
-    centre = flat.mean(axis=0)
     current = np.linalg.cholesky(np.atleast_2d(np.cov(flat, rowvar=False)))
     wanted = np.linalg.cholesky(target_covariance)
     transform = wanted @ np.linalg.inv(current)
