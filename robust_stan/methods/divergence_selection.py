@@ -38,6 +38,9 @@ from ..building.divergences import KL, BetaD, Divergence, GammaD
 from .calibration import MinimumLoss
 from .importance import K_HAT_LIMIT, psis
 
+#: A confirming fit's criterion this many combined standard errors from its reweighted value marks a breakdown.
+BREAKDOWN_Z = 4.0
+
 
 def grid_value(divergence: Divergence) -> float:
     """A grid point's position: beta or gamma, and 0 for KL."""
@@ -125,7 +128,14 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
     (k-hat cannot flag a mode the proposal never visits). So the best value, unless it was fitted
     from dispersed starts, is fitted so and its criterion replaced by that fit's own; this repeats
     until the best value is such a fit (one extra fit when the choice stands, and the choice's fit
-    is then at hand)."""
+    is then at hand). A confirming fit whose criterion differs from its reweighted value by more
+    than :data:`BREAKDOWN_Z` standard errors marks a breakdown: the values below it are
+    re-evaluated from its draws (NaN, with the reason in ``source``, where k-hat > 0.7), and the
+    next fit bisects the values still under suspicion (those below the best confirmed criterion)
+    instead of walking up from the breakdown one grid step at a time. Robustness grows with beta,
+    so a posterior that follows the outliers at one value does so at the smaller ones; if it
+    does not, bisection only costs fits, as each value keeps a criterion from a fit of its own
+    or one that reweights well."""
     positions = np.array([grid_value(d) for d in grid])
     fits: dict[int, object] = {}
     own: dict[int, Evaluation] = {}  # each fit's evaluation at its own divergence
@@ -149,17 +159,36 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
             continue
         fit_here(k, fits[base])
         points[k].pareto_k = khat  # the reweighting's k-hat, which called for this fit
-    dispersed = {pilot}
+    dispersed, broken = {pilot}, False
     while confirm:
-        best = min(points, key=lambda j: (points[j].criterion, j))
+        best = min(points, key=lambda j: (_finite_or_inf(points[j].criterion), j))
         if best in dispersed:
             break
-        before = points[best]
-        fit_here(best, None)
-        points[best].source = f"fit from dispersed starts (the {before.source} value was {before.criterion:.6g})"
-        points[best].pareto_k = before.pareto_k
-        dispersed.add(best)
+        floor = min(points[j].criterion for j in dispersed)
+        suspects = [j for j in sorted(points) if j not in dispersed and points[j].criterion <= floor]
+        probe = suspects[len(suspects) // 2] if broken else best
+        before = points[probe]
+        fit_here(probe, None)
+        points[probe].source = f"fit from dispersed starts (the {before.source} value was {before.criterion:.6g})"
+        points[probe].pareto_k = before.pareto_k
+        dispersed.add(probe)
+        gap = abs(points[probe].criterion - before.criterion)
+        if not gap > BREAKDOWN_Z * np.hypot(points[probe].mcse, before.mcse):
+            continue
+        broken = True
+        for j in (j for j in suspects if positions[j] < positions[probe]):
+            there = evaluate(fits[probe], grid[j])
+            estimate, mcse, khat = reweighted_estimate(there.criterion, -(there.total_loss - own[probe].total_loss))
+            reason = f"below the breakdown found at {grid[probe]!r}"
+            points[j] = (GridPoint(grid[j], estimate, mcse, f"reweighted from {grid[probe]!r} ({reason})", khat)
+                         if khat <= K_HAT_LIMIT else
+                         GridPoint(grid[j], float("nan"), float("nan"), f"not evaluated: {reason}, and k-hat "
+                                   f"{khat:.2f} from its fit", khat))
     return [points[k] for k in range(len(grid))], fits
+
+
+def _finite_or_inf(value: float) -> float:
+    return value if np.isfinite(value) else np.inf
 
 
 def fitted_points(grid: list[Divergence], evaluations: list[Evaluation]) -> list[GridPoint]:

@@ -17,7 +17,8 @@ class Selection:
     ``divergence`` is the grid value with the smallest criterion; ``curve`` has one row per grid
     value: the divergence, its beta or gamma (``value``, 0 for KL), the criterion, its Monte
     Carlo standard error, where it came from (``source``: "fit", "reweighted from ...", or "fit
-    from dispersed starts (...)" for a value that ``confirm`` fitted again), and
+    from dispersed starts (...)" for a value that ``confirm`` fitted again, or, below a breakdown
+    that ``confirm`` found, a value reweighted from that fit or "not evaluated" with NaN), and
     ``pareto_k``: the k-hat of the reweighting that gave the value, or that was tried and called
     for a fit (above 0.7; NaN for the pilot and with fits="full"); ``fits`` are the NUTS fits
     made, by divergence;
@@ -37,7 +38,7 @@ class Selection:
             "source": [p.source for p in points],
             "pareto_k": [p.pareto_k for p in points],
         })
-        best = int(np.argmin(self.curve["criterion"].to_numpy()))
+        best = int(np.nanargmin(self.curve["criterion"].to_numpy()))
         self.divergence: Divergence = points[best].divergence
         self.fits = dict(fits)
         #: criterion "mse": each grid value's minimum-loss estimate on the unconstrained scale
