@@ -51,7 +51,9 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     (not warm-started) unless it already was, and that fit's own criterion replaces the
     reweighted one, until the best value stands on such a fit: near a beta's breakdown point the
     generalized posterior has a second mode that follows the outliers, which draws reweighted
-    from a robust fit cannot see. ``sample_options`` go to
+    from a robust fit cannot see. Once such a fit shows a breakdown (a worse criterion, or chains
+    in several modes), the values below it are re-evaluated from its draws and the next fits
+    bisect the values still in doubt. ``sample_options`` go to
     :meth:`Model.sample` (chains, iter_warmup, iter_sampling, seed, ...). No grid value needs a
     new compile. Returns a :class:`~robust_stan.results.selection.Selection`.
     """

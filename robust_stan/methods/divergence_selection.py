@@ -38,8 +38,10 @@ from ..building.divergences import KL, BetaD, Divergence, GammaD
 from .calibration import MinimumLoss
 from .importance import K_HAT_LIMIT, psis
 
-#: A confirming fit's criterion this many combined standard errors from its reweighted value marks a breakdown.
-BREAKDOWN_Z = 4.0
+#: A confirming fit whose criterion is worse than its reweighted value by this many combined standard
+#: errors, or whose chains disagree on it (R-hat above MODES_RHAT), marks a breakdown.
+BREAKDOWN_Z = 3.0
+MODES_RHAT = 1.1
 
 
 def grid_value(divergence: Divergence) -> float:
@@ -128,8 +130,8 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
     (k-hat cannot flag a mode the proposal never visits). So the best value, unless it was fitted
     from dispersed starts, is fitted so and its criterion replaced by that fit's own; this repeats
     until the best value is such a fit (one extra fit when the choice stands, and the choice's fit
-    is then at hand). A confirming fit whose criterion differs from its reweighted value by more
-    than :data:`BREAKDOWN_Z` standard errors marks a breakdown: the values below it are
+    is then at hand). A confirming fit that finds what its reweighted value did not (a worse
+    criterion, or chains in several modes: :func:`_breaks_down`) marks a breakdown: the values below it are
     re-evaluated from its draws (NaN, with the reason in ``source``, where k-hat > 0.7), and the
     next fit bisects the values still under suspicion (those below the best confirmed criterion)
     instead of walking up from the breakdown one grid step at a time. Robustness grows with beta,
@@ -172,8 +174,7 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
         points[probe].source = f"fit from dispersed starts (the {before.source} value was {before.criterion:.6g})"
         points[probe].pareto_k = before.pareto_k
         dispersed.add(probe)
-        gap = abs(points[probe].criterion - before.criterion)
-        if not gap > BREAKDOWN_Z * np.hypot(points[probe].mcse, before.mcse):
+        if not _breaks_down(own[probe], points[probe], before):
             continue
         broken = True
         for j in (j for j in suspects if positions[j] < positions[probe]):
@@ -185,6 +186,16 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
                          GridPoint(grid[j], float("nan"), float("nan"), f"not evaluated: {reason}, and k-hat "
                                    f"{khat:.2f} from its fit", khat))
     return [points[k] for k in range(len(grid))], fits
+
+
+def _breaks_down(own: Evaluation, fitted: GridPoint, reweighted: GridPoint) -> bool:
+    """Whether a fit from dispersed starts finds what its reweighted value did not see: a criterion
+    worse by more than :data:`BREAKDOWN_Z` combined standard errors, or chains that disagree
+    (R-hat of the criterion above :data:`MODES_RHAT`: the posterior has several modes there)."""
+    import arviz
+
+    worse = fitted.criterion - reweighted.criterion > BREAKDOWN_Z * np.hypot(fitted.mcse, reweighted.mcse)
+    return bool(worse or float(arviz.rhat(np.asarray(own.criterion, dtype=float))) > MODES_RHAT)
 
 
 def _finite_or_inf(value: float) -> float:
