@@ -105,6 +105,34 @@ def test_dask_frames_and_parquet_files_equal_dask_array_partitions(glm_normal, s
 
 
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
+def test_rows_of_a_parquet_file_are_read_from_their_row_groups_only(tmp_path, monkeypatch):
+    """A coreset's fetch of a few rows reads only the row groups that hold them, and gets the rows a
+    whole-file read gives, in the order asked, repeats, a stored index and bool columns included."""
+    import pyarrow.parquet as pq
+
+    from robust_stan.building.partitions import load_partition_value
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"a": rng.normal(size=1000), "b": rng.random(1000) < 0.5},
+                         index=pd.Index(np.arange(1000) * 3, name="row"))
+    path = str(tmp_path / "part.parquet")
+    frame.to_parquet(path, row_group_size=128)
+    whole = load_partition_value(path)
+    np.testing.assert_array_equal(whole, np.column_stack([frame["a"], frame["b"].astype(int)]))
+    read_groups = []
+    original = pq.ParquetFile.read_row_groups
+
+    def recording(self, groups, *args, **kwargs):
+        read_groups.append(list(groups))
+        return original(self, groups, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", recording)
+    rows = np.array([999, 5, 130, 127, 5])
+    np.testing.assert_array_equal(load_partition_value(path, rows), whole[rows])
+    assert read_groups == [[0, 1, 7]]   # rows 5, 127 in group 0; 130 in group 1; 999 in group 7
+    assert load_partition_value(path, np.arange(0)).shape == (0, 2)
+
+
 def test_dask_values_chunked_differently_are_split_at_every_boundary(glm_normal):
     X, y = _rows(200)
     unequal = {"X": da.from_array(X, chunks=(100, 3)), "y": da.from_array(y, chunks=((50, 150),))}

@@ -134,11 +134,26 @@ def _parquet_layout(path: str) -> tuple[tuple[int, ...], dict]:
     return ((rows,) if len(types) == 1 else (rows, len(types))), types
 
 
-def _read_parquet(path: str) -> np.ndarray:
-    """A Parquet file's columns as an array (bool columns as 0 / 1), shaped as _parquet_layout says."""
+def _read_parquet(path: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """A Parquet file's columns as an array (bool columns as 0 / 1), shaped as _parquet_layout says;
+    with ``rows``, only those rows, read from the row groups that hold them."""
     import pyarrow.parquet as pq
 
-    table = _bools_as_ints(pq.read_table(path).to_pandas()).to_numpy()
+    if rows is None:
+        table = _bools_as_ints(pq.read_table(path).to_pandas()).to_numpy()
+    else:
+        file = pq.ParquetFile(path)
+        starts = np.cumsum([0] + [file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)])
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= starts[-1]):
+            raise IndexError(f"rows out of range for {path} ({starts[-1]} rows)")
+        group_of = np.searchsorted(starts, rows, side="right") - 1
+        groups = np.unique(group_of)
+        # where each chosen group starts among the groups read
+        read_start = dict(zip(groups.tolist(), np.cumsum([0] + [starts[g + 1] - starts[g] for g in groups])[:-1]))
+        local = rows - starts[group_of] + np.array([read_start[g] for g in group_of.tolist()], dtype=np.int64)
+        read = file.read_row_groups(groups.tolist(), use_pandas_metadata=True)
+        table = _bools_as_ints(read.to_pandas()).to_numpy()[local]
     return table[:, 0] if table.shape[1] == 1 else table
 
 
@@ -153,10 +168,10 @@ def _path_shape(name: str, path: str) -> tuple[int, ...]:
 
 def load_partition_value(value, rows: np.ndarray | None = None) -> np.ndarray:
     """A partition's value as an array (a .npy or .parquet path is read; a computed Dask chunk is
-    taken as it is), or only its rows ``rows`` (then a .npy file is mapped, not read whole)."""
+    taken as it is), or only its rows ``rows`` (then a .npy file is mapped, not read whole, and of
+    a .parquet file only the row groups that hold them are read)."""
     if isinstance(value, str) and value.endswith(".parquet"):
-        table = _read_parquet(value)
-        return table if rows is None else table[rows]
+        return _read_parquet(value, rows)
     if rows is None:
         return np.load(value) if isinstance(value, str) else np.asarray(value)
     return np.array(np.load(value, mmap_mode="r")[rows]) if isinstance(value, str) else np.asarray(value)[rows]
