@@ -133,6 +133,28 @@ def test_rows_of_a_parquet_file_are_read_from_their_row_groups_only(tmp_path, mo
     assert load_partition_value(path, np.arange(0)).shape == (0, 2)
 
 
+def test_column_sds_of_partition_files_pool_to_the_whole_columns_sd(tmp_path):
+    """The glm's default prior scales come from each column's sd over all rows; from files, each
+    file's moments are pooled: equal to the sd of all rows stacked, computed in extended precision
+    (an empty file and a vector included). The columns' mean is 1e6 and one sd is 0.01: summing raw
+    squares (1e12 each, rounded to about 1e-4) would lose the variance of 1e-4 entirely; float64
+    values of 1e6 carry 1e-10, so deviations of 0.01 keep about 1e-8 relative error."""
+    from robust_stan.building.partitions import column_sd
+
+    rng = np.random.default_rng(1)
+    blocks = [1e6 + rng.normal(size=(n, 3)) * [1.0, 2.0, 1e-2] for n in (500, 0, 1, 799)]
+    paths = []
+    for k, block in enumerate(blocks):
+        np.save(tmp_path / f"X{k}.npy", block)
+        paths.append(str(tmp_path / f"X{k}.npy"))
+    np.testing.assert_allclose(column_sd(paths), np.vstack(blocks).astype(np.longdouble).std(axis=0), rtol=1e-6)
+    vectors = [str(tmp_path / f"X{k}.npy") for k in (0, 3)]
+    for k, path in zip((0, 3), vectors):
+        np.save(path, blocks[k][:, 2])
+    stacked = np.concatenate([blocks[0][:, 2], blocks[3][:, 2]]).astype(np.longdouble)
+    np.testing.assert_allclose(column_sd(vectors), [stacked.std()], rtol=1e-6)
+
+
 def test_dask_values_chunked_differently_are_split_at_every_boundary(glm_normal):
     X, y = _rows(200)
     unequal = {"X": da.from_array(X, chunks=(100, 3)), "y": da.from_array(y, chunks=((50, 150),))}

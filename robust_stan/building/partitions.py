@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..common.cluster import run_tasks
 from ..common.errors import RobustStanInputError
 from .data import default_prior_scales
 
@@ -238,26 +239,40 @@ def split_partitions(data: Mapping) -> Partitions:
     return Partitions(parts, [rows[k] for k in kept], shared)
 
 
-def column_sd(value) -> np.ndarray:
-    """The population sd of each column of a partitioned matrix, a vector's as one column (a Dask
-    array's reduction on the workers, or one file at a time here)."""
+def column_sd(value, cluster=None) -> np.ndarray:
+    """The population sd of each column of a partitioned matrix, a vector's as one column: a Dask
+    array's reduction on the workers, or each file's count, mean and sum of squared deviations
+    where the file is read (on ``cluster``'s workers, else here, one file at a time), pooled by
+    Chan, Golub and LeVeque's formula."""
     if is_dask_array(value):
         return np.atleast_1d(np.asarray(value.std(axis=0).compute(), dtype=float))
-    count, total, squares = 0, 0.0, 0.0
-    for path in value:
-        block = load_partition_value(str(path)).astype(float)
-        count, total, squares = count + block.shape[0], total + block.sum(axis=0), squares + (block**2).sum(axis=0)
-    mean = total / count
-    return np.atleast_1d(np.sqrt(np.maximum(squares / count - mean**2, 0.0)))
+    count, mean, squares = 0, 0.0, 0.0
+    for n, file_mean, file_squares in run_tasks(_file_moments, [str(path) for path in value], cluster,
+                                                "column moments"):
+        if n == 0:
+            continue
+        delta, total = file_mean - mean, count + n
+        mean, squares = mean + delta * n / total, squares + file_squares + delta**2 * count * n / total
+        count = total
+    return np.atleast_1d(np.sqrt(squares / count))
 
 
-def global_prior_scales(spec, data: Mapping) -> dict:
+def _file_moments(path: str) -> tuple[int, np.ndarray, np.ndarray]:
+    """A partition file's row count, column means and sums of squared deviations from them."""
+    block = load_partition_value(path).astype(float)
+    if block.shape[0] == 0:
+        return 0, 0.0, 0.0
+    mean = block.mean(axis=0)
+    return block.shape[0], mean, ((block - mean) ** 2).sum(axis=0)
+
+
+def global_prior_scales(spec, data: Mapping, cluster=None) -> dict:
     """The glm's data-dependent prior scales (2.5 / sd of each column of X) over all rows, once, so
     that every partition and the driver use the same prior ({} where the data give them or the
-    model has none)."""
+    model has none); file columns are summarised on ``cluster``'s workers when there is one."""
     if "prior_scale_b" in spec.data_names() and "prior_scale_b" not in data and "X" in data and is_partitioned(
             {"X": data["X"]}):
-        return {"prior_scale_b": default_prior_scales(column_sd(data["X"]))}
+        return {"prior_scale_b": default_prior_scales(column_sd(data["X"], cluster))}
     return {}
 
 

@@ -169,7 +169,7 @@ class PartitionedGradients:
 
 
 def prepare_partitioned(program: RobustProgram, data: Mapping, divergence: Divergence,
-                        learning_rate: float) -> tuple[Partitions, PreparedData]:
+                        learning_rate: float, cluster: Cluster | None = None) -> tuple[Partitions, PreparedData]:
     """The checked partitions of a built-in model's ``data`` (with the glm's prior scales over
     all rows among the shared values), and its first row with the shared values, prepared (for
     the program's sizes and transforms, which the rows do not change, and a fit's constraining)."""
@@ -181,7 +181,7 @@ def prepare_partitioned(program: RobustProgram, data: Mapping, divergence: Diver
     if program.spec.family.name == "categorical" and "K" not in partitions.shared:
         raise RobustStanInputError("data['K']: give the number of categories with rows held in partitions "
                                    "(each partition would infer its own)")
-    partitions.shared.update(global_prior_scales(program.spec, data))
+    partitions.shared.update(global_prior_scales(program.spec, data, cluster))
     return partitions, prepare_rows(program.spec, first_row(data, partitions), divergence, learning_rate)
 
 
@@ -192,7 +192,7 @@ def partitioned_target(program: RobustProgram, data: Mapping, divergence: Diverg
     its first row with the values every partition shares, prepared (for the fit's constraining)."""
     from .rob_ula import LangevinTarget, default_estimator
 
-    partitions, first = prepare_partitioned(program, data, divergence, learning_rate)
+    partitions, first = prepare_partitioned(program, data, divergence, learning_rate, cluster)
     stan_data = first.stan_data
     gradients = PartitionedGradients(program, partitions, divergence, learning_rate, program.dimension(stan_data),
                                      cluster, combine)

@@ -105,7 +105,7 @@ class PartitionedCoresetTarget(CoresetTarget):
 
     def __init__(self, program: RobustProgram, data: Mapping, divergence: Divergence, inner: str, sampler: str,
                  learning_rate: float, cluster: Cluster | None):
-        partitions, first = prepare_partitioned(program, data, divergence, learning_rate)
+        partitions, first = prepare_partitioned(program, data, divergence, learning_rate, cluster)
         self.placed = PlacedPartitions(program, partitions, cluster)
         self._partitioned_names = sorted(partitions.parts[0])
         self.local_rows = np.zeros(1, dtype=int)

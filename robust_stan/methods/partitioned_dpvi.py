@@ -70,7 +70,7 @@ def partitioned_dpvi_setup(program: RobustProgram, data: Mapping, divergence: Di
     """The first row's prepared Stan data (for the release's public data), the placed partitions
     (close them after the run), the total number of rows and a maker of the run's batches from
     its settings and the model's dimension."""
-    partitions, first = prepare_partitioned(program, data, divergence, 1.0)
+    partitions, first = prepare_partitioned(program, data, divergence, 1.0, cluster)
     placed = PlacedPartitions(program, partitions, cluster)
 
     def batches(dimension: int, settings: DPVISettings) -> PartitionedBatches:

@@ -76,7 +76,7 @@ def partitioned_variational_target(program: RobustProgram, data: Mapping, diverg
     """The first row with the shared values, prepared (for the fit's constraining), the placed
     partitions (close them after the fit) and a maker of the fit's target for
     :func:`~robust_stan.methods.variational.fit_variational` (``target=``)."""
-    partitions, first = prepare_partitioned(program, data, divergence, learning_rate)
+    partitions, first = prepare_partitioned(program, data, divergence, learning_rate, cluster)
     stan_data = first.stan_data
     placed = PlacedPartitions(program, partitions, cluster)
 
