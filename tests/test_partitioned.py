@@ -104,7 +104,6 @@ def test_dask_frames_and_parquet_files_equal_dask_array_partitions(glm_normal, s
     _same_draws(rs.rob_ula(glm_normal, paths, **RUN), serial)
 
 
-@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_rows_of_a_parquet_file_are_read_from_their_row_groups_only(tmp_path, monkeypatch):
     """A coreset's fetch of a few rows reads only the row groups that hold them, and gets the rows a
     whole-file read gives, in the order asked, repeats, a stored index and bool columns included."""
@@ -131,6 +130,10 @@ def test_rows_of_a_parquet_file_are_read_from_their_row_groups_only(tmp_path, mo
     np.testing.assert_array_equal(load_partition_value(path, rows), whole[rows])
     assert read_groups == [[0, 1, 7]]   # rows 5, 127 in group 0; 130 in group 1; 999 in group 7
     assert load_partition_value(path, np.arange(0)).shape == (0, 2)
+    mask = np.zeros(1000, dtype=bool)
+    mask[[3, 600]] = True
+    np.testing.assert_array_equal(load_partition_value(path, mask), whole[mask])
+    np.testing.assert_array_equal(load_partition_value(path, [-1, 0]), whole[[-1, 0]])
 
 
 def test_column_sds_of_partition_files_pool_to_the_whole_columns_sd(tmp_path):
@@ -155,6 +158,7 @@ def test_column_sds_of_partition_files_pool_to_the_whole_columns_sd(tmp_path):
     np.testing.assert_allclose(column_sd(vectors), [stacked.std()], rtol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_dask_values_chunked_differently_are_split_at_every_boundary(glm_normal):
     X, y = _rows(200)
     unequal = {"X": da.from_array(X, chunks=(100, 3)), "y": da.from_array(y, chunks=((50, 150),))}

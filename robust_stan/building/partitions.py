@@ -143,17 +143,19 @@ def _read_parquet(path: str, rows: np.ndarray | None = None) -> np.ndarray:
     if rows is None:
         table = _bools_as_ints(pq.read_table(path).to_pandas()).to_numpy()
     else:
-        file = pq.ParquetFile(path)
-        starts = np.cumsum([0] + [file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)])
-        rows = np.asarray(rows, dtype=np.int64)
-        if rows.size and (rows.min() < 0 or rows.max() >= starts[-1]):
-            raise IndexError(f"rows out of range for {path} ({starts[-1]} rows)")
-        group_of = np.searchsorted(starts, rows, side="right") - 1
-        groups = np.unique(group_of)
-        # where each chosen group starts among the groups read
-        read_start = dict(zip(groups.tolist(), np.cumsum([0] + [starts[g + 1] - starts[g] for g in groups])[:-1]))
-        local = rows - starts[group_of] + np.array([read_start[g] for g in group_of.tolist()], dtype=np.int64)
-        read = file.read_row_groups(groups.tolist(), use_pandas_metadata=True)
+        rows = np.asarray(rows)
+        rows = np.flatnonzero(rows) if rows.dtype == bool else rows.astype(np.int64)
+        with pq.ParquetFile(path) as file:
+            starts = np.cumsum([0] + [file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)])
+            rows = np.where(rows < 0, rows + starts[-1], rows)
+            if rows.size and (rows.min() < 0 or rows.max() >= starts[-1]):
+                raise IndexError(f"rows out of range for {path} ({starts[-1]} rows)")
+            group_of = np.searchsorted(starts, rows, side="right") - 1
+            groups = np.unique(group_of)
+            read = file.read_row_groups(groups.tolist(), use_pandas_metadata=True)
+        # each row's place among the rows of the groups read
+        read_starts = np.cumsum(np.r_[0, starts[groups + 1] - starts[groups]])[:-1]
+        local = rows - starts[group_of] + read_starts[np.searchsorted(groups, group_of)]
         table = _bools_as_ints(read.to_pandas()).to_numpy()[local]
     return table[:, 0] if table.shape[1] == 1 else table
 
@@ -254,6 +256,8 @@ def column_sd(value, cluster=None) -> np.ndarray:
         delta, total = file_mean - mean, count + n
         mean, squares = mean + delta * n / total, squares + file_squares + delta**2 * count * n / total
         count = total
+    if count == 0:
+        raise RobustStanInputError("data['X']: every partition file is empty")
     return np.atleast_1d(np.sqrt(squares / count))
 
 

@@ -131,13 +131,16 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
     from dispersed starts, is fitted so and its criterion replaced by that fit's own; this repeats
     until the best value is such a fit (one extra fit when the choice stands, and the choice's fit
     is then at hand). A confirming fit that finds what its reweighted value did not (a worse
-    criterion, or chains in several modes: :func:`_breaks_down`) marks a breakdown: the values below it are
+    criterion, or chains in several modes: :func:`_breaks_down`) marks a breakdown: the values
+    below it that are still in doubt (unconfirmed, and below the best confirmed criterion) are
     re-evaluated from its draws (NaN, with the reason in ``source``, where k-hat > 0.7), and the
-    next fit bisects the values still under suspicion (those below the best confirmed criterion)
-    instead of walking up from the breakdown one grid step at a time. Robustness grows with beta,
-    so a posterior that follows the outliers at one value does so at the smaller ones; if it
-    does not, bisection only costs fits, as each value keeps a criterion from a fit of its own
-    or one that reweights well."""
+    next fit bisects, by grid position, the values still in doubt instead of walking up from the
+    breakdown one grid step at a time. This rests on robustness growing with beta: a posterior
+    that follows the outliers at one value does so at the smaller ones. Where that fails, a value
+    below a breakdown whose reweighting from it has k-hat > 0.7 is left out (NaN) and could be
+    the best one missed; the others keep a criterion from a fit or from a reweighting that k-hat
+    accepts. A probe whose own chains split between modes keeps its own (mixture) criterion and
+    may still be chosen; its fit then carries the engine's convergence warning."""
     positions = np.array([grid_value(d) for d in grid])
     fits: dict[int, object] = {}
     own: dict[int, Evaluation] = {}  # each fit's evaluation at its own divergence
@@ -166,9 +169,10 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
         best = min(points, key=lambda j: (_finite_or_inf(points[j].criterion), j))
         if best in dispersed:
             break
-        floor = min(points[j].criterion for j in dispersed)
-        suspects = [j for j in sorted(points) if j not in dispersed and points[j].criterion <= floor]
-        probe = suspects[len(suspects) // 2] if broken else best
+        floor = min(_finite_or_inf(points[j].criterion) for j in dispersed)
+        suspects = sorted((j for j in points if j not in dispersed and points[j].criterion <= floor),
+                          key=lambda j: positions[j])
+        probe = suspects[len(suspects) // 2] if broken and suspects else best
         before = points[probe]
         fit_here(probe, None)
         points[probe].source = f"fit from dispersed starts (the {before.source} value was {before.criterion:.6g})"
@@ -199,7 +203,8 @@ def _breaks_down(own: Evaluation, fitted: GridPoint, reweighted: GridPoint) -> b
 
 
 def _finite_or_inf(value: float) -> float:
-    return value if np.isfinite(value) else np.inf
+    """NaN (a value not evaluated) as +inf, so that it is never the best."""
+    return np.inf if np.isnan(value) else value
 
 
 def fitted_points(grid: list[Divergence], evaluations: list[Evaluation]) -> list[GridPoint]:
