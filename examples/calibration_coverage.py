@@ -11,8 +11,11 @@ truth b. Coverage is the share of (data set, coefficient) pairs covered, with it
 error over data sets. ("bootstrap" is left out: it runs about 100 NUTS fits per data set.)
 
     python examples/calibration_coverage.py [--repeats 100] [--rows 200] [--workers 2]
+        [--choose per-data-set --out calibration_coverage_per_data_set]
 
-Writes examples/results/calibration_coverage/{runs.csv, table.csv, coverage.png}.
+Writes examples/results/calibration_coverage/ (or --out) {runs.csv, table.csv, coverage.png}. With --choose
+per-data-set, rs.select_divergence chooses the divergence on every data set (the workflow a user runs:
+choose, then calibrate) instead of one choice per case for all of them.
 """
 
 from __future__ import annotations
@@ -62,14 +65,23 @@ def covered(fit, true_b: np.ndarray) -> np.ndarray:
 
 
 def one_data_set(case: str, divergence, repeat: int, rows: int) -> dict:
+    """Coverage on data set ``repeat`` of ``case`` at ``divergence``; None: the divergence
+    rs.select_divergence chooses on this data set (the H-score for the linear regressions, the
+    estimated MSE for the discrete cases), and the chosen value's fit."""
     warnings.simplefilter("ignore")
     family, true_b = case_setting(case)
     rng = np.random.default_rng([repeat, 7, (list(LINEAR) + list(DISCRETE)).index(case)])
     data = simulate(case, rows, rng) if case in LINEAR else simulate_discrete(case, rows, rng)
-    fit = rs.glm(family).sample(data, divergence=divergence, seed=repeat + 1, show_progress=False, **SAMPLE)
+    model = rs.glm(family)
+    if divergence is None:
+        criterion = "hscore" if case in LINEAR else "mse"
+        selection = rs.select_divergence(model, data, criterion=criterion, seed=repeat + 1, **SAMPLE)
+        divergence, fit = selection.divergence, selection.fit
+    else:
+        fit = model.sample(data, divergence=divergence, seed=repeat + 1, show_progress=False, **SAMPLE)
     lhw = rs.calibrate(fit, method="lhw")
     sandwich = rs.calibrate(fit, method="sandwich")
-    return {"case": case, "repeat": repeat, "lhw_w": lhw.w,
+    return {"case": case, "repeat": repeat, "divergence": repr(divergence), "lhw_w": lhw.w,
             **{f"{name}_covered": covered(f, true_b).mean()
                for name, f in zip(METHODS, (fit, lhw, sandwich))}}
 
@@ -79,10 +91,17 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--rows", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--choose", choices=("fixed", "per-data-set"), default="fixed",
+                        help="fixed: each case's divergence from examples/select_divergence.py's table; per-data-set: "
+                             "rs.select_divergence on every data set")
+    parser.add_argument("--out", default=None, help="folder under examples/results (default calibration_coverage)")
     add_address_argument(parser)
     args = parser.parse_args(argv)
-    OUT.mkdir(parents=True, exist_ok=True)
+    out = OUT.parent / args.out if args.out else OUT
+    out.mkdir(parents=True, exist_ok=True)
     divergences = chosen_divergences()
+    if args.choose == "per-data-set":
+        divergences = dict.fromkeys(divergences)
     for family in {case_setting(case)[0] for case in divergences}:
         rs.glm(family).compile()
     start = time.perf_counter()
@@ -95,10 +114,13 @@ def main(argv=None) -> None:
             if (i + 1) % 50 == 0:
                 print(f"{i + 1}/{len(tasks)} data sets, {time.perf_counter() - start:.0f} s", flush=True)
     runs = pd.DataFrame(runs)
-    runs.to_csv(OUT / "runs.csv", index=False)
+    runs.to_csv(out / "runs.csv", index=False)
     rows = []
     for case, group in runs.groupby("case", sort=False):
-        row = {"case": case, "divergence": repr(divergences[case]), "data sets": len(group),
+        choices = group["divergence"].value_counts()
+        divergence = (repr(divergences[case]) if divergences[case] is not None else
+                      f"per data set (mostly {choices.index[0]}, {choices.iloc[0]} of {len(group)})")
+        row = {"case": case, "divergence": divergence, "data sets": len(group),
                "median lhw w": float(group["lhw_w"].median())}
         for name in METHODS:
             values = group[f"{name}_covered"]
@@ -106,13 +128,13 @@ def main(argv=None) -> None:
             row[f"se {name}"] = float(values.std(ddof=1) / np.sqrt(len(values)))
         rows.append(row)
     table = pd.DataFrame(rows)
-    table.to_csv(OUT / "table.csv", index=False)
+    table.to_csv(out / "table.csv", index=False)
     print(table.to_string(index=False))
     print(f"{time.perf_counter() - start:.0f} s")
-    plot(table)
+    plot(table, out)
 
 
-def plot(table: pd.DataFrame) -> None:
+def plot(table: pd.DataFrame, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,7 +151,7 @@ def plot(table: pd.DataFrame) -> None:
     ax.set_ylabel("coverage of 90% intervals")
     ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
-    fig.savefig(OUT / "coverage.png", dpi=120)
+    fig.savefig(out / "coverage.png", dpi=120)
 
 
 if __name__ == "__main__":
