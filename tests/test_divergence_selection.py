@@ -154,7 +154,7 @@ def test_confirmation_bisects_after_a_breakdown():
     def evaluate(mode, divergence):
         beta = grid_value(divergence)
         level = 10.0 if mode == "outliers" else 10 * beta - 20
-        spread = 100.0 if mode == "outliers" and beta < 0.25 else 1e-3
+        spread = 10.0 if mode == "outliers" and beta < 0.25 else 1e-3
         return Evaluation(spread * rng.standard_t(2, size=(2, 200)), level + 0.1 * rng.normal(size=(2, 200)))
 
     points, fits = walk_grid(grid, 9, fit_at, evaluate)
