@@ -252,17 +252,18 @@ def main(argv=None) -> None:
             references = {"prior": [prior_references],
                           "trace": [trace_references(draws, trace_means, rng) for _ in range(args.reference_redraws)]}
             for reference, redraws in references.items():
-                rmse, se = bootstrap_rmse(draws, truths, redraws[0], rng)
+                _, se = bootstrap_rmse(draws, truths, redraws[0], rng)
                 coverages = [tarp_coverage(draws, truths, points, ALPHAS)[1] for points in redraws]
+                mean_curve = np.mean(coverages, axis=0)
                 rmses = [coverage_rmse(ALPHAS, coverage) for coverage in coverages]
                 rows.append({"model": name, "epsilon": eps, "repeat": repeat, "reference": reference, "method": method,
                              "rmse": float(np.mean(rmses)), "rmse_bootstrap_se": se,
                              "rmse_sd_over_reference_redraws": float(np.std(rmses, ddof=1)) if len(rmses) > 1 else np.nan,
-                             "rmse_of_mean_curve": coverage_rmse(ALPHAS, np.mean(coverages, axis=0)),
+                             "rmse_of_mean_curve": coverage_rmse(ALPHAS, mean_curve),
                              "reference_redraws": len(rmses), "datasets": len(group),
                              "dpvi_seconds": group["seconds"].median()})
                 curves.append(pd.DataFrame({"model": name, "epsilon": eps, "repeat": repeat, "reference": reference,
-                                            "method": method, "alpha": ALPHAS, "coverage": np.mean(coverages, axis=0)}))
+                                            "method": method, "alpha": ALPHAS, "coverage": mean_curve}))
     per_repeat = pd.DataFrame(rows)
     per_repeat.to_csv(out / "repeats.csv", index=False)
     rows = []

@@ -151,14 +151,17 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
         own[k] = evaluate(fits[k], grid[k])
         points[k] = GridPoint(grid[k], *direct_estimate(own[k].criterion), "fit")
 
+    def reweighted(base: int, k: int) -> tuple[float, float, float]:
+        """grid[k]'s criterion from the draws of the fit at grid[base]: estimate, its error, k-hat."""
+        there = evaluate(fits[base], grid[k])
+        return reweighted_estimate(there.criterion, -(there.total_loss - own[base].total_loss))
+
     fit_here(pilot, None)
     for k in sorted(range(len(grid)), key=lambda j: (abs(positions[j] - positions[pilot]), j)):
         if k in points:
             continue
         base = min(fits, key=lambda j: (abs(positions[j] - positions[k]), j))
-        there = evaluate(fits[base], grid[k])
-        log_ratios = -(there.total_loss - own[base].total_loss)
-        estimate, mcse, khat = reweighted_estimate(there.criterion, log_ratios)
+        estimate, mcse, khat = reweighted(base, k)
         if khat <= K_HAT_LIMIT:
             points[k] = GridPoint(grid[k], estimate, mcse, f"reweighted from {grid[base]!r}", khat)
             continue
@@ -182,8 +185,7 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
             continue
         broken = True
         for j in (j for j in suspects if positions[j] < positions[probe]):
-            there = evaluate(fits[probe], grid[j])
-            estimate, mcse, khat = reweighted_estimate(there.criterion, -(there.total_loss - own[probe].total_loss))
+            estimate, mcse, khat = reweighted(probe, j)
             reason = f"below the breakdown found at {grid[probe]!r}"
             points[j] = (GridPoint(grid[j], estimate, mcse, f"reweighted from {grid[probe]!r} ({reason})", khat)
                          if khat <= K_HAT_LIMIT else
