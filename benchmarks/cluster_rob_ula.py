@@ -21,7 +21,7 @@ Prints, from one run:
   takes about 5 s on this machine (--subset 1000000 runs it).
 
     python benchmarks/cluster_rob_ula.py [--rows 10000000] [--partitions 20] [--workers 2] [--timed-steps 5]
-        [--subset 200000] [--iters 100] [--warmup 300] [--combine median] [--estimator NAME]
+        [--subset 200000] [--iters 100] [--warmup 300] [--combine median] [--estimator NAME] [--epsilon 0.1]
         [--compare-only | --timing-only]
 """
 
@@ -53,7 +53,7 @@ def dask_rows(rows: int, columns: int, partitions: int, seed: int = 0):
     return X, y
 
 
-def partition_costs(model, X0: np.ndarray, y0: np.ndarray, divergence, estimator: str | None
+def partition_costs(model, X0: np.ndarray, y0: np.ndarray, divergence, estimator: str | None, epsilon: float
                     ) -> tuple[float, float, str]:
     """Seconds of one per-example call (2 chains) and of the run's estimator (None: the default)
     on its gradients, on one partition's rows (run on a worker)."""
@@ -67,7 +67,7 @@ def partition_costs(model, X0: np.ndarray, y0: np.ndarray, divergence, estimator
     estimate = get_estimator(default_estimator(model.spec.family) if estimator in (None, "auto") else estimator)
     start = time.perf_counter()
     for chain in range(2):
-        estimate(G[chain], 0.1)
+        estimate(G[chain], epsilon)
     return call, time.perf_counter() - start, estimate.__name__
 
 
@@ -86,6 +86,8 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=int, default=300, help="warm-up steps of the comparison runs")
     parser.add_argument("--subset", type=int, default=200_000, help="rows of the in-memory comparison")
     parser.add_argument("--combine", default="median", help="how the partitions' robust means are joined")
+    parser.add_argument("--epsilon", type=float, default=0.1,
+                        help="Rob-ULA's contamination level (the data's share of shifted rows is 0.1)")
     parser.add_argument("--estimator", default=None,
                         help="each partition's estimator (default: Rob-ULA's default; 'mean' with combine='median' "
                              "is the median of means)")
@@ -99,7 +101,7 @@ def main(argv=None) -> None:
     X, y = dask_rows(args.rows, args.columns, args.partitions)
 
     def options(n):
-        return dict(epsilon=0.1, divergence=divergence, init="random", metric="unit", step_size=0.3 / n,
+        return dict(epsilon=args.epsilon, divergence=divergence, init="random", metric="unit", step_size=0.3 / n,
                     log_density=False, chains=2, seed=5, show_progress=False, estimator=args.estimator or "auto")
 
     def compare(cluster):
@@ -131,7 +133,7 @@ def main(argv=None) -> None:
         rows_per_partition = args.rows // args.partitions
         first = [cluster.client.compute(v[:rows_per_partition]) for v in (X, y)]
         call, estimator_seconds, estimator_name = cluster.submit(partition_costs, model, *first, divergence,
-                                                                 args.estimator).result()
+                                                                 args.estimator, args.epsilon).result()
         del first
         throughput = rows_per_partition / call
         print(f"{args.rows:,} rows x {args.columns} predictors in {args.partitions} partitions, {args.workers} "

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
-from dpvi_tarp import OUT, build, settings_of  # noqa: E402
+from dpvi_tarp import OUT, simulated_release  # noqa: E402
 
 import robust_stan as rs  # noqa: E402
 from robust_stan.methods.dpvi import softplus  # noqa: E402
@@ -54,15 +54,9 @@ def exact_posterior_draws(data: dict, rng: np.random.Generator, draws: int = 20_
 
 def one_data_set(epsilon: float, k: int, args) -> list[dict]:
     """DP-VI on dpvi_tarp's data set k (repeat 0) and the per-coordinate comparison."""
-    model, simulate = build(NAME)
-    rng = np.random.default_rng([k, 0, int(1000 * epsilon), sum(map(ord, NAME))])  # dpvi_tarp's data sets
-    data, truth = simulate(rng, args.rows)
-    settings = settings_of(NAME, args)
-    burn_in = settings.pop("burn_in")
-    fit = rs.dpvi(model, data, epsilon=epsilon, steps=args.steps, sampling_rate=args.kappa, seed=k,
-                  show_progress=False, **settings)
-    release = fit.release
-    true_point = release.unconstrain(truth)
+    simulated = simulated_release(NAME, epsilon, 0, k, args)  # dpvi_tarp's data sets
+    release, burn_in, data = simulated.release, simulated.burn_in, simulated.data
+    true_point = release.unconstrain(simulated.truth)
     exact = exact_posterior_draws(data, np.random.default_rng(1))
     n = exact.shape[1]
     noise_aware = rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=k)

@@ -49,6 +49,7 @@ import argparse
 import time
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -155,18 +156,38 @@ def build(name: str, settings: str = "ours"):
     return model, simulate
 
 
-def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
-    """DP-VI on data set k, and each method's unconstrained draws, the truth and a reference point."""
-    warnings.simplefilter("ignore")
-    model, simulate = build(name, args.settings)
+class SimulatedRelease(NamedTuple):
+    """Data set k of a cell: the model, the data, the true theta, a reference point drawn from the
+    prior, DP-VI's release on the data, the burn-in the settings give and DP-VI's seconds."""
+    model: object
+    data: dict
+    truth: dict
+    reference: dict
+    release: object
+    burn_in: float
+    seconds: float
+
+
+def simulated_release(name: str, epsilon: float, repeat: int, k: int, args) -> SimulatedRelease:
+    """Data set k of repeat ``repeat`` at ``epsilon`` and DP-VI's release on it (settings_of(name, args);
+    T and kappa from ``args`` or the paper's 10^4 and 0.1). The seeds depend on these four alone, so
+    every script that calls this rebuilds the same data set and release."""
+    model, simulate = build(name, getattr(args, "settings", "ours"))
     rng = np.random.default_rng([k, repeat, int(1000 * epsilon), sum(map(ord, name))])
     data, truth = simulate(rng, args.rows)
     _, reference = simulate(rng, 1)
     settings = settings_of(name, args)
     burn_in = settings.pop("burn_in")
-    fit = rs.dpvi(model, data, epsilon=epsilon, steps=args.steps, sampling_rate=args.kappa, seed=k,
-                  show_progress=False, **settings)
-    release = fit.release
+    fit = rs.dpvi(model, data, epsilon=epsilon, steps=getattr(args, "steps", 10_000),
+                  sampling_rate=getattr(args, "kappa", 0.1), seed=k, show_progress=False, **settings)
+    return SimulatedRelease(model, data, truth, reference, fit.release, burn_in, fit.seconds)
+
+
+def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
+    """DP-VI on data set k, and each method's unconstrained draws, the truth and a reference point."""
+    warnings.simplefilter("ignore")
+    simulated = simulated_release(name, epsilon, repeat, k, args)
+    release, burn_in = simulated.release, simulated.burn_in
     draws = {
         "noise-aware NUTS": rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=k),
         "noise-aware Laplace": rs.noise_aware(release, burn_in, method="laplace", draws=4000, seed=k),
@@ -176,8 +197,9 @@ def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
     dimension = release.iterates.shape[1] // 2
     post_burn_in = release.iterates[burn_in_steps(burn_in, release.steps):release.steps]
     trace_mean = post_burn_in[:, :dimension].mean(axis=0)  # DPVIm's mean
-    return {"model": name, "epsilon": epsilon, "repeat": repeat, "k": k, "truth": release.unconstrain(truth),
-            "reference": release.unconstrain(reference), "trace_mean": trace_mean, "seconds": fit.seconds,
+    return {"model": name, "epsilon": epsilon, "repeat": repeat, "k": k, "truth": release.unconstrain(simulated.truth),
+            "reference": release.unconstrain(simulated.reference), "trace_mean": trace_mean,
+            "seconds": simulated.seconds,
             "draws": {m: d.unconstrained.reshape(-1, d.unconstrained.shape[-1]) for m, d in draws.items()}}
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
-from dpvi_tarp import ALPHAS, OUT, bootstrap_rmse, build, settings_of  # noqa: E402
+from dpvi_tarp import ALPHAS, OUT, bootstrap_rmse, simulated_release  # noqa: E402
 
 import robust_stan as rs  # noqa: E402
 from _cluster import add_address_argument, cluster_pool  # noqa: E402
@@ -50,15 +50,9 @@ def slope_prior(release, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]
 def one_data_set(k: int, args) -> dict:
     warnings.simplefilter("ignore")
     name = "gamma_exponential"
-    model, simulate = build(name)
-    rng = np.random.default_rng([k, 0, int(1000 * args.epsilon), sum(map(ord, name))])  # dpvi_tarp's data sets
-    data, truth = simulate(rng, args.rows)
-    _, reference = simulate(rng, 1)
-    settings = settings_of(name, args)  # the Gamma-exponential's: C = 10, beta_u = 100, variances 1 / N
-    t_star = burn_in_steps(settings.pop("burn_in"), args.steps)
-    fit = rs.dpvi(model, data, epsilon=args.epsilon, steps=args.steps, sampling_rate=0.1, seed=k, show_progress=False,
-                  **settings)
-    release = fit.release
+    simulated = simulated_release(name, args.epsilon, 0, k, args)  # dpvi_tarp's data sets; C = 10, beta_u = 100
+    release = simulated.release
+    t_star = burn_in_steps(simulated.burn_in, args.steps)
     standard = trace_model_data(release, t_star)
     separate = dict(standard)
     separate["v_prior_mean"], separate["v_prior_sd"] = slope_prior(release, args.steps // 4, t_star)
@@ -67,7 +61,8 @@ def one_data_set(k: int, args) -> dict:
         traced = sample_trace_model(stan_data, "nuts", 2000, 1000, 2, seed=k)
         draws[variant] = q_draws(traced["phi_star"], np.random.default_rng(k)).reshape(-1, standard["d"] // 2)
     draws[VARIANTS[2]] = rs.dpvi_baseline(release, "last_iterate", draws=4000, seed=k).unconstrained.reshape(-1, 1)
-    return {"k": k, "truth": release.unconstrain(truth), "reference": release.unconstrain(reference), "draws": draws,
+    return {"k": k, "truth": release.unconstrain(simulated.truth),
+            "reference": release.unconstrain(simulated.reference), "draws": draws,
             "a_hat_trace": float(standard["v_prior_mean"][0]), "a_hat_separate": float(separate["v_prior_mean"][0])}
 
 

@@ -170,6 +170,40 @@ def test_confirmation_bisects_after_a_breakdown():
     assert Selection("hscore", points, {}, lambda divergence: None).divergence == rs.BetaD(0.5)
 
 
+@pytest.mark.parametrize("rising", [True, False])
+def test_no_refit_beyond_a_rise_from_the_best_value(rising):
+    """On a stand-in engine whose reweighting is exact (k-hat small) except to beta = 0.1, 0.9 and
+    1.0 (k-hat far above 0.7), with a Monte Carlo error of about 0.007 on the criterion. From the
+    pilot at 0.5, 0.1 is below the best value and is fitted. If the criterion is 100 (beta - 0.3)^2,
+    it rises from 0.3 (best) to 0.8 by 25, thousands of standard errors: 0.9 and 1.0 cannot be the
+    best, are left out (NaN) and get no fit, and the best, 0.3, is confirmed. If it is -10 beta,
+    nothing rises above the best, and 0.9 and 1.0 are fitted (then 1.0, the best, is confirmed)."""
+    grid = [rs.BetaD(b / 10) for b in range(1, 11)]
+    rng = np.random.default_rng(1)
+    fitted = []
+
+    def fit_at(divergence, nearest):
+        fitted.append(grid_value(divergence))
+        return grid_value(divergence)
+
+    def evaluate(fitted_at, divergence):
+        beta = grid_value(divergence)
+        spread = 10.0 if round(beta, 6) in (0.1, 0.9, 1.0) and round(fitted_at, 6) != round(beta, 6) else 1e-3
+        level = 100 * (beta - 0.3) ** 2 if rising else -10 * beta
+        return Evaluation(spread * rng.standard_t(2, size=(2, 200)), level + 0.1 * rng.normal(size=(2, 200)))
+
+    points, fits = walk_grid(grid, 4, fit_at, evaluate)
+    criteria = np.array([p.criterion for p in points])
+    if rising:
+        assert fitted == [0.5, 0.1, 0.3]
+        assert np.isnan(criteria[8:]).all() and all(p.pareto_k > 0.7 for p in points[8:])
+        assert points[9].source.startswith("not evaluated: k-hat") and "rises from the best value so far, " \
+            "BetaD(0.3)" in points[9].source
+        assert np.nanargmin(criteria) == 2 and points[2].source.startswith("fit from dispersed starts")
+    else:
+        assert fitted == [0.5, 0.1, 0.9, 1.0, 1.0] and np.isfinite(criteria).all()
+
+
 def test_the_chosen_value_gets_its_own_fit_on_first_use():
     model = rs.location("normal", engine=ENGINE)
     grid = [rs.BetaD(0.25), rs.BetaD(0.3), rs.BetaD(0.35)]

@@ -43,7 +43,9 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     kind besides KL) or positive numbers (beta values); default KL and beta = 0.05, ..., 1.00.
     H-score with ``fits="reweight"``: one NUTS fit at ``pilot`` (default: the middle grid value), every other
     value from the nearest fit's draws by Pareto-smoothed importance sampling, and a new fit
-    (warm-started from the nearest one's posterior means) where k-hat exceeds 0.7;
+    (warm-started from the nearest one's posterior means) where k-hat exceeds 0.7, except above a
+    stretch of values whose criterion rises from the best one by more than 3 standard errors
+    (robustness grows with beta, so such a value cannot be the best: it is left out, NaN);
     ``fits="full"``: a fit at every grid value, each from the engine's dispersed starts and
     independent of the others (for checking; on ``cluster``, an :class:`rs.Cluster`, the fits
     run side by side on its workers, with the same results as here). With ``fits="reweight"`` and

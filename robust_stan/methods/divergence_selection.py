@@ -23,8 +23,9 @@ tr(J_g^-1 I_g J_g^-1) / N + ||theta_hat_g - theta_hat_pilot||^2 on the unconstra
 Reweighting (``fits="reweight"``): draws of the posterior at divergence f stand in for the
 one at g through importance ratios exp(-w (L_g(theta) - L_f(theta))), L = sum_i l_i (the
 prior cancels), Pareto-smoothed (:mod:`robust_stan.methods.importance`); where k-hat
-exceeds 0.7 a new fit is made at g. The grid is walked outwards from the pilot, so each
-value is reweighted from the nearest value fitted so far.
+exceeds 0.7 a new fit is made at g, unless g lies beyond a stretch of values whose criterion
+rises from the best one (it cannot be the best: it is left out). The grid is walked outwards
+from the pilot, so each value is reweighted from the nearest value fitted so far.
 """
 
 from __future__ import annotations
@@ -119,7 +120,9 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
               evaluate: Callable[[object, Divergence], Evaluation],
               confirm: bool = True) -> tuple[list[GridPoint], dict]:
     """Each grid value's criterion: a fit at ``grid[pilot]``, then the other values in order of their
-    distance from it, each reweighted from the nearest fitted value (a new fit where k-hat > 0.7).
+    distance from it, each reweighted from the nearest fitted value (a new fit where k-hat > 0.7,
+    unless the value lies beyond a stretch that rises from the best value so far: then it is left
+    out as NaN, :func:`_best_below_a_rise`).
     ``fit_at(divergence, nearest_fit)`` fits (warm-started
     from the nearest fit; None: from the engine's own dispersed starts, as for the pilot);
     ``evaluate(fit, divergence)`` gives an :class:`Evaluation`. Returns the points in grid order
@@ -165,6 +168,12 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
         if khat <= K_HAT_LIMIT:
             points[k] = GridPoint(grid[k], estimate, mcse, f"reweighted from {grid[base]!r}", khat)
             continue
+        best = _best_below_a_rise(points, positions, k)
+        if best is not None:
+            points[k] = GridPoint(grid[k], float("nan"), float("nan"),
+                                  f"not evaluated: k-hat {khat:.2f} from {grid[base]!r}, and above a stretch that "
+                                  f"rises from the best value so far, {grid[best]!r}", khat)
+            continue
         fit_here(k, fits[base])
         points[k].pareto_k = khat  # the reweighting's k-hat, which called for this fit
     dispersed, broken = {pilot}, False
@@ -192,6 +201,26 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
                          GridPoint(grid[j], float("nan"), float("nan"), f"not evaluated: {reason}, and k-hat "
                                    f"{khat:.2f} from its fit", khat))
     return [points[k] for k in range(len(grid))], fits
+
+
+def _best_below_a_rise(points: dict[int, GridPoint], positions: np.ndarray, k: int) -> int | None:
+    """The best value so far, if grid value ``k`` lies above it beyond a stretch of evaluated values
+    that rises from it: each value no lower than the one before it by more than :data:`BREAKDOWN_Z`
+    combined standard errors, and the last worse than the best by more than that. Robustness grows
+    with beta and efficiency falls, so the criterion does not fall again past such a rise, and a
+    value there needs no fit of its own when its reweighting is unreliable (None: it may)."""
+    finite = [j for j in points if np.isfinite(points[j].criterion)]
+    best = min(finite, key=lambda j: (points[j].criterion, j))
+    stretch = sorted((j for j in finite if positions[best] <= positions[j] < positions[k]), key=lambda j: positions[j])
+    if positions[best] >= positions[k] or len(stretch) < 2:
+        return None
+
+    def rise(a: int, b: int) -> float:  # NaN (no error to judge by) counts as no rise
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (points[b].criterion - points[a].criterion) / np.hypot(points[a].mcse, points[b].mcse)
+
+    rising = all(rise(a, b) > -BREAKDOWN_Z for a, b in zip(stretch, stretch[1:]))
+    return best if rising and rise(best, stretch[-1]) > BREAKDOWN_Z else None
 
 
 def _breaks_down(own: Evaluation, fitted: GridPoint, reweighted: GridPoint) -> bool:

@@ -14,15 +14,12 @@ from robust_stan.gradients.per_example import PerExampleGradients
 from robust_stan.methods.dpvi import PerExampleObjective
 from robust_stan.methods.noise_aware import burn_in_steps
 warnings.simplefilter("ignore")
-args = types.SimpleNamespace(settings="authors", rows=5000, clip=None, lambda_c=None, precondition=None, burn_in=None)
+args = types.SimpleNamespace(settings="authors", rows=5000)
 for name in sys.argv[1:]:
     for k in range(3):
-        model, simulate = dt.build(name, "authors")
-        rng = np.random.default_rng([k, 0, 100, sum(map(ord, name))])
-        data, truth = simulate(rng, 5000)
-        settings = dt.settings_of(name, args); burn_in = settings.pop("burn_in")
-        fit = rs.dpvi(model, data, epsilon=0.1, steps=10_000, sampling_rate=0.1, seed=k, show_progress=False, **settings)
-        rel = fit.release
+        simulated = dt.simulated_release(name, 0.1, 0, k, args)
+        model, data, rel, burn_in = simulated.model, simulated.data, simulated.release, simulated.burn_in
+        settings = dt.settings_of(name, args)
         phi = rel.iterates[burn_in_steps(burn_in, rel.steps):rel.steps].mean(axis=0)
         stan_data = model.prepare(data, rs.KL()).stan_data
         obj = PerExampleObjective(PerExampleGradients(model, stan_data), model.oracle_for(with_switches(stan_data, mode="prior")), 5000)

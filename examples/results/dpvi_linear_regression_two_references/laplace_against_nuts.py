@@ -20,17 +20,12 @@ import robust_stan as rs  # noqa: E402
 
 warnings.simplefilter("ignore")
 epsilon, datasets = float(sys.argv[1]), [int(a) for a in sys.argv[2:]]
-args = types.SimpleNamespace(settings="ours", rows=5000, clip=None, lambda_c=None, precondition=None, burn_in=None)
+args = types.SimpleNamespace(rows=5000)  # dpvi_tarp's settings for the regression
 name = "linear_regression"
 np.set_printoptions(precision=2, suppress=True, linewidth=200)
 for k in datasets:
-    model, simulate = dpvi_tarp.build(name)
-    rng = np.random.default_rng([k, 0, int(1000 * epsilon), sum(map(ord, name))])  # as dpvi_tarp.one_data_set
-    data, truth = simulate(rng, args.rows)
-    settings = dpvi_tarp.settings_of(name, args)
-    burn_in = settings.pop("burn_in")
-    release = rs.dpvi(model, data, epsilon=epsilon, steps=10_000, sampling_rate=0.1, seed=k, show_progress=False,
-                      **settings).release
+    simulated = dpvi_tarp.simulated_release(name, epsilon, 0, k, args)
+    release, burn_in, truth = simulated.release, simulated.burn_in, simulated.truth
     nuts = rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=k)
     laplace = rs.noise_aware(release, burn_in, method="laplace", draws=4000, seed=k)
     print(f"=== epsilon {epsilon}, data set {k} (theta: w_1..w_11, log sigma^2; phi = 12 means, then 12 u's)")
