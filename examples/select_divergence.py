@@ -110,7 +110,7 @@ def main(argv=None) -> None:
         data = simulate_discrete(case, args.rows, np.random.default_rng([args.seed, 10 + k]))
         model = rs.glm(family)
         start = time.perf_counter()
-        selection = rs.select_divergence(model, data, criterion="mse")
+        selection = rs.select_divergence(model, data, criterion="mse", seed=args.seed, **SAMPLE)
         seconds = time.perf_counter() - start
         curves.append(selection.curve.assign(pattern=case, fits="mse"))
         fixed = {name: model.sample(data, divergence=d, seed=args.seed, show_progress=False, **SAMPLE)

@@ -103,9 +103,12 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     built-in model with ``standardize=False``): each partition's per-example gradients and the estimator on them are computed where the partition
     lives (on ``cluster``'s workers, an :class:`rs.Cluster`; here without one), and only each
     partition's robust mean travels; ``combine`` ("median", default, or "mean") joins them
-    (:mod:`robust_stan.methods.partitioned` states each one's guarantee). The run is then the
-    paper's update: ``init="random"``, ``metric="unit"``, a given ``step_size`` and
-    ``log_density=False`` are required, and the fit
+    (:mod:`robust_stan.methods.partitioned` states each one's guarantee). The warmup is done the
+    same way: ``init="mode"`` starts from each partition's robust mode (the prior plus its rows'
+    loss scaled to all rows) joined by ``combine``, and the metric and default step come from the
+    Hessian of the mean loss over the rows each partition keeps, summed over partitions, and the
+    estimator's slope (with one partition, or the plain mean and ``combine="mean"``, the
+    in-memory warmup's). ``log_density=False`` is required, and the fit
     (:class:`~robust_stan.results.method_fits.PartitionedRobULAFit`) has no per-observation
     quantities. The results do not depend on the number of workers.
 

@@ -74,17 +74,56 @@ def kept_on_worker(run: str, index: int, build: Callable[[], object]):
     return kept
 
 
+def partition_gradients(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+                        divergence: Divergence, learning_rate: float) -> PerExampleGradients:
+    """The partition's per-example gradient object (its prepared data in ``shared_data``), built on
+    first use where the partition is and kept for the run."""
+    return kept_on_worker(run, index, lambda: PerExampleGradients(
+        program, partition_stan_data(program, part, shared, divergence, learning_rate)))
+
+
 def partition_robust_means(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
                            divergence: Divergence, learning_rate: float, thetas: np.ndarray, factor: np.ndarray,
                            estimate: Callable, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
     """One partition's step (run where the partition is): its rows' per-example gradients at
     every chain's state, in the coordinates of ``factor``, and the estimator's mean and kept share
-    per chain. The partition's gradient object is built on first use and kept for the run."""
-    per_example = kept_on_worker(run, index, lambda: PerExampleGradients(
-        program, partition_stan_data(program, part, shared, divergence, learning_rate)))
+    per chain."""
+    per_example = partition_gradients(part, run, index, program, shared, divergence, learning_rate)
     with np.errstate(over="ignore", invalid="ignore"):
         G = per_example.gradients_many_in(thetas, factor)
     return estimate_each(G, estimate, epsilon)
+
+
+def partition_robust_mode(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+                          divergence: Divergence, learning_rate: float, start: np.ndarray, epsilon: float,
+                          total: float, metric: str, plain: bool) -> tuple[np.ndarray, bool]:
+    """The partition's own start for ``init="mode"`` (run where the partition is): Rob-ULA's
+    robust mode of the prior plus its rows' loss, the rows weighted total / (their number) as if
+    they were all the data."""
+    from .rob_ula import robust_mode
+
+    per_example = partition_gradients(part, run, index, program, shared, divergence, learning_rate)
+    stan_data = per_example.shared_data
+
+    def weighted_oracle(rows: np.ndarray):
+        weights = np.zeros(per_example.n)
+        weights[rows] = total / rows.size
+        return program.oracle_for(with_switches(stan_data, weights=weights))
+
+    prior = program.oracle_for(with_switches(stan_data, mode="prior"))
+    return robust_mode(weighted_oracle, per_example, prior, start, epsilon, learning_rate * total, metric, plain)
+
+
+def partition_kept_loss_hessian(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+                                divergence: Divergence, learning_rate: float, point: np.ndarray,
+                                epsilon: float) -> tuple[np.ndarray, int]:
+    """The Hessian at ``point`` of the summed loss of the partition's rows that Algorithm 3 keeps
+    there (every row at epsilon 0), and their number (run where the partition is)."""
+    from .rob_ula import drift_hessian, kept_rows
+
+    per_example = partition_gradients(part, run, index, program, shared, divergence, learning_rate)
+    rows = kept_rows(per_example, point, np.eye(per_example.dimension), epsilon)
+    return drift_hessian(lambda theta: per_example.gradients(theta, batch=rows).sum(axis=0), point), rows.size
 
 
 def _forget_run(run: str) -> None:
@@ -151,17 +190,39 @@ class PartitionedGradients:
         self.placed = PlacedPartitions(program, partitions, cluster)
         self.n, self.dimension = partitions.n, dimension
 
+    def on_every_partition(self, function: Callable, *arguments) -> list:
+        """``function(part, run, k, program, shared, divergence, learning_rate, *arguments)`` where
+        each partition k is, in partition order."""
+        placed = self.placed
+        common = (self.program, placed.shared, self.divergence, self.learning_rate)
+        return placed.gather([placed.call(k, function, *common, *arguments) for k in range(len(placed.parts))])
+
+    def combined(self, values: np.ndarray) -> np.ndarray:
+        """The partitions' values (partitions, ...) joined by ``combine``."""
+        weights = self.placed.rows / self.placed.rows.sum()
+        return np.median(values, axis=0) if self.combine == "median" else np.tensordot(weights, values, axes=1)
+
     def robust_means(self, thetas: np.ndarray, factor: np.ndarray, estimate: Callable,
                      epsilon: float) -> tuple[np.ndarray, np.ndarray]:
         """Each chain's combined robust mean (chains, d) and the row-weighted kept share."""
-        placed = self.placed
-        arguments = (self.program, placed.shared, self.divergence, self.learning_rate, thetas, factor, estimate, epsilon)
-        results = placed.gather([placed.call(k, partition_robust_means, *arguments) for k in range(len(placed.parts))])
+        results = self.on_every_partition(partition_robust_means, thetas, factor, estimate, epsilon)
         means = np.stack([m for m, _ in results])          # (partitions, chains, d)
         kept = np.stack([f for _, f in results])            # (partitions, chains)
-        weights = placed.rows / placed.rows.sum()
-        combined = np.median(means, axis=0) if self.combine == "median" else np.tensordot(weights, means, axes=1)
-        return combined, np.tensordot(weights, kept, axes=1)
+        weights = self.placed.rows / self.placed.rows.sum()
+        return self.combined(means), np.tensordot(weights, kept, axes=1)
+
+    def robust_start(self, start: np.ndarray, epsilon: float, total: float, metric: str,
+                     plain: bool) -> tuple[np.ndarray, bool]:
+        """``init="mode"``'s start: each partition's robust mode (:func:`partition_robust_mode`),
+        joined by ``combine`` as the gradients are; converged if every partition's optimiser was."""
+        results = self.on_every_partition(partition_robust_mode, start, epsilon, total, metric, plain)
+        return self.combined(np.stack([point for point, _ in results])), all(ok for _, ok in results)
+
+    def kept_loss_hessian(self, point: np.ndarray, epsilon: float) -> np.ndarray:
+        """The Hessian at ``point`` of the mean loss over the rows each partition keeps (every row at
+        epsilon 0: then the in-memory run's): the partitions' sums over their total count."""
+        results = self.on_every_partition(partition_kept_loss_hessian, point, epsilon)
+        return sum(hessian for hessian, _ in results) / sum(count for _, count in results)
 
     def close(self) -> None:
         """Forget the partitions' gradient objects (here and on the workers)."""
@@ -205,5 +266,7 @@ def partitioned_target(program: RobustProgram, data: Mapping, divergence: Diverg
         learning_rate=float(learning_rate),
         default_estimator=default_estimator(program.spec.family),
         robust_means=gradients.robust_means,
+        robust_start=gradients.robust_start,
+        kept_loss_hessian=gradients.kept_loss_hessian,
     )
     return target, gradients, first

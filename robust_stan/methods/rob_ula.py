@@ -208,16 +208,19 @@ def trimmed_mode(weighted_oracle, per_example, start: np.ndarray, epsilon: float
     return point, converged
 
 
-def _require_local_rows_for(**allowed: bool) -> None:
-    """With rows held in partitions, the options that need every row in this process are refused."""
-    needs = {"init": "init='random' (the mode is found from all rows at once)",
-             "metric": "metric='unit' (the metric is adapted from all rows' Hessian)",
-             "step_size": "a step_size (the default comes from that Hessian)",
-             "log_density": "log_density=False (each draw's log density sums over all rows)"}
-    for name, ok in allowed.items():
-        if not ok:
-            raise RobustStanInputError(f"{name}: with the rows held in partitions (on a cluster), Rob-ULA needs "
-                                       f"{needs[name]}")
+def robust_mode(weighted_oracle, per_example, prior, start: np.ndarray, epsilon: float, loss_scale: float,
+                metric: str, plain: bool) -> tuple[np.ndarray, bool]:
+    """Where ``init="mode"`` starts the chains: the posterior mode from ``start`` (L-BFGS), then,
+    unless the estimator is the plain mean, the robust drift's rest point (:func:`trimmed_mode`,
+    looking at the gradients through the metric of the Hessian at the mode). The point, and
+    whether the optimiser converged. ``weighted_oracle(rows)`` is the posterior with weight
+    total / len(rows) on those rows of ``per_example``; ``loss_scale`` the loss's total scale."""
+    every_row = np.arange(per_example.n)
+    point, converged = find_mode(weighted_oracle(every_row), start)
+    if converged and not plain:
+        whiten = preconditioner(kept_rows_hessian(per_example, prior, every_row, point, loss_scale), metric).factor
+        point, converged = trimmed_mode(weighted_oracle, per_example, point, epsilon, whiten)
+    return point, converged
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,12 @@ class LangevinTarget:
     #: for rows held in partitions (robust_stan.methods.partitioned): ``(thetas, factor, estimate,
     #: epsilon) -> (robust means, kept shares)``; ``per_example`` then gives only n and dimension
     robust_means: Callable | None = None
+    #: with ``robust_means``: ``(start, epsilon, total, metric, plain) -> (point, converged)``, the
+    #: start of ``init="mode"`` (:func:`robust_mode` over the rows, as the partitions give it) ...
+    robust_start: Callable | None = None
+    #: ... and ``(point, epsilon) -> H``, the Hessian of the mean loss over the rows Algorithm 3
+    #: keeps at ``point`` (every row at epsilon 0), for the metric and the default step
+    kept_loss_hessian: Callable | None = None
 
 
 def builtin_target(program: RobustProgram, stan_data: dict, oracle: str = "auto") -> LangevinTarget:
@@ -280,9 +289,9 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
     if metric not in METRICS:
         raise RobustStanInputError(f"metric: must be one of {', '.join(METRICS)}, got {metric!r}")
     estimate = get_estimator(target.default_estimator if estimator == "auto" else estimator)
-    if target.robust_means is not None:
-        _require_local_rows_for(init=init == "random", metric=metric == "unit", step_size=step_size is not None,
-                                log_density=not log_density)
+    if target.robust_means is not None and log_density:
+        raise RobustStanInputError("log_density: with the rows held in partitions (on a cluster), Rob-ULA needs "
+                                   "log_density=False (each draw's log density sums over all rows)")
     if gradient_total not in ("n", "clean"):
         raise RobustStanInputError(f"gradient_total: must be 'n' or 'clean', got {gradient_total!r}")
     learning_rate = target.learning_rate
@@ -313,10 +322,19 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
         of the per-example gradients in those coordinates at theta."""
         return loss_scale * mean_z - prior.gradient(theta, jacobian=True) @ L
 
+    def kept_hessian(point: np.ndarray) -> np.ndarray:
+        """The Hessian at ``point`` of -log prior + loss_scale * (mean loss over the rows kept there)."""
+        if target.kept_loss_hessian is None:
+            rows = kept_rows(per_example, point, np.eye(d), truncation_epsilon)
+            return kept_rows_hessian(per_example, prior, rows, point, loss_scale)
+        prior_hessian = drift_hessian(lambda theta: -prior.gradient(theta, jacobian=True), point)
+        return loss_scale * target.kept_loss_hessian(point, truncation_epsilon) + prior_hessian
+
     def adapted(point: np.ndarray) -> Preconditioner:
         """The preconditioner at ``point``: the kept rows' Hessian, then the estimator's own slope."""
-        rows = kept_rows(per_example, point, np.eye(d), truncation_epsilon)
-        laplace = preconditioner(kept_rows_hessian(per_example, prior, rows, point, loss_scale), metric)
+        if metric == "unit" and step_size is not None:  # nothing to adapt or to take the step from
+            return Preconditioner("unit", np.eye(d), np.nan)
+        laplace = preconditioner(kept_hessian(point), metric)
         if metric == "unit":
             return laplace
 
@@ -328,16 +346,15 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
 
     start = rng.normal(scale=init_scale, size=d)
     if init == "mode":
-        start, converged = find_mode(weighted_oracle(np.arange(n)), start)
-        if converged and not plain:
-            whiten = preconditioner(kept_rows_hessian(per_example, prior, np.arange(n), start, loss_scale),
-                                    metric).factor
-            start, converged = trimmed_mode(weighted_oracle, per_example, start, epsilon, whiten)
+        if target.robust_start is None:
+            start, converged = robust_mode(weighted_oracle, per_example, prior, start, epsilon, loss_scale, metric,
+                                           plain)
+        else:
+            start, converged = target.robust_start(start, epsilon, total, metric, plain)
         if not converged:
             warnings.warn("rob_ula: the optimiser did not converge to a mode; the chains start from where it "
                           "stopped. Pass init='random' or check the model.", RobustStanWarning, stacklevel=3)
-    # rows held in partitions: the paper's update (L = I, a given step), nothing adapted from all rows
-    scaling = adapted(start) if target.robust_means is None else Preconditioner("unit", np.eye(d), np.nan)
+    scaling = adapted(start)
     if init == "mode":
         theta = start + init_scale * rng.normal(size=(chains, d)) @ scaling.factor.T
     else:
