@@ -8,7 +8,8 @@ import pytest
 import robust_stan as rs
 from robust_stan.building.data import with_switches
 from robust_stan.engines.base import parameter_columns
-from robust_stan.methods.divergence_selection import Evaluation, grid_value, loss_y_derivatives, walk_grid
+from robust_stan.methods.divergence_selection import (Evaluation, GridPoint, _best_below_a_rise, grid_value,
+                                                      loss_y_derivatives, walk_grid)
 
 from .conftest import ENGINE
 
@@ -202,6 +203,48 @@ def test_no_refit_beyond_a_rise_from_the_best_value(rising):
         assert np.nanargmin(criteria) == 2 and points[2].source.startswith("fit from dispersed starts")
     else:
         assert fitted == [0.5, 0.1, 0.9, 1.0, 1.0] and np.isfinite(criteria).all()
+
+
+def test_a_value_left_out_is_fitted_when_the_final_points_show_no_rise():
+    """A criterion that breaks the rule's premise: 100 (beta - 0.3)^2 up to 0.8, then -50 at 0.9
+    and 1.0. Walking out from the pilot at 0.5, 0.8 (k-hat far above 0.7) comes before 0.9 and
+    lies beyond a steep rise from 0.3, so it is left out; 0.9 then becomes the best value, above
+    0.8, and 0.8 is fitted after all."""
+    grid = [rs.BetaD(b / 10) for b in range(1, 11)]
+    rng = np.random.default_rng(2)
+    fitted = []
+
+    def fit_at(divergence, nearest):
+        fitted.append(grid_value(divergence))
+        return grid_value(divergence)
+
+    def evaluate(fitted_at, divergence):
+        beta = grid_value(divergence)
+        spread = 10.0 if round(beta, 6) == 0.8 and round(fitted_at, 6) != 0.8 else 1e-3
+        level = 100 * (beta - 0.3) ** 2 if beta < 0.85 else -50.0
+        return Evaluation(spread * rng.standard_t(2, size=(2, 200)), level + 0.1 * rng.normal(size=(2, 200)))
+
+    points, _ = walk_grid(grid, 4, fit_at, evaluate, confirm=False)
+    assert fitted == [0.5, 0.8]
+    assert points[7].source == "fit" and abs(points[7].criterion - 25.0) < 0.1 and points[7].pareto_k > 0.7
+
+
+@pytest.mark.parametrize("case, criteria, left_out, expected", [
+    ("a rise from the best (0.2) to 0.9, 10 to 50 standard errors a step", [5, 0, 1, 2, 3, 4, 5, 6, 7], set(), 1),
+    ("flat within noise: 0.2 standard errors up at 0.9", [5, 0, .01, .005, .01, .02, .01, .015, .02], set(), None),
+    ("a fall of 11 standard errors inside the stretch", [5, 0, 1, 2, .5, 4, 5, 6, 7], set(), None),
+    ("a value with no criterion inside it", [5, 0, 1, 2, np.nan, 4, 5, 6, 7], set(), None),
+    ("the same value left out by this rule", [5, 0, 1, 2, np.nan, 4, 5, 6, 7], {4}, 1),
+    ("no value with a criterion", [np.nan] * 9, set(), None),
+    ("one value between the best and 1.0", [5, 4, 3, 2, 1, 0.5, 0.2, 0.1, 0], set(), None),
+])
+def test_a_value_beyond_a_rise_from_the_best_is_recognised(case, criteria, left_out, expected):
+    """_best_below_a_rise on hand-made criteria at beta = 0.1..0.9 (standard error 0.1 each; 1.0 is
+    the value asked about): it names the best value only past a stretch that rises from it by more
+    than 3 combined standard errors and falls nowhere by more than that."""
+    points = {j: GridPoint(rs.BetaD((j + 1) / 10), float(c), 0.1, "stand-in") for j, c in enumerate(criteria)}
+    positions = np.arange(1, 11) / 10
+    assert _best_below_a_rise(points, positions, 9, left_out) == expected, case
 
 
 def test_the_chosen_value_gets_its_own_fit_on_first_use():

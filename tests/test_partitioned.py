@@ -248,7 +248,9 @@ WARMED = dict(epsilon=0.15, log_density=False, iters=200, warmup=100, chains=2, 
 
 
 def _same_warmup(partitioned, in_memory, tolerance: float) -> None:
-    np.testing.assert_allclose(partitioned.inverse_metric, in_memory.inverse_metric, rtol=tolerance)
+    metric = in_memory.inverse_metric  # its near-zero cross terms are held to the matrix's scale
+    np.testing.assert_allclose(partitioned.inverse_metric, metric, rtol=tolerance,
+                               atol=tolerance * np.abs(metric).max())
     np.testing.assert_allclose(partitioned.raw.sampler["step_size"], in_memory.raw.sampler["step_size"], rtol=tolerance)
 
 
@@ -271,7 +273,8 @@ def test_one_partition_with_the_default_warmup_is_the_in_memory_run(glm_normal):
 def test_the_default_warmup_on_a_cluster_equals_the_serial_run(glm_normal):
     """The partitions' modes and kept rows' Hessians computed on 2 workers: the serial run's
     start, metric, step and draws, to rounding (the workers run one BLAS thread, this process
-    several, so sums in the optimiser and the Hessian may round differently: 1e-14 here)."""
+    several, so sums in the optimiser and the Hessian may round differently: about 1e-14 here;
+    the test allows 1e-10)."""
     X, y = _rows()
     serial = rs.rob_ula(glm_normal, _partitioned(X, y), **WARMED)
     with rs.Cluster(workers=2, show_progress=False) as cluster:

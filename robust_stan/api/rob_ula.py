@@ -107,8 +107,9 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     same way: ``init="mode"`` starts from each partition's robust mode (the prior plus its rows'
     loss scaled to all rows) joined by ``combine``, and the metric and default step come from the
     Hessian of the mean loss over the rows each partition keeps, summed over partitions, and the
-    estimator's slope (with one partition, or the plain mean and ``combine="mean"``, the
-    in-memory warmup's). ``log_density=False`` is required, and the fit
+    estimator's slope (with one partition, the in-memory warmup's; with the plain mean,
+    ``combine="mean"`` and ``init="random"``, the in-memory metric and step: the partitions'
+    modes joined are not the mode of all rows). ``log_density=False`` is required, and the fit
     (:class:`~robust_stan.results.method_fits.PartitionedRobULAFit`) has no per-observation
     quantities. The results do not depend on the number of workers.
 

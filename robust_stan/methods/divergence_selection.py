@@ -141,10 +141,12 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
     breakdown one grid step at a time. This rests on robustness growing with beta: a posterior
     that follows the outliers at one value does so at the smaller ones. Where that fails, a value
     below a breakdown whose reweighting from it has k-hat > 0.7 is left out (NaN) and could be
-    the best one missed; the others keep a criterion from a fit or from a reweighting that k-hat
-    accepts. A probe whose own chains split between modes keeps its own (mixture) criterion and
+    the best one missed; so is a value whose reweighting has k-hat > 0.7 above a rise from the
+    best value (and it is fitted at the end if the final points no longer show that rise); the
+    others keep a criterion from a fit or from a reweighting that k-hat accepts. A probe whose own chains split between modes keeps its own (mixture) criterion and
     may still be chosen; its fit then carries the engine's convergence warning."""
     positions = np.array([grid_value(d) for d in grid])
+    left_out: set[int] = set()  # left out (NaN) above a rise from the best value: refitted if the rise goes
     fits: dict[int, object] = {}
     own: dict[int, Evaluation] = {}  # each fit's evaluation at its own divergence
     points: dict[int, GridPoint] = {}
@@ -168,19 +170,39 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
         if khat <= K_HAT_LIMIT:
             points[k] = GridPoint(grid[k], estimate, mcse, f"reweighted from {grid[base]!r}", khat)
             continue
-        best = _best_below_a_rise(points, positions, k)
+        best = _best_below_a_rise(points, positions, k, left_out)
         if best is not None:
             points[k] = GridPoint(grid[k], float("nan"), float("nan"),
                                   f"not evaluated: k-hat {khat:.2f} from {grid[base]!r}, and above a stretch that "
                                   f"rises from the best value so far, {grid[best]!r}", khat)
+            left_out.add(k)
             continue
         fit_here(k, fits[base])
         points[k].pareto_k = khat  # the reweighting's k-hat, which called for this fit
     dispersed, broken = {pilot}, False
-    while confirm:
+    while True:
+        if confirm:
+            broken = _confirm(points, positions, dispersed, broken, fit_here, reweighted, own, grid)
+        # the confirming fits may have moved the best value: a value left out above a rise that the
+        # final points no longer show is fitted after all (and the choice confirmed again)
+        revived = [k for k in sorted(left_out) if _best_below_a_rise(points, positions, k, left_out) is None]
+        if not revived:
+            return [points[k] for k in range(len(grid))], fits
+        for k in revived:
+            left_out.discard(k)
+            khat = points[k].pareto_k
+            fit_here(k, fits[min(fits, key=lambda j: (abs(positions[j] - positions[k]), j))])
+            points[k].pareto_k = khat
+
+
+def _confirm(points: dict[int, GridPoint], positions: np.ndarray, dispersed: set[int], broken: bool,
+             fit_here: Callable, reweighted: Callable, own: dict, grid: list[Divergence]) -> bool:
+    """:func:`walk_grid`'s confirmation, until the best value stands on a fit from dispersed starts;
+    whether a breakdown has been found."""
+    while True:
         best = min(points, key=lambda j: (_finite_or_inf(points[j].criterion), j))
         if best in dispersed:
-            break
+            return broken
         floor = min(_finite_or_inf(points[j].criterion) for j in dispersed)
         suspects = sorted((j for j in points if j not in dispersed and points[j].criterion <= floor),
                           key=lambda j: positions[j])
@@ -200,22 +222,31 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
                          if khat <= K_HAT_LIMIT else
                          GridPoint(grid[j], float("nan"), float("nan"), f"not evaluated: {reason}, and k-hat "
                                    f"{khat:.2f} from its fit", khat))
-    return [points[k] for k in range(len(grid))], fits
 
 
-def _best_below_a_rise(points: dict[int, GridPoint], positions: np.ndarray, k: int) -> int | None:
+def _best_below_a_rise(points: dict[int, GridPoint], positions: np.ndarray, k: int,
+                       left_out: set[int]) -> int | None:
     """The best value so far, if grid value ``k`` lies above it beyond a stretch of evaluated values
     that rises from it: each value no lower than the one before it by more than :data:`BREAKDOWN_Z`
     combined standard errors, and the last worse than the best by more than that. Robustness grows
     with beta and efficiency falls, so the criterion does not fall again past such a rise, and a
-    value there needs no fit of its own when its reweighting is unreliable (None: it may)."""
+    value there needs no fit of its own when its reweighting is unreliable (None: it may). Values
+    in the stretch that were left out by this rule (``left_out``) are passed over; any other value
+    there without a criterion means no decision (None)."""
     finite = [j for j in points if np.isfinite(points[j].criterion)]
+    if not finite:
+        return None
     best = min(finite, key=lambda j: (points[j].criterion, j))
-    stretch = sorted((j for j in finite if positions[best] <= positions[j] < positions[k]), key=lambda j: positions[j])
-    if positions[best] >= positions[k] or len(stretch) < 2:
+    if positions[best] >= positions[k]:
+        return None
+    in_range = [j for j in points if positions[best] <= positions[j] < positions[k]]
+    if any(j not in finite and j not in left_out for j in in_range):
+        return None
+    stretch = sorted((j for j in in_range if j in finite), key=lambda j: positions[j])
+    if len(stretch) < 2:
         return None
 
-    def rise(a: int, b: int) -> float:  # NaN (no error to judge by) counts as no rise
+    def rise(a: int, b: int) -> float:  # NaN (no error to judge by) fails both tests below: no decision
         with np.errstate(divide="ignore", invalid="ignore"):
             return (points[b].criterion - points[a].criterion) / np.hypot(points[a].mcse, points[b].mcse)
 
