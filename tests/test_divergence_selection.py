@@ -171,6 +171,26 @@ def test_confirmation_bisects_after_a_breakdown():
     assert Selection("hscore", points, {}, lambda divergence: None).divergence == rs.BetaD(0.5)
 
 
+def _stand_in(seed: int, unreliable: tuple, level):
+    """A stand-in for the engine: a "fit" is its own grid value; reweighting from another fit to a
+    value in ``unreliable`` has wildly spread total losses (k-hat far above 0.7) and is exact
+    otherwise; the criterion is level(beta) with a Monte Carlo error of about 0.007. Returns
+    fit_at, evaluate and the list of the values fitted."""
+    rng = np.random.default_rng(seed)
+    fitted = []
+
+    def fit_at(divergence, nearest):
+        fitted.append(grid_value(divergence))
+        return grid_value(divergence)
+
+    def evaluate(fitted_at, divergence):
+        beta = grid_value(divergence)
+        spread = 10.0 if round(beta, 6) in unreliable and round(fitted_at, 6) != round(beta, 6) else 1e-3
+        return Evaluation(spread * rng.standard_t(2, size=(2, 200)), level(beta) + 0.1 * rng.normal(size=(2, 200)))
+
+    return fit_at, evaluate, fitted
+
+
 @pytest.mark.parametrize("rising", [True, False])
 def test_no_refit_beyond_a_rise_from_the_best_value(rising):
     """On a stand-in engine whose reweighting is exact (k-hat small) except to beta = 0.1, 0.9 and
@@ -180,19 +200,8 @@ def test_no_refit_beyond_a_rise_from_the_best_value(rising):
     best, are left out (NaN) and get no fit, and the best, 0.3, is confirmed. If it is -10 beta,
     nothing rises above the best, and 0.9 and 1.0 are fitted (then 1.0, the best, is confirmed)."""
     grid = [rs.BetaD(b / 10) for b in range(1, 11)]
-    rng = np.random.default_rng(1)
-    fitted = []
-
-    def fit_at(divergence, nearest):
-        fitted.append(grid_value(divergence))
-        return grid_value(divergence)
-
-    def evaluate(fitted_at, divergence):
-        beta = grid_value(divergence)
-        spread = 10.0 if round(beta, 6) in (0.1, 0.9, 1.0) and round(fitted_at, 6) != round(beta, 6) else 1e-3
-        level = 100 * (beta - 0.3) ** 2 if rising else -10 * beta
-        return Evaluation(spread * rng.standard_t(2, size=(2, 200)), level + 0.1 * rng.normal(size=(2, 200)))
-
+    fit_at, evaluate, fitted = _stand_in(1, (0.1, 0.9, 1.0), (lambda beta: 100 * (beta - 0.3) ** 2) if rising
+                                         else (lambda beta: -10 * beta))
     points, fits = walk_grid(grid, 4, fit_at, evaluate)
     criteria = np.array([p.criterion for p in points])
     if rising:
@@ -211,19 +220,7 @@ def test_a_value_left_out_is_fitted_when_the_final_points_show_no_rise():
     lies beyond a steep rise from 0.3, so it is left out; 0.9 then becomes the best value, above
     0.8, and 0.8 is fitted after all."""
     grid = [rs.BetaD(b / 10) for b in range(1, 11)]
-    rng = np.random.default_rng(2)
-    fitted = []
-
-    def fit_at(divergence, nearest):
-        fitted.append(grid_value(divergence))
-        return grid_value(divergence)
-
-    def evaluate(fitted_at, divergence):
-        beta = grid_value(divergence)
-        spread = 10.0 if round(beta, 6) == 0.8 and round(fitted_at, 6) != 0.8 else 1e-3
-        level = 100 * (beta - 0.3) ** 2 if beta < 0.85 else -50.0
-        return Evaluation(spread * rng.standard_t(2, size=(2, 200)), level + 0.1 * rng.normal(size=(2, 200)))
-
+    fit_at, evaluate, fitted = _stand_in(2, (0.8,), lambda beta: 100 * (beta - 0.3) ** 2 if beta < 0.85 else -50.0)
     points, _ = walk_grid(grid, 4, fit_at, evaluate, confirm=False)
     assert fitted == [0.5, 0.8]
     assert points[7].source == "fit" and abs(points[7].criterion - 25.0) < 0.1 and points[7].pareto_k > 0.7
