@@ -7,12 +7,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..building.data import Scaling, with_switches, zero_row_data
+from ..building.data import Scaling, zero_row_data
 from ..building.divergences import as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
-from ..gradients.per_example import PerExampleGradients
 from ..methods.dpvi import DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, run_dp_sgd
 from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data
 from ..methods.partitioned_dpvi import partitioned_dpvi_setup
@@ -76,9 +75,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
         n_rows = int(stan_data["N"])
     try:
         start_mean = None if init is None else model.unconstrain_init(init, stan_data, Scaling())
-        per_example = PerExampleGradients(model, stan_data)
-        prior = model.oracle_for(with_switches(stan_data, mode="prior"))
-        objective = PerExampleObjective(per_example, prior, n_rows)
+        objective = PerExampleObjective.of_program(model, stan_data, n_rows)
         n = objective.dimension
         lambda_c = _positive_per_coordinate("lambda_c", lambda_c, 2 * n, "one per entry of phi: mu's, then u's")
         beta_u = _positive_per_coordinate("precondition", 1.0 if precondition is None else precondition, n,

@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..building.data import Scaling
+from ..building.data import Scaling, with_switches
+from ..gradients.per_example import PerExampleGradients
 from .privacy_accounting import PrivacyAccounting
 
 
@@ -126,6 +127,13 @@ class PerExampleObjective:
     def __init__(self, per_example, prior, n_rows: int):
         self.per_example, self.prior, self.n_rows = per_example, prior, n_rows
         self.dimension = per_example.dimension
+
+    @classmethod
+    def of_program(cls, program, stan_data: dict, n_rows: int) -> "PerExampleObjective":
+        """The objective of a program with its prepared ``stan_data`` (its per-example gradients and its
+        prior mode), for ``n_rows`` rows in all."""
+        prior = program.oracle_for(with_switches(stan_data, mode="prior"))
+        return cls(PerExampleGradients(program, stan_data), prior, n_rows)
 
     def draws(self, phi: np.ndarray, eps: np.ndarray) -> np.ndarray:
         return reparameterised(phi, eps)

@@ -20,10 +20,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..building.data import with_switches
 from ..building.divergences import Divergence
 from ..common.cluster import Cluster
-from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
 from .dpvi import DPVISettings, PerExampleObjective, poisson_batch
 from .partitioned import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned
@@ -35,12 +33,8 @@ def partition_clipped_sum(part: dict, run: str, index: int, program: RobustProgr
                           clip: float) -> np.ndarray:
     """Partition ``index``'s share of step ``step``: its Poisson subsample's clipped, preconditioned
     phi-gradients summed (run where the partition is; its objective is kept for the run)."""
-    def build():
-        stan_data = partition_stan_data(program, part, shared, divergence, 1.0)
-        prior = program.oracle_for(with_switches(stan_data, mode="prior"))
-        return PerExampleObjective(PerExampleGradients(program, stan_data), prior, n_rows)
-
-    objective = kept_on_worker(run, index, build)
+    objective = kept_on_worker(run, index, lambda: PerExampleObjective.of_program(
+        program, partition_stan_data(program, part, shared, divergence, 1.0), n_rows))
     rows = poisson_batch(np.random.default_rng([*key, step, index]), rows_here, sampling_rate)
     return objective.clipped_sum(phi, eps, rows, beta, clip)
 

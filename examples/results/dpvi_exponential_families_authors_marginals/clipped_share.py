@@ -9,8 +9,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import dpvi_tarp as dt
 import robust_stan as rs
-from robust_stan.building.data import with_switches
-from robust_stan.gradients.per_example import PerExampleGradients
 from robust_stan.methods.dpvi import PerExampleObjective
 from robust_stan.methods.noise_aware import burn_in_steps
 warnings.simplefilter("ignore")
@@ -22,7 +20,7 @@ for name in sys.argv[1:]:
         settings = dt.settings_of(name, args)
         phi = rel.iterates[burn_in_steps(burn_in, rel.steps):rel.steps].mean(axis=0)
         stan_data = model.prepare(data, rs.KL()).stan_data
-        obj = PerExampleObjective(PerExampleGradients(model, stan_data), model.oracle_for(with_switches(stan_data, mode="prior")), 5000)
+        obj = PerExampleObjective.of_program(model, stan_data, 5000)
         n = obj.dimension
         beta = np.concatenate([np.ones(n), np.full(n, settings["precondition"])])
         shares, norms = [], []

@@ -32,8 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import dpvi_tarp  # noqa: E402
 
 import robust_stan as rs  # noqa: E402
-from robust_stan.building.data import with_switches  # noqa: E402
-from robust_stan.gradients.per_example import PerExampleGradients  # noqa: E402
 from robust_stan.methods.dpvi import PerExampleObjective  # noqa: E402
 from robust_stan.methods.noise_aware import burn_in_steps  # noqa: E402
 
@@ -50,8 +48,7 @@ def one_data_set(name: str, k: int) -> list[dict]:
     simulated = dpvi_tarp.simulated_release(name, EPSILON, 0, k, args)
     release, model = simulated.release, simulated.model
     stan_data = model.prepare(simulated.data, rs.KL()).stan_data
-    objective = PerExampleObjective(PerExampleGradients(model, stan_data),
-                                    model.oracle_for(with_switches(stan_data, mode="prior")), args.rows)
+    objective = PerExampleObjective.of_program(model, stan_data, args.rows)
     n = objective.dimension
     half = np.random.default_rng(1000 + k).standard_normal((32, n))
     eps = np.concatenate([half, -half])
