@@ -143,8 +143,9 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
     below a breakdown whose reweighting from it has k-hat > 0.7 is left out (NaN) and could be
     the best one missed; so is a value whose reweighting has k-hat > 0.7 above a rise from the
     best value (and it is fitted at the end if the final points no longer show that rise); the
-    others keep a criterion from a fit or from a reweighting that k-hat accepts. A probe whose own chains split between modes keeps its own (mixture) criterion and
-    may still be chosen; its fit then carries the engine's convergence warning."""
+    others keep a criterion from a fit or from a reweighting that k-hat accepts. A probe whose own
+    chains split between modes keeps its own (mixture) criterion and may still be chosen; its fit
+    then carries the engine's convergence warning."""
     positions = np.array([grid_value(d) for d in grid])
     left_out: set[int] = set()  # left out (NaN) above a rise from the best value: refitted if the rise goes
     fits: dict[int, object] = {}
@@ -161,11 +162,14 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
         there = evaluate(fits[base], grid[k])
         return reweighted_estimate(there.criterion, -(there.total_loss - own[base].total_loss))
 
+    def nearest_fit(k: int) -> int:
+        return min(fits, key=lambda j: (abs(positions[j] - positions[k]), j))
+
     fit_here(pilot, None)
     for k in sorted(range(len(grid)), key=lambda j: (abs(positions[j] - positions[pilot]), j)):
         if k in points:
             continue
-        base = min(fits, key=lambda j: (abs(positions[j] - positions[k]), j))
+        base = nearest_fit(k)
         estimate, mcse, khat = reweighted(base, k)
         if khat <= K_HAT_LIMIT:
             points[k] = GridPoint(grid[k], estimate, mcse, f"reweighted from {grid[base]!r}", khat)
@@ -181,8 +185,29 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
         points[k].pareto_k = khat  # the reweighting's k-hat, which called for this fit
     dispersed, broken = {pilot}, False
     while True:
-        if confirm:
-            broken = _confirm(points, positions, dispersed, broken, fit_here, reweighted, own, grid)
+        while confirm:  # until the best value stands on a fit from dispersed starts
+            best = min(points, key=lambda j: (_finite_or_inf(points[j].criterion), j))
+            if best in dispersed:
+                break
+            floor = min(_finite_or_inf(points[j].criterion) for j in dispersed)
+            suspects = sorted((j for j in points if j not in dispersed and points[j].criterion <= floor),
+                              key=lambda j: positions[j])
+            probe = suspects[len(suspects) // 2] if broken and suspects else best
+            before = points[probe]
+            fit_here(probe, None)
+            points[probe].source = f"fit from dispersed starts (the {before.source} value was {before.criterion:.6g})"
+            points[probe].pareto_k = before.pareto_k
+            dispersed.add(probe)
+            if not _breaks_down(own[probe], points[probe], before):
+                continue
+            broken = True
+            for j in (j for j in suspects if positions[j] < positions[probe]):
+                estimate, mcse, khat = reweighted(probe, j)
+                reason = f"below the breakdown found at {grid[probe]!r}"
+                points[j] = (GridPoint(grid[j], estimate, mcse, f"reweighted from {grid[probe]!r} ({reason})", khat)
+                             if khat <= K_HAT_LIMIT else
+                             GridPoint(grid[j], float("nan"), float("nan"), f"not evaluated: {reason}, and k-hat "
+                                       f"{khat:.2f} from its fit", khat))
         # the confirming fits may have moved the best value: a value left out above a rise that the
         # final points no longer show is fitted after all (and the choice confirmed again)
         revived = [k for k in sorted(left_out) if _best_below_a_rise(points, positions, k, left_out) is None]
@@ -191,37 +216,8 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
         for k in revived:
             left_out.discard(k)
             khat = points[k].pareto_k
-            fit_here(k, fits[min(fits, key=lambda j: (abs(positions[j] - positions[k]), j))])
+            fit_here(k, fits[nearest_fit(k)])
             points[k].pareto_k = khat
-
-
-def _confirm(points: dict[int, GridPoint], positions: np.ndarray, dispersed: set[int], broken: bool,
-             fit_here: Callable, reweighted: Callable, own: dict, grid: list[Divergence]) -> bool:
-    """:func:`walk_grid`'s confirmation, until the best value stands on a fit from dispersed starts;
-    whether a breakdown has been found."""
-    while True:
-        best = min(points, key=lambda j: (_finite_or_inf(points[j].criterion), j))
-        if best in dispersed:
-            return broken
-        floor = min(_finite_or_inf(points[j].criterion) for j in dispersed)
-        suspects = sorted((j for j in points if j not in dispersed and points[j].criterion <= floor),
-                          key=lambda j: positions[j])
-        probe = suspects[len(suspects) // 2] if broken and suspects else best
-        before = points[probe]
-        fit_here(probe, None)
-        points[probe].source = f"fit from dispersed starts (the {before.source} value was {before.criterion:.6g})"
-        points[probe].pareto_k = before.pareto_k
-        dispersed.add(probe)
-        if not _breaks_down(own[probe], points[probe], before):
-            continue
-        broken = True
-        for j in (j for j in suspects if positions[j] < positions[probe]):
-            estimate, mcse, khat = reweighted(probe, j)
-            reason = f"below the breakdown found at {grid[probe]!r}"
-            points[j] = (GridPoint(grid[j], estimate, mcse, f"reweighted from {grid[probe]!r} ({reason})", khat)
-                         if khat <= K_HAT_LIMIT else
-                         GridPoint(grid[j], float("nan"), float("nan"), f"not evaluated: {reason}, and k-hat "
-                                   f"{khat:.2f} from its fit", khat))
 
 
 def _best_below_a_rise(points: dict[int, GridPoint], positions: np.ndarray, k: int,
@@ -233,7 +229,7 @@ def _best_below_a_rise(points: dict[int, GridPoint], positions: np.ndarray, k: i
     value there needs no fit of its own when its reweighting is unreliable (None: it may). Values
     in the stretch that were left out by this rule (``left_out``) are passed over; any other value
     there without a criterion means no decision (None)."""
-    finite = [j for j in points if np.isfinite(points[j].criterion)]
+    finite = {j for j in points if np.isfinite(points[j].criterion)}
     if not finite:
         return None
     best = min(finite, key=lambda j: (points[j].criterion, j))

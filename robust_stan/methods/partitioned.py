@@ -100,16 +100,12 @@ def partition_robust_mode(part: dict, run: str, index: int, program: RobustProgr
     """The partition's own start for ``init="mode"`` (run where the partition is): Rob-ULA's
     robust mode of the prior plus its rows' loss, the rows weighted total / (their number) as if
     they were all the data."""
-    from .rob_ula import robust_mode
+    from .rob_ula import robust_mode, rows_weighted
 
     per_example = partition_gradients(part, run, index, program, shared, divergence, learning_rate)
     stan_data = per_example.shared_data
-
-    def weighted_oracle(rows: np.ndarray):
-        weights = np.zeros(per_example.n)
-        weights[rows] = total / rows.size
-        return program.oracle_for(with_switches(stan_data, weights=weights))
-
+    weighted_oracle = rows_weighted(lambda weights: program.oracle_for(with_switches(stan_data, weights=weights)),
+                                    per_example.n, total)
     prior = program.oracle_for(with_switches(stan_data, mode="prior"))
     return robust_mode(weighted_oracle, per_example, prior, start, epsilon, learning_rate * total, metric, plain)
 
@@ -189,6 +185,7 @@ class PartitionedGradients:
         self.combine = combine
         self.placed = PlacedPartitions(program, partitions, cluster)
         self.n, self.dimension = partitions.n, dimension
+        self.row_shares = self.placed.rows / self.placed.rows.sum()  # each partition's share of the rows
 
     def on_every_partition(self, function: Callable, *arguments) -> list:
         """``function(part, run, k, program, shared, divergence, learning_rate, *arguments)`` where
@@ -199,8 +196,7 @@ class PartitionedGradients:
 
     def combined(self, values: np.ndarray) -> np.ndarray:
         """The partitions' values (partitions, ...) joined by ``combine``."""
-        weights = self.placed.rows / self.placed.rows.sum()
-        return np.median(values, axis=0) if self.combine == "median" else np.tensordot(weights, values, axes=1)
+        return np.median(values, axis=0) if self.combine == "median" else np.tensordot(self.row_shares, values, axes=1)
 
     def robust_means(self, thetas: np.ndarray, factor: np.ndarray, estimate: Callable,
                      epsilon: float) -> tuple[np.ndarray, np.ndarray]:
@@ -208,8 +204,7 @@ class PartitionedGradients:
         results = self.on_every_partition(partition_robust_means, thetas, factor, estimate, epsilon)
         means = np.stack([m for m, _ in results])          # (partitions, chains, d)
         kept = np.stack([f for _, f in results])            # (partitions, chains)
-        weights = self.placed.rows / self.placed.rows.sum()
-        return self.combined(means), np.tensordot(weights, kept, axes=1)
+        return self.combined(means), np.tensordot(self.row_shares, kept, axes=1)
 
     def robust_start(self, start: np.ndarray, epsilon: float, total: float, metric: str,
                      plain: bool) -> tuple[np.ndarray, bool]:

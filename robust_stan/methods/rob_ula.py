@@ -208,6 +208,19 @@ def trimmed_mode(weighted_oracle, per_example, start: np.ndarray, epsilon: float
     return point, converged
 
 
+def rows_weighted(weighted: Callable[[np.ndarray], GradientOracle], n: int, total: float) -> Callable:
+    """rows -> ``weighted(w)`` with w = total / len(rows) on those of the n rows and 0 elsewhere: the
+    posterior as if those rows were all ``total`` of the data (the optimiser's view in
+    :func:`trimmed_mode`)."""
+
+    def oracle(rows: np.ndarray):
+        weights = np.zeros(n)
+        weights[rows] = total / rows.size
+        return weighted(weights)
+
+    return oracle
+
+
 def robust_mode(weighted_oracle, per_example, prior, start: np.ndarray, epsilon: float, loss_scale: float,
                 metric: str, plain: bool) -> tuple[np.ndarray, bool]:
     """Where ``init="mode"`` starts the chains: the posterior mode from ``start`` (L-BFGS), then,
@@ -304,10 +317,7 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
     loss_scale = learning_rate * total
     truncation_epsilon = 0.0 if plain else epsilon
 
-    def weighted_oracle(rows: np.ndarray):
-        weights = np.zeros(n)
-        weights[rows] = total / rows.size
-        return target.weighted(weights)
+    weighted_oracle = rows_weighted(target.weighted, n, total)
 
     def robust_means(thetas: np.ndarray, factor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each state's robust mean of the per-example gradients in the coordinates z of
