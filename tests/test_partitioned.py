@@ -324,12 +324,29 @@ def test_a_partitioned_fit_has_draws_but_refuses_per_observation_quantities(seri
         serial.outlier_scores(0.3)
 
 
-@pytest.mark.parametrize("option, message", [(dict(log_density=True), "^log_density"),
-                                             (dict(combine="trimmed"), "^combine")])
-def test_options_that_need_every_row_here_are_refused(glm_normal, option, message):
+def test_an_unknown_combine_is_refused(glm_normal):
     X, y = _rows(200)
-    with pytest.raises(rs.RobustStanInputError, match=message):
-        rs.rob_ula(glm_normal, _partitioned(X, y, rows=100), **{**RUN, **option})
+    with pytest.raises(rs.RobustStanInputError, match="^combine"):
+        rs.rob_ula(glm_normal, _partitioned(X, y, rows=100), **{**RUN, "combine": "trimmed"})
+
+
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 150 draws: R-hat and ESS are poor
+def test_the_log_density_over_partitions_is_the_whole_datas(glm_normal):
+    """lp__ of a partitioned run (the prior here plus each partition's data term, on 2 workers and
+    serially) equals the in-memory model's log density at the same draws, computed independently
+    by the engine on all 2000 rows at once: to rounding of the partitions' sum (1e-9 relative)."""
+    X, y = _rows()
+    options = dict(RUN, log_density=True)
+    serial = rs.rob_ula(glm_normal, _partitioned(X, y, rows=700), **options)
+    with rs.Cluster(workers=2, show_progress=False) as cluster:
+        on_cluster = rs.rob_ula(glm_normal, _partitioned(X, y, rows=700), cluster=cluster, **options)
+    _same_draws(on_cluster, serial)
+    theta = serial.unconstrained_draws.reshape(-1, serial.unconstrained_draws.shape[-1])
+    whole = np.array([glm_normal.log_density({"X": X, "y": y}, t) for t in theta])
+    for fit in (serial, on_cluster):
+        lp = fit.raw.sampler["lp__"].reshape(-1)
+        np.testing.assert_allclose(lp, whole, rtol=1e-9)
+        np.testing.assert_allclose(fit.to_arviz().sample_stats["lp"].values.reshape(-1), lp)
 
 
 def test_bad_partitioned_data_is_refused(glm_normal, glm_normal_standardized, tmp_path):

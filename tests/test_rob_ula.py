@@ -57,6 +57,9 @@ def test_plain_ula_matches_the_exact_ula_law(normal_known_sigma, metric):
     stats = fit.to_arviz().sample_stats
     assert {"step_size", "kept_fraction", "lp"} <= set(stats.data_vars)
     assert np.allclose(stats["step_size"], fit.settings.step_size) and np.allclose(stats["kept_fraction"], 1.0)
+    # lp at every draw: the log-likelihood plus the N(0, 10^2) prior, whose constant Stan drops
+    closed_form = (-0.5 * np.log(2 * np.pi) - 0.5 * (y - mu[..., None]) ** 2).sum(axis=-1) - 0.5 * (mu / 10) ** 2
+    assert np.ptp(stats["lp"].values - closed_form) < 1e-8 * np.abs(closed_form).max()
     summary = fit.summary()
     assert summary.loc["mu", "r_hat"] < 1.01
 

@@ -109,7 +109,9 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     Hessian of the mean loss over the rows each partition keeps, summed over partitions, and the
     estimator's slope (with one partition, the in-memory warmup's; with the plain mean,
     ``combine="mean"`` and ``init="random"``, the in-memory metric and step: the partitions'
-    modes joined are not the mode of all rows). ``log_density=False`` is required, and the fit
+    modes joined are not the mode of all rows). Each kept draw's log density is the prior here
+    plus each partition's data term computed where it lives (one task per partition after the
+    run, for every draw at once). The fit
     (:class:`~robust_stan.results.method_fits.PartitionedRobULAFit`) has no per-observation
     quantities. The results do not depend on the number of workers.
 

@@ -35,18 +35,19 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..building.data import PreparedData, prepare_data, with_switches
+from ..building.data import PreparedData, prepare_data, slice_rows, with_switches
 from ..building.divergences import Divergence
 from ..building.partitions import (Partitions, first_row, global_prior_scales, load_partition_value, split_partitions,
                                    unified_dask_values)
 from ..common.cluster import Cluster, require_cluster
 from ..common.errors import RobustStanInputError, RobustStanWarning
+from ..gradients.oracles import GradientOracle, make_oracle
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
 from .estimators import estimate_each
 
 COMBINES = ("median", "mean")
-_ON_THIS_WORKER: dict[tuple[str, int], object] = {}  # (run, partition) -> what the run keeps of it there
+_ON_THIS_WORKER: dict[tuple[str, int, str], object] = {}  # (run, partition, what) -> what the run keeps of it there
 
 
 def prepare_rows(spec, values: Mapping, divergence: Divergence, learning_rate: float) -> PreparedData:
@@ -66,11 +67,12 @@ def partition_stan_data(program: RobustProgram, part: dict, shared: dict, diverg
     return prepare_rows(program.spec, values, divergence, learning_rate).stan_data
 
 
-def kept_on_worker(run: str, index: int, build: Callable[[], object]):
-    """What run ``run`` keeps of partition ``index`` in this process (built on first use)."""
-    kept = _ON_THIS_WORKER.get((run, index))
+def kept_on_worker(run: str, index: int, build: Callable[[], object], what: str = "main"):
+    """What run ``run`` keeps of partition ``index`` in this process under the name ``what``
+    (built on first use)."""
+    kept = _ON_THIS_WORKER.get((run, index, what))
     if kept is None:
-        kept = _ON_THIS_WORKER[(run, index)] = build()
+        kept = _ON_THIS_WORKER[(run, index, what)] = build()
     return kept
 
 
@@ -80,6 +82,26 @@ def partition_gradients(part: dict, run: str, index: int, program: RobustProgram
     first use where the partition is and kept for the run."""
     return kept_on_worker(run, index, lambda: PerExampleGradients(
         program, partition_stan_data(program, part, shared, divergence, learning_rate)))
+
+
+def partition_data_terms(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+                         divergence: Divergence, learning_rate: float, oracle_kind: str, rows: np.ndarray | None,
+                         weight_factor: float, thetas: np.ndarray, gradient: bool) -> np.ndarray:
+    """Partition ``index``'s data term of log pi (its program's log density on its rows minus that
+    program's prior part) at each of ``thetas``: its gradient (S, d), or its value (S,), on its
+    rows ``rows`` (None: all) weighted by ``weight_factor``; run where the partition is (its
+    prepared data and oracles are kept for the run)."""
+    def build():
+        stan_data = partition_stan_data(program, part, shared, divergence, learning_rate)
+        return (stan_data, program.oracle_for(stan_data, oracle_kind),
+                program.oracle_for(with_switches(stan_data, mode="prior"), oracle_kind))
+
+    stan_data, full, prior = kept_on_worker(run, index, build, what=f"data terms, {oracle_kind} oracle")
+    oracle = full if rows is None else make_oracle(
+        program.stan_code, slice_rows(program.spec, stan_data, rows, weight_factor), full.dimension, oracle_kind)
+    if gradient:
+        return np.array([oracle.gradient(t, jacobian=True) - prior.gradient(t, jacobian=True) for t in thetas])
+    return np.array([oracle.log_density(t, jacobian=True) - prior.log_density(t, jacobian=True) for t in thetas])
 
 
 def partition_robust_means(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
@@ -178,10 +200,11 @@ class PartitionedGradients:
     and combined by ``combine`` (module docstring)."""
 
     def __init__(self, program: RobustProgram, partitions: Partitions, divergence: Divergence,
-                 learning_rate: float, dimension: int, cluster: Cluster | None = None, combine: str = "median"):
+                 learning_rate: float, prior: GradientOracle, dimension: int, cluster: Cluster | None = None,
+                 combine: str = "median"):
         if combine not in COMBINES:
             raise RobustStanInputError(f"combine: must be one of {list(COMBINES)}, got {combine!r}")
-        self.program, self.divergence, self.learning_rate = program, divergence, learning_rate
+        self.program, self.divergence, self.learning_rate, self.prior = program, divergence, learning_rate, prior
         self.combine = combine
         self.placed = PlacedPartitions(program, partitions, cluster)
         self.n, self.dimension = partitions.n, dimension
@@ -219,6 +242,12 @@ class PartitionedGradients:
         results = self.on_every_partition(partition_kept_loss_hessian, point, epsilon)
         return sum(hessian for hessian, _ in results) / sum(count for _, count in results)
 
+    def log_densities(self, thetas: np.ndarray) -> np.ndarray:
+        """log pi at each of ``thetas`` (S, d), Jacobian included: the prior here plus each
+        partition's data term (:func:`partition_data_terms`), one task per partition for all S."""
+        terms = self.on_every_partition(partition_data_terms, "auto", None, 1.0, thetas, False)
+        return np.array([self.prior.log_density(t, jacobian=True) for t in thetas]) + sum(terms)
+
     def close(self) -> None:
         """Forget the partitions' gradient objects (here and on the workers)."""
         self.placed.close()
@@ -250,11 +279,12 @@ def partitioned_target(program: RobustProgram, data: Mapping, divergence: Diverg
 
     partitions, first = prepare_partitioned(program, data, divergence, learning_rate, cluster)
     stan_data = first.stan_data
-    gradients = PartitionedGradients(program, partitions, divergence, learning_rate, program.dimension(stan_data),
-                                     cluster, combine)
+    prior = program.oracle_for(with_switches(stan_data, mode="prior"))
+    gradients = PartitionedGradients(program, partitions, divergence, learning_rate, prior,
+                                     program.dimension(stan_data), cluster, combine)
     target = LangevinTarget(
         per_example=gradients,
-        prior=program.oracle_for(with_switches(stan_data, mode="prior")),
+        prior=prior,
         posterior=None,
         weighted=None,
         output=lambda: program.oracle_for(with_switches(stan_data, pointwise=False)),
@@ -263,5 +293,6 @@ def partitioned_target(program: RobustProgram, data: Mapping, divergence: Diverg
         robust_means=gradients.robust_means,
         robust_start=gradients.robust_start,
         kept_loss_hessian=gradients.kept_loss_hessian,
+        log_densities=gradients.log_densities,
     )
     return target, gradients, first

@@ -16,32 +16,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..building.data import slice_rows, with_switches
+from ..building.data import with_switches
 from ..building.divergences import Divergence
 from ..common.cluster import Cluster
-from ..gradients.oracles import make_oracle
 from ..gradients.program import RobustProgram
-from .partitioned import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned
+from .partitioned import PlacedPartitions, partition_data_terms, prepare_partitioned
 from .variational import VariationalTarget
-
-
-def partition_data_terms(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
-                         divergence: Divergence, learning_rate: float, oracle_kind: str, rows: np.ndarray | None,
-                         weight_factor: float, thetas: np.ndarray, gradient: bool) -> np.ndarray:
-    """Partition ``index``'s data term of log pi at each of ``thetas`` (its gradient (S, d), or its
-    value (S,)) on its rows ``rows`` (None: all) weighted by ``weight_factor``; run where the
-    partition is (its prepared data and oracles are kept for the run)."""
-    def build():
-        stan_data = partition_stan_data(program, part, shared, divergence, learning_rate)
-        return (stan_data, program.oracle_for(stan_data, oracle_kind),
-                program.oracle_for(with_switches(stan_data, mode="prior"), oracle_kind))
-
-    stan_data, full, prior = kept_on_worker(run, index, build)
-    oracle = full if rows is None else make_oracle(
-        program.stan_code, slice_rows(program.spec, stan_data, rows, weight_factor), full.dimension, oracle_kind)
-    if gradient:
-        return np.array([oracle.gradient(t, jacobian=True) - prior.gradient(t, jacobian=True) for t in thetas])
-    return np.array([oracle.log_density(t, jacobian=True) - prior.log_density(t, jacobian=True) for t in thetas])
 
 
 class PartitionedVariationalTarget(VariationalTarget):

@@ -243,7 +243,8 @@ class LangevinTarget:
 
     ``per_example`` gives grad l_i (``n``, ``dimension``, ``gradients(theta, batch=None)``,
     ``gradients_many(thetas)`` and ``gradients_many_in(thetas, factor)``, the same times a factor);
-    ``prior`` is the prior alone (Jacobian included), ``posterior`` the model as prepared;
+    ``prior`` is the prior alone (Jacobian included), ``posterior`` the model as prepared (or
+    None, with ``log_densities`` given);
     ``weighted(w)`` the prior plus the likelihood with weights w per row; ``output()`` the oracle whose constrained values become the draws; ``learning_rate`` the
     loss's scale w; ``default_estimator`` what ``estimator="auto"`` means for this likelihood.
     """
@@ -264,6 +265,20 @@ class LangevinTarget:
     #: ... and ``(point, epsilon) -> H``, the Hessian of the mean loss over the rows Algorithm 3
     #: keeps at ``point`` (every row at epsilon 0), for the metric and the default step
     kept_loss_hessian: Callable | None = None
+    #: ``(thetas (S, d)) -> log pi`` at each, Jacobian included (when ``posterior`` is None)
+    log_densities: Callable | None = None
+
+    def log_density_at(self, thetas: np.ndarray) -> np.ndarray:
+        """log pi (Jacobian included) at each of ``thetas`` (..., d); NaN where a state is not finite."""
+        flat = thetas.reshape(-1, thetas.shape[-1])
+        values = np.full(flat.shape[0], np.nan)
+        finite = np.all(np.isfinite(flat), axis=1)
+        if finite.any():
+            if self.log_densities is not None:
+                values[finite] = self.log_densities(flat[finite])
+            else:
+                values[finite] = [self.posterior.log_density(theta, jacobian=True) for theta in flat[finite]]
+        return values.reshape(thetas.shape[:-1])
 
 
 def builtin_target(program: RobustProgram, stan_data: dict, oracle: str = "auto") -> LangevinTarget:
@@ -302,13 +317,10 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
     if metric not in METRICS:
         raise RobustStanInputError(f"metric: must be one of {', '.join(METRICS)}, got {metric!r}")
     estimate = get_estimator(target.default_estimator if estimator == "auto" else estimator)
-    if target.robust_means is not None and log_density:
-        raise RobustStanInputError("log_density: with the rows held in partitions (on a cluster), Rob-ULA needs "
-                                   "log_density=False (each draw's log density sums over all rows)")
     if gradient_total not in ("n", "clean"):
         raise RobustStanInputError(f"gradient_total: must be 'n' or 'clean', got {gradient_total!r}")
     learning_rate = target.learning_rate
-    per_example, prior, posterior = target.per_example, target.prior, target.posterior
+    per_example, prior = target.per_example, target.prior
     n, d = per_example.n, per_example.dimension
     total = n if gradient_total == "n" else (1 - epsilon) * n
     plain = estimate is plain_mean  # ULA follows every row
@@ -376,7 +388,6 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
     L = scaling.factor
     kept_draws = iters // thin
     thetas = np.full((chains, kept_draws, d), np.nan)
-    lp = np.full((chains, kept_draws), np.nan)
     kept = np.full((chains, kept_draws), np.nan)
     alive = np.ones(chains, dtype=bool)
     with tqdm(total=warmup + iters, desc=f"Rob-ULA ({estimate.__name__})", unit="it",
@@ -406,12 +417,10 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
             if j >= 0 and j % thin == 0 and j // thin < kept_draws:
                 thetas[alive, j // thin] = theta[alive]
                 kept[:, j // thin] = fractions
-                for c in np.flatnonzero(alive) if log_density else ():
-                    lp[c, j // thin] = posterior.log_density(theta[c], jacobian=True)
             bar.update()
 
     variables = constrained_draws(target.output(), thetas)
-    sampler = {"lp__": lp} if log_density else {}
+    sampler = {"lp__": target.log_density_at(thetas)} if log_density else {}
     sampler.update(step_size=np.full((chains, kept_draws), eta), kept_fraction=kept)
     settings = RobULASettings(chains, warmup, iters, thin, int(seed or 0), float(epsilon),
                               getattr(estimate, "__name__", "custom"), float(eta), show_progress, init, metric)
