@@ -201,3 +201,48 @@ def test_trimmed_mean_is_scipys_trim_mean(n, d, epsilon):
     G = np.random.default_rng(n).standard_t(3, size=(n, d))
     np.testing.assert_allclose(trimmed_mean(G, epsilon).mean, stats.trim_mean(G, epsilon, axis=0), rtol=1e-12,
                                atol=1e-12)
+
+
+def _bracket_cases(n: int = 20_000) -> dict[str, np.ndarray]:
+    """Columns for the bracketed trimmed mean (n >= BRACKETED_FROM): heavy tails with a shifted
+    tenth, heavy ties, sorted both ways, a constant, and two row orders that defeat the every-
+    8192-th-row sample (all sampled values equal; sampled values far narrower than the rest)."""
+    rng = np.random.default_rng(5)
+    sampled = np.linspace(0, n - 1, 8192).astype(np.intp)
+    tails = rng.standard_t(3, size=n) + 30.0 * (rng.uniform(size=n) < 0.1)
+    equal_sample = rng.normal(size=n)
+    equal_sample[sampled] = 0.0
+    narrow_sample = rng.normal(size=n)
+    narrow_sample[sampled] = np.linspace(-1e-3, 1e-3, sampled.size)
+    return {"tails": tails, "ties": rng.integers(0, 3, size=n).astype(float), "ascending": np.sort(tails),
+            "descending": np.sort(tails)[::-1], "constant": np.full(n, 2.5),
+            "equal_sample": equal_sample, "narrow_sample": narrow_sample}
+
+
+@pytest.mark.parametrize("epsilon", [1e-4, 0.1, 0.25, 0.49])
+def test_the_bracketed_trimmed_mean_is_scipys_trim_mean(epsilon):
+    """From BRACKETED_FROM rows the trimmed mean selects its first and last kept values inside
+    brackets from a sample of rows: the same values as scipy.stats.trim_mean (a sort) on every
+    kind of column, up to the order of summation (1e-12 of the largest value)."""
+    from scipy import stats
+
+    from robust_stan.methods.estimators import BRACKETED_FROM
+
+    cases = _bracket_cases()
+    G = np.column_stack(list(cases.values()))
+    assert G.shape[0] >= BRACKETED_FROM
+    np.testing.assert_allclose(trimmed_mean(G, epsilon).mean, stats.trim_mean(G, epsilon, axis=0), rtol=0,
+                               atol=1e-12 * np.abs(G).max())
+
+
+def test_a_sample_that_misses_the_order_statistics_falls_back_to_the_partition():
+    """The adversarial row orders do defeat the brackets (so the test above covers the fallback),
+    and the ordinary columns do not (so it covers the bracketed sum)."""
+    from robust_stan.methods.estimators import _column_trimmed_mean, _sample_bracket
+
+    cut = 2000
+    for name, x in _bracket_cases().items():
+        sample = np.sort(x[np.linspace(0, x.size - 1, 8192).astype(np.intp)])[None, :]
+        low, high = _sample_bracket(sample, cut, x.size), _sample_bracket(sample, x.size - cut - 1, x.size)
+        bracketed = _column_trimmed_mean(x, cut, low[:, 0], high[:, 0])
+        assert (bracketed is None) == (name in ("equal_sample", "narrow_sample", "constant")), name
