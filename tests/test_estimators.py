@@ -9,6 +9,7 @@ from scipy import optimize
 
 import robust_stan as rs
 from robust_stan.methods.estimators import (
+    _SAMPLE_ROWS,
     ESTIMATORS,
     EstimateResult,
     geometric_median,
@@ -205,10 +206,10 @@ def test_trimmed_mean_is_scipys_trim_mean(n, d, epsilon):
 
 def _bracket_cases(n: int = 20_000) -> dict[str, np.ndarray]:
     """Columns for the bracketed trimmed mean (n >= BRACKETED_FROM): heavy tails with a shifted
-    tenth, heavy ties, sorted both ways, a constant, and two row orders that defeat the every-
-    8192-th-row sample (all sampled values equal; sampled values far narrower than the rest)."""
+    tenth, heavy ties, sorted both ways, a constant, and two row orders that defeat the evenly
+    spaced rows' sample (all sampled values equal; sampled values far narrower than the rest)."""
     rng = np.random.default_rng(5)
-    sampled = np.linspace(0, n - 1, 8192).astype(np.intp)
+    sampled = np.linspace(0, n - 1, _SAMPLE_ROWS).astype(np.intp)
     tails = rng.standard_t(3, size=n) + 30.0 * (rng.uniform(size=n) < 0.1)
     equal_sample = rng.normal(size=n)
     equal_sample[sampled] = 0.0
@@ -242,7 +243,7 @@ def test_a_sample_that_misses_the_order_statistics_falls_back_to_the_partition()
 
     cut = 2000
     for name, x in _bracket_cases().items():
-        sample = np.sort(x[np.linspace(0, x.size - 1, 8192).astype(np.intp)])[None, :]
+        sample = np.sort(x[np.linspace(0, x.size - 1, _SAMPLE_ROWS).astype(np.intp)])[None, :]
         low, high = _sample_bracket(sample, cut, x.size), _sample_bracket(sample, x.size - cut - 1, x.size)
         bracketed = _column_trimmed_mean(x, cut, low[:, 0], high[:, 0])
         assert (bracketed is None) == (name in ("equal_sample", "narrow_sample", "constant")), name

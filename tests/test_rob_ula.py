@@ -303,3 +303,21 @@ def test_diag_metric_is_diagonal_and_dense_is_not(glm_normal, shifted_regression
         dense = rs.rob_ula(glm_normal, shifted_regression, metric="dense", **kwargs).inverse_metric
     assert np.all(np.diag(diag) > 0) and np.count_nonzero(diag - np.diag(np.diag(diag))) == 0
     assert np.count_nonzero(np.abs(dense - np.diag(np.diag(dense))) > 1e-12) > 0
+
+
+def test_log_density_at_leaves_states_that_are_not_finite_as_nan():
+    """A diverged chain's later draws are NaN: their log density is NaN and never asked of the
+    engine (the stand-in raises on a non-finite state)."""
+    from robust_stan.methods.rob_ula import LangevinTarget
+
+    def log_densities(thetas):
+        assert np.all(np.isfinite(thetas))
+        return -0.5 * (thetas ** 2).sum(axis=1)
+
+    target = LangevinTarget(per_example=None, prior=None, posterior=None, weighted=None, output=None,
+                            learning_rate=1.0, default_estimator="trimmed_mean", log_densities=log_densities)
+    thetas = np.arange(12.0).reshape(2, 3, 2)
+    thetas[1, 1:] = np.nan
+    expected = -0.5 * (thetas ** 2).sum(axis=2)
+    np.testing.assert_array_equal(target.log_density_at(thetas), expected)
+    assert np.isnan(target.log_density_at(thetas)[1, 1:]).all()

@@ -161,9 +161,10 @@ _SAMPLE_ROWS = 8192
 
 def _bracketed_trimmed_means(G: np.ndarray, cut: int) -> np.ndarray:
     """Each column's mean of its order statistics cut .. n - cut - 1, exactly, with the two order
-    statistics found as in Floyd and Rivest's selection: every 1/8192-th row's values bracket each
-    one (5 binomial sds either side), so only the few values inside a bracket are partitioned and
-    every value between the brackets is summed in one pass. A column whose brackets miss or
+    statistics found as in Floyd and Rivest's selection: the values of 8,192 evenly spaced rows
+    bracket each one (5 binomial sds either side, a heuristic: a bracket that misses is detected
+    by counting), so only the few values inside a bracket are partitioned and every value between
+    the brackets is summed in one pass. A column whose brackets miss or
     overlap (heavy ties, an adversarial row order) is partitioned whole. 2.5 times quicker than
     the two-point partition of every column at n = 100,000 and 500,000."""
     n, d = G.shape
@@ -207,7 +208,8 @@ def _column_trimmed_mean(x: np.ndarray, cut: int, low_bracket: np.ndarray, high_
         return None
     first = np.partition(low_band, low_rank)[low_rank]  # the smallest value kept
     last = np.partition(high_band, high_rank)[high_rank]  # the largest
-    between = np.dot(x, (~(low_side | high_side)).astype(float))  # every value in (b1, a2) is kept
+    between = np.compress(~(low_side | high_side), x).sum()  # every value in (b1, a2) is kept
+    # (NumPy's pairwise sum: unlike a BLAS dot, the same bits whatever the thread count)
     # values equal to first (or last) fill the kept positions the values under (over) them leave
     first_kept = below + np.count_nonzero(low_band <= first) - cut
     last_kept = above + np.count_nonzero(high_band >= last) - cut

@@ -24,7 +24,9 @@ m_k and kept share); the driver combines the partitions' means coordinate by coo
   bad rows moves it by (its rows / n) times its error.
 
 On each worker a partition's prepared Stan data and gradient object are kept between steps
-(keyed by the run), so a step costs one per-example call per partition plus the estimator.
+(keyed by the run, the partition and what is kept), so a step costs one per-example call per
+partition plus the estimator. Each draw's log density is computed after the run, one task per
+partition for all draws, from the same prepared data.
 """
 
 from __future__ import annotations
@@ -102,6 +104,16 @@ def partition_data_terms(part: dict, run: str, index: int, program: RobustProgra
     if gradient:
         return np.array([oracle.gradient(t, jacobian=True) - prior.gradient(t, jacobian=True) for t in thetas])
     return np.array([oracle.log_density(t, jacobian=True) - prior.log_density(t, jacobian=True) for t in thetas])
+
+
+def partition_log_densities(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+                            divergence: Divergence, learning_rate: float, thetas: np.ndarray) -> np.ndarray:
+    """The log density (prior and Jacobian included) of the partition's program on its rows at
+    each of ``thetas``, from the prepared data its gradient object keeps (run where the partition
+    is; nothing more is kept)."""
+    stan_data = partition_gradients(part, run, index, program, shared, divergence, learning_rate).shared_data
+    oracle = program.oracle_for(stan_data)
+    return np.array([oracle.log_density(theta, jacobian=True) for theta in thetas])
 
 
 def partition_robust_means(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
@@ -243,10 +255,12 @@ class PartitionedGradients:
         return sum(hessian for hessian, _ in results) / sum(count for _, count in results)
 
     def log_densities(self, thetas: np.ndarray) -> np.ndarray:
-        """log pi at each of ``thetas`` (S, d), Jacobian included: the prior here plus each
-        partition's data term (:func:`partition_data_terms`), one task per partition for all S."""
-        terms = self.on_every_partition(partition_data_terms, "auto", None, 1.0, thetas, False)
-        return np.array([self.prior.log_density(t, jacobian=True) for t in thetas]) + sum(terms)
+        """log pi at each of ``thetas`` (S, d), Jacobian included, one task per partition for all
+        S: every partition's program on its rows holds the prior once, so log pi is their sum
+        minus (partitions - 1) priors (:func:`partition_log_densities`)."""
+        per_partition = self.on_every_partition(partition_log_densities, thetas)
+        prior = np.array([self.prior.log_density(t, jacobian=True) for t in thetas])
+        return sum(per_partition) - (len(per_partition) - 1) * prior
 
     def close(self) -> None:
         """Forget the partitions' gradient objects (here and on the workers)."""
