@@ -105,7 +105,7 @@ def settings_of(name: str, args) -> dict:
     if name not in chosen:
         raise ValueError(f"--settings {args.settings}: no settings for {name}")
     out = {**DEFAULTS, **chosen[name]}
-    for key in ("clip", "lambda_c", "precondition", "burn_in"):
+    for key in ("clip", "lambda_c", "precondition", "burn_in", "q_scale"):
         if getattr(args, key, None) is not None:
             out[key] = getattr(args, key)
     if out["initial_variance"] is None:
@@ -243,6 +243,9 @@ def main(argv=None) -> None:
                              "the mean of their RMSEs (what a calibrated posterior's reference describes), "
                              "rmse_of_mean_curve the RMSE of their mean coverage curve (the plotted one; smaller); "
                              "the bootstrap sd is the first draw's")
+    parser.add_argument("--q-scale", choices=("variance", "sd"), default=None,
+                        help="what softplus(u) is: q's variance (the paper's text, robust-stan's default) or sd "
+                             "(the authors' code)")
     parser.add_argument("--workers", type=int, default=2)
     add_address_argument(parser)
     parser.add_argument("--out", default=None, help="folder under examples/results")

@@ -55,7 +55,7 @@ def main(argv=None) -> None:
         phi_star = np.array([rng.normal(0, 0.3), -8.5 + rng.normal(0, 0.3)])
         iterates, gradients = linear_trace(phi_star, a, beta, kappa, sigma * clip, step, steps, rng)
         accounting = PrivacyAccounting(0.1, 1e-5, kappa, steps, sigma, 0.1, "synthetic", "-")
-        release = DPVIRelease(iterates, gradients, accounting, clip, step, 1.0, beta, 10, None, {}, r)
+        release = DPVIRelease(iterates, gradients, accounting, clip, step, 1.0, beta, 10, model=None, public_data={})
         out = sample_trace_model(trace_model_data(release, steps // 2), args.method, 1000, 500, 2, r)
         draws, a_draws = out["phi_star"].reshape(-1, 2), out["a"].reshape(-1, 2)
         z = (draws.mean(axis=0) - phi_star) / draws.std(axis=0)

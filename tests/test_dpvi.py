@@ -74,17 +74,19 @@ def test_a_huge_epsilon_falls_back_to_the_rdp_accountant_and_still_holds():
 
 
 # -- the mechanism's pieces -----------------------------------------------------------------------
-def objective_for(model, data):
+def objective_for(model, data, q_scale="variance"):
     prepared = model.prepare(data)
     prior = model.oracle_for(with_switches(prepared.stan_data, mode="prior"))
-    return PerExampleObjective(model.per_example(data), prior, int(prepared.stan_data["N"])), prepared
+    return PerExampleObjective(model.per_example(data), prior, int(prepared.stan_data["N"]), q_scale), prepared
 
 
-def test_per_example_phi_gradients_are_derivatives_of_the_per_example_objective(exponential):
+@pytest.mark.parametrize("q_scale", ["variance", "sd"])
+def test_per_example_phi_gradients_are_derivatives_of_the_per_example_objective(exponential, q_scale):
     """A56-A57 per row, built from the engine's log densities: the prior (with Jacobian) from the
-    prior mode, the row's loss as prior minus the one-row posterior; log q from SciPy."""
+    prior mode, the row's loss as prior minus the one-row posterior; log q from SciPy. q's sd is
+    sqrt(softplus(u)) (the paper's variance form) or softplus(u) (the authors' code's sd form)."""
     data = data_of(1.5, 40, 0)
-    objective, prepared = objective_for(exponential, data)
+    objective, prepared = objective_for(exponential, data, q_scale)
     rng = np.random.default_rng(1)
     eps = rng.standard_normal((3, 1))
     rows = np.array([0, 7, 31])
@@ -93,15 +95,16 @@ def test_per_example_phi_gradients_are_derivatives_of_the_per_example_objective(
     row_oracles = [exponential.oracle_for(slice_rows(exponential.spec, prepared.stan_data, np.array([r]))) for r in rows]
 
     def values(phi):
-        mu, s = phi[:1], softplus(phi[1:])
-        zetas = mu + np.sqrt(s) * eps
+        mu = phi[:1]
+        sd = np.sqrt(softplus(phi[1:])) if q_scale == "variance" else softplus(phi[1:])
+        zetas = mu + sd * eps
         out = []
         for oracle in row_oracles:
             terms = []
             for zeta in zetas:
                 log_prior = prior.log_density(zeta, jacobian=True)
                 loss = log_prior - oracle.log_density(zeta, jacobian=True)
-                log_q = stats.norm.logpdf(zeta, mu, np.sqrt(s)).sum()
+                log_q = stats.norm.logpdf(zeta, mu, sd).sum()
                 terms.append(loss - log_prior / 40 + log_q / 40)
             out.append(np.mean(terms))
         return np.array(out)
@@ -372,6 +375,7 @@ def test_equal_count_calibration_bins_against_a_direct_computation():
     ({"lambda_c": [1.0, 2.0, 3.0]}, r"^lambda_c: must be a positive number or 2 positive numbers"),
     ({"lambda_c": [1.0, -2.0]}, r"^lambda_c: "),
     ({"precondition": [1.0, 2.0]}, r"^precondition: must be a positive number or 1 positive numbers"),
+    ({"q_scale": "log_sd"}, r"^q_scale: must be one of \['variance', 'sd'\]"),
 ])
 def test_bad_input_is_refused_with_the_argument_named(exponential, options, message):
     settings = {"epsilon": 1.0, "steps": 10, "clip": 1.0, "show_progress": False}
@@ -385,6 +389,21 @@ def test_init_and_initial_variance_are_phi_0(exponential):
     fit = rs.dpvi(exponential, data_of(1.0, 50, 0), epsilon=1.0, steps=3, clip=1.0, init={"rate": 2.0},
                   initial_variance=0.01, seed=1, show_progress=False)
     np.testing.assert_allclose(fit.release.iterates[0], [np.log(2.0), np.log(np.expm1(0.01))], rtol=1e-12)
+
+
+def test_q_scale_sd_is_carried_from_phi_0_to_the_draws(exponential):
+    """With q_scale="sd" phi_0's u is softplus^-1 of the initial sd (the same q as the variance
+    form's phi_0), the release says which form it is, and the draws of q from the last iterate
+    have sd softplus(u_T) (4000 draws: the sample sd is within 4 of its 1.1% standard errors)."""
+    options = dict(epsilon=1.0, steps=3, clip=1.0, init={"rate": 2.0}, initial_variance=0.01, seed=1,
+                   show_progress=False)
+    fit = rs.dpvi(exponential, data_of(1.0, 50, 0), q_scale="sd", **options)
+    assert fit.release.q_scale == "sd"
+    np.testing.assert_allclose(fit.release.iterates[0], [np.log(2.0), np.log(np.expm1(0.1))], rtol=1e-12)
+    assert rs.dpvi(exponential, data_of(1.0, 50, 0), **options).release.q_scale == "variance"
+    baseline = rs.dpvi_baseline(fit, "last_iterate", draws=4000, seed=2)
+    log_rate = np.log(baseline.draws("rate")).ravel()
+    assert abs(log_rate.std(ddof=1) / softplus(fit.release.iterates[-1][1]) - 1) < 4 / np.sqrt(2 * 3999)
 
 
 def test_a_step_per_coordinate_is_the_update(exponential):

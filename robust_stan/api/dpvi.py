@@ -12,7 +12,7 @@ from ..building.divergences import as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
-from ..methods.dpvi import DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, run_dp_sgd
+from ..methods.dpvi import Q_SCALES, DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, run_dp_sgd
 from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data
 from ..methods.partitioned_dpvi import partitioned_dpvi_setup
 from ..methods.privacy_accounting import check_privacy_arguments, solve_noise_multiplier
@@ -23,12 +23,14 @@ from .model import Model, require_builtin_model
 def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip: float = 1.0, steps: int = 10_000,
          sampling_rate: float = 0.1, lambda_c=1.0, precondition=None,
          draws_per_step: int = 10, initial_variance: float = 1.0, divergence=None, seed: int | None = None,
-         show_progress: bool = True, cluster: Cluster | None = None, init: Mapping | None = None) -> DPVIFit:
+         show_progress: bool = True, cluster: Cluster | None = None, init: Mapping | None = None,
+         q_scale: str = "variance") -> DPVIFit:
     """(epsilon, delta)-differentially private mean-field VI by DP-SGD (noise-aware DPVI paper,
     ``../shared/papers/noise-aware-dpvi.txt``; :mod:`robust_stan.methods.dpvi` has the objective).
 
     q is a Gaussian on the unconstrained scale with independent coordinates, phi = (mu, u),
-    variances softplus(u). Each step: a Poisson subsample at rate ``sampling_rate`` (kappa);
+    variances softplus(u) (the paper's section 4.1; ``q_scale="sd"``: sds softplus(u), as in
+    the authors' code, whose published settings were chosen for that form). Each step: a Poisson subsample at rate ``sampling_rate`` (kappa);
     each row's gradient of its share of the negative ELBO (the prior, Jacobian and entropy
     terms divided by N and folded in), from ``draws_per_step`` draws of q and one per-example
     call; u's gradients times ``precondition`` (beta_u; mu's times 1); each row clipped to
@@ -62,6 +64,8 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     clip = require_positive("clip", clip)
     draws_per_step = require_count("draws_per_step", draws_per_step)
     initial_variance = require_positive("initial_variance", initial_variance)
+    if q_scale not in Q_SCALES:
+        raise RobustStanInputError(f"q_scale: must be one of {list(Q_SCALES)}, got {q_scale!r}")
     seed = require_seed(seed)
     seed = int(np.random.default_rng().integers(0, 2**31 - 1)) if seed is None else seed
     _refuse_data_dependent_settings(model, data)
@@ -75,7 +79,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
         n_rows = int(stan_data["N"])
     try:
         start_mean = None if init is None else model.unconstrain_init(init, stan_data, Scaling())
-        objective = PerExampleObjective.of_program(model, stan_data, n_rows)
+        objective = PerExampleObjective.of_program(model, stan_data, n_rows, q_scale)
         n = objective.dimension
         lambda_c = _positive_per_coordinate("lambda_c", lambda_c, 2 * n, "one per entry of phi: mu's, then u's")
         beta_u = _positive_per_coordinate("precondition", 1.0 if precondition is None else precondition, n,
@@ -84,14 +88,14 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
         step_size = heuristic_step_size(lambda_c, accounting.noise_multiplier, clip, steps, 2 * n)
         beta = np.concatenate([np.ones(n), np.broadcast_to(beta_u, (n,))])
         settings = DPVISettings(clip, steps, sampling_rate, accounting.noise_multiplier, step_size, beta,
-                                draws_per_step, seed, bool(show_progress), initial_variance, start_mean)
+                                draws_per_step, seed, bool(show_progress), initial_variance, start_mean, q_scale)
         start = time.perf_counter()
         iterates, noisy = run_dp_sgd(objective, settings, make_batches(n, settings) if make_batches else None)
     finally:
         if placed is not None:
             placed.close()
     release = DPVIRelease(iterates, noisy, accounting, clip, step_size, lambda_c, beta, draws_per_step,
-                          model, zero_row_data(model.spec, stan_data))
+                          model, zero_row_data(model.spec, stan_data), q_scale)
     return DPVIFit(release, time.perf_counter() - start)
 
 
@@ -148,7 +152,7 @@ def noise_aware(release, burn_in=0.5, method: str = "nuts", draws: int = 4000, w
     rng = np.random.default_rng(require_seed(seed))
     traced = sample_trace_model(trace_model_data(release, t_star), method, draws // chains, warmup, chains,
                                 seed, release.model.engine, show_progress)
-    thetas = q_draws(traced["phi_star"], rng)
+    thetas = q_draws(traced["phi_star"], rng, release.q_scale)
     return PrivatePosterior(release, "noise_aware", thetas, {"phi_star": traced["phi_star"], "a": traced["a"]}, method)
 
 
@@ -167,5 +171,5 @@ def dpvi_baseline(release, kind: str = "last_iterate", burn_in=0.5, draws: int =
         phi = release.iterates[burn_in_steps(burn_in, release.steps):release.steps].mean(axis=0)
     if draws % 2:
         raise RobustStanInputError(f"draws: must be even (two chains of independent draws), got {draws}")
-    thetas = q_draws(np.tile(phi, (2, draws // 2, 1)), rng)
+    thetas = q_draws(np.tile(phi, (2, draws // 2, 1)), rng, release.q_scale)
     return PrivatePosterior(release, kind, thetas)

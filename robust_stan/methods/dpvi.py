@@ -3,7 +3,9 @@
 The variational family is the paper's (section 4.1): a Gaussian on the program's
 unconstrained scale with independent coordinates, q(zeta; phi) = N(mu, diag(s)),
 phi = (mu, u), whose *variances* are s = softplus(u). Draws are
-zeta = mu + sqrt(s) * eps.
+zeta = mu + sqrt(s) * eps. With ``q_scale="sd"`` softplus(u) is q's sd instead, as in the
+authors' code (DPBayes/noise-aware-dpvi), whose published settings (initial scale, beta_u)
+were chosen for that form.
 
 The per-example objective is the negative of the paper's eq. A56-A57 (DP-SGD
 descends; the paper's A57 writes |det J| for log|det J|): for row i and S draws
@@ -19,7 +21,9 @@ Its phi-gradient comes from the per-example theta-gradients of the S draws
 (one per-example call for all of them) and S prior-gradient calls:
 
     d l_i / d mu = (1/S) sum_s h_is,   h_is = grad loss_i(zeta_s) - grad(log prior + log|J|)(zeta_s) / N
-    d l_i / d u  = (1/S) sum_s h_is * eps_s * sigmoid(u) / (2 sqrt(s)) - sigmoid(u) / (2 s N).
+    d l_i / d u  = (1/S) sum_s h_is * eps_s * sigmoid(u) / (2 sqrt(s)) - sigmoid(u) / (2 s N)
+
+(with ``q_scale="sd"``: (1/S) sum_s h_is * eps_s * sigmoid(u) - sigmoid(u) / (sd N)).
 
 DP-SGD with preconditioning (paper eq. 8 and A59, algorithm 3, read as a loop over
 t = 0..T-1): Poisson subsampling at rate kappa; each row's gradient times beta
@@ -64,11 +68,19 @@ def sigmoid(x):
     return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(x, dtype=float)))
 
 
-def reparameterised(phi: np.ndarray, eps: np.ndarray) -> np.ndarray:
-    """zeta = mu + sqrt(softplus(u)) eps for phi = (mu, u) along the last axis: draws of q from
+Q_SCALES = ("variance", "sd")  # what softplus(u) is: q's variance (the paper's text) or sd (the authors' code)
+
+
+def q_sd(u, q_scale: str = "variance"):
+    """q's sd from u: sqrt(softplus(u)), or softplus(u) with ``q_scale="sd"``."""
+    return np.sqrt(softplus(u)) if q_scale == "variance" else softplus(u)
+
+
+def reparameterised(phi: np.ndarray, eps: np.ndarray, q_scale: str = "variance") -> np.ndarray:
+    """zeta = mu + sd(u) eps for phi = (mu, u) along the last axis: draws of q from
     standard-normal ``eps`` (broadcast against mu)."""
     n = phi.shape[-1] // 2
-    return phi[..., :n] + np.sqrt(softplus(phi[..., n:])) * eps
+    return phi[..., :n] + q_sd(phi[..., n:], q_scale) * eps
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,7 @@ class DPVIRelease:
     draws_per_step: int
     model: object = field(repr=False)
     public_data: dict = field(repr=False)
+    q_scale: str = "variance"  # what softplus(u) is in every phi (Q_SCALES)
 
     @property
     def steps(self) -> int:
@@ -122,21 +135,22 @@ class PerExampleObjective:
     """The per-example negative ELBO of eq. A56-A57 (module docstring) and its phi-gradients.
 
     ``per_example`` is a :class:`~robust_stan.gradients.per_example.PerExampleGradients` of the
-    model's loss, ``prior`` an oracle of log prior + log|J| (the program's prior mode)."""
+    model's loss, ``prior`` an oracle of log prior + log|J| (the program's prior mode); ``q_scale``
+    what softplus(u) is (:data:`Q_SCALES`)."""
 
-    def __init__(self, per_example, prior, n_rows: int):
-        self.per_example, self.prior, self.n_rows = per_example, prior, n_rows
+    def __init__(self, per_example, prior, n_rows: int, q_scale: str = "variance"):
+        self.per_example, self.prior, self.n_rows, self.q_scale = per_example, prior, n_rows, q_scale
         self.dimension = per_example.dimension
 
     @classmethod
-    def of_program(cls, program, stan_data: dict, n_rows: int) -> "PerExampleObjective":
+    def of_program(cls, program, stan_data: dict, n_rows: int, q_scale: str = "variance") -> "PerExampleObjective":
         """The objective of a program with its prepared ``stan_data`` (its per-example gradients and its
         prior mode), for ``n_rows`` rows in all."""
         prior = program.oracle_for(with_switches(stan_data, mode="prior"))
-        return cls(PerExampleGradients(program, stan_data), prior, n_rows)
+        return cls(PerExampleGradients(program, stan_data), prior, n_rows, q_scale)
 
     def draws(self, phi: np.ndarray, eps: np.ndarray) -> np.ndarray:
-        return reparameterised(phi, eps)
+        return reparameterised(phi, eps, self.q_scale)
 
     def clipped_sum(self, phi: np.ndarray, eps: np.ndarray, rows: np.ndarray, beta: np.ndarray,
                     clip: float) -> np.ndarray:
@@ -149,22 +163,27 @@ class PerExampleObjective:
         """(rows, 2 n): each row's gradient in phi = (mu, u) at the shared standard-normal ``eps`` (S, n)."""
         n = self.dimension
         u = phi[n:]
-        variance = softplus(u)
+        if self.q_scale == "variance":
+            variance = softplus(u)
+            d_sd = sigmoid(u) / (2.0 * np.sqrt(variance))
+            entropy_term = sigmoid(u) / (2.0 * variance * self.n_rows)  # d log sd / du, over N
+        else:
+            d_sd = sigmoid(u)
+            entropy_term = sigmoid(u) / (softplus(u) * self.n_rows)
         zetas = self.draws(phi, eps)
         loss_gradients = self.per_example.gradients_many(zetas, rows)  # (S, rows, n)
         prior_gradients = np.stack([self.prior.gradient(z, jacobian=True) for z in zetas])  # (S, n)
         h = loss_gradients - prior_gradients[:, None, :] / self.n_rows
-        d_sd = sigmoid(u) / (2.0 * np.sqrt(variance))
         grad_mu = h.mean(axis=0)
-        grad_u = np.einsum("srn,sn->rn", h, eps) / eps.shape[0] * d_sd - sigmoid(u) / (2.0 * variance * self.n_rows)
+        grad_u = np.einsum("srn,sn->rn", h, eps) / eps.shape[0] * d_sd - entropy_term
         return np.concatenate([grad_mu, grad_u], axis=1)
 
 
 @dataclass(frozen=True)
 class DPVISettings:
     """DP-SGD's settings: clip C, steps T, sampling rate kappa, noise multiplier sigma,
-    step lambda_heur, preconditioning beta (d,), the draws per step, and phi_0's variances and
-    mean (None: 0)."""
+    step lambda_heur, preconditioning beta (d,), the draws per step, phi_0's variances and
+    mean (None: 0), and what softplus(u) is (:data:`Q_SCALES`)."""
 
     clip: float
     steps: int
@@ -177,6 +196,7 @@ class DPVISettings:
     show_progress: bool = True
     initial_variance: float = 1.0
     initial_mean: np.ndarray | None = None
+    q_scale: str = "variance"
 
 
 def heuristic_step_size(lambda_c, noise_multiplier: float, clip: float, steps: int, d: int):
@@ -186,11 +206,13 @@ def heuristic_step_size(lambda_c, noise_multiplier: float, clip: float, steps: i
     return float(step) if step.ndim == 0 else step
 
 
-def initial_phi(n: int, variance: float = 1.0, mean: np.ndarray | None = None) -> np.ndarray:
+def initial_phi(n: int, variance: float = 1.0, mean: np.ndarray | None = None,
+                q_scale: str = "variance") -> np.ndarray:
     """phi_0, chosen without the data: mu = ``mean`` (default 0) and the given variances
-    (u = softplus^-1(variance))."""
+    (u = softplus^-1(variance), or softplus^-1(sqrt(variance)) with ``q_scale="sd"``)."""
     mu = np.zeros(n) if mean is None else np.asarray(mean, dtype=float)
-    return np.concatenate([mu, np.full(n, float(inverse_softplus(variance)))])
+    scale = variance if q_scale == "variance" else np.sqrt(variance)
+    return np.concatenate([mu, np.full(n, float(inverse_softplus(scale)))])
 
 
 def poisson_batch(rng: np.random.Generator, n_rows: int, sampling_rate: float) -> np.ndarray:
@@ -222,7 +244,7 @@ def run_dp_sgd(objective: PerExampleObjective, settings: DPVISettings,
     batches = batches or in_memory_batches(objective, settings)
     iterates = np.empty((settings.steps + 1, 2 * n))
     noisy = np.empty((settings.steps, 2 * n))
-    phi = iterates[0] = initial_phi(n, settings.initial_variance, settings.initial_mean)
+    phi = iterates[0] = initial_phi(n, settings.initial_variance, settings.initial_mean, settings.q_scale)
     for t in tqdm(range(settings.steps), desc="DP-VI", unit="step", disable=not settings.show_progress):
         clipped_sum = batches(rng, t, phi)
         noisy[t] = noisy_gradient(clipped_sum, settings.noise_multiplier * settings.clip, beta, rng)

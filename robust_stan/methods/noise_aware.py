@@ -92,6 +92,6 @@ def sample_trace_model(stan_data: dict, method: str, draws: int, warmup: int, ch
     return {"phi_star": joint[..., :d], "a": softplus(joint[..., d:])}
 
 
-def q_draws(phis: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One draw of q(zeta; phi) = N(mu, diag(softplus(u))) for each row of ``phis`` (..., 2 n)."""
-    return reparameterised(phis, rng.standard_normal(phis.shape[:-1] + (phis.shape[-1] // 2,)))
+def q_draws(phis: np.ndarray, rng: np.random.Generator, q_scale: str = "variance") -> np.ndarray:
+    """One draw of q(zeta; phi) = N(mu, diag(sd(u)^2)) for each row of ``phis`` (..., 2 n)."""
+    return reparameterised(phis, rng.standard_normal(phis.shape[:-1] + (phis.shape[-1] // 2,)), q_scale)

@@ -30,11 +30,11 @@ from .partitioned import PlacedPartitions, kept_on_worker, partition_stan_data, 
 def partition_clipped_sum(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
                           divergence: Divergence, n_rows: int, rows_here: int, key: np.ndarray, step: int,
                           sampling_rate: float, phi: np.ndarray, eps: np.ndarray, beta: np.ndarray,
-                          clip: float) -> np.ndarray:
+                          clip: float, q_scale: str) -> np.ndarray:
     """Partition ``index``'s share of step ``step``: its Poisson subsample's clipped, preconditioned
     phi-gradients summed (run where the partition is; its objective is kept for the run)."""
     objective = kept_on_worker(run, index, lambda: PerExampleObjective.of_program(
-        program, partition_stan_data(program, part, shared, divergence, 1.0), n_rows))
+        program, partition_stan_data(program, part, shared, divergence, 1.0), n_rows, q_scale))
     rows = poisson_batch(np.random.default_rng([*key, step, index]), rows_here, sampling_rate)
     return objective.clipped_sum(phi, eps, rows, beta, clip)
 
@@ -54,7 +54,8 @@ class PartitionedBatches:
         eps = rng.standard_normal((s.draws_per_step, self.dimension))
         sums = placed.gather([
             placed.call(k, partition_clipped_sum, self.program, placed.shared, self.divergence, placed.n,
-                        int(placed.rows[k]), self.key, t, s.sampling_rate, phi, eps, s.precondition, s.clip)
+                        int(placed.rows[k]), self.key, t, s.sampling_rate, phi, eps, s.precondition, s.clip,
+                        s.q_scale)
             for k in range(len(placed.parts))])
         return np.sum(sums, axis=0)
 
