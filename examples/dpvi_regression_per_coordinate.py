@@ -12,7 +12,7 @@ noise-aware NUTS posterior (rs.noise_aware) is compared with
   conjugate: sigma^2 | y ~ inv_gamma, w | sigma^2, y ~ normal; 20,000 independent draws):
   the ratio of the posterior sds, and the two parts of the noise-aware sd, the spread of
   phi*'s means (the trace model's uncertainty) and q's own sd at phi* (the mean over draws
-  of sqrt(softplus(u*))).
+  of q's sd at u*, sqrt(softplus(u*)) in the default variance form).
 
     python examples/dpvi_regression_per_coordinate.py --epsilons 0.1 1 --datasets 3
 
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from dpvi_tarp import OUT, simulated_release  # noqa: E402
 
 import robust_stan as rs  # noqa: E402
-from robust_stan.methods.dpvi import softplus  # noqa: E402
+from robust_stan.methods.dpvi import q_sd  # noqa: E402
 
 NAME = "linear_regression"
 
@@ -68,8 +68,8 @@ def one_data_set(epsilon: float, k: int, args) -> list[dict]:
                      "truth": true_point[j], "exact_mean": exact[:, j].mean(), "exact_sd": exact[:, j].std(),
                      "na_mean": theta[:, j].mean(), "na_sd": theta[:, j].std(),
                      "phi_star_mean_sd": phi_star[:, j].std(),
-                     "q_sd_at_phi_star": np.sqrt(softplus(phi_star[:, n + j])).mean(),
-                     "last_iterate_q_sd": float(np.sqrt(softplus(release.iterates[-1][n + j])))})
+                     "q_sd_at_phi_star": q_sd(phi_star[:, n + j], release.q_scale).mean(),
+                     "last_iterate_q_sd": float(q_sd(release.iterates[-1][n + j], release.q_scale))})
     return rows
 
 

@@ -85,7 +85,8 @@ SETTINGS = {
 # ``--settings authors``: the exponential families with the authors' code's choices
 # (coverage_experiment.py, set_default_args_<model> and perform_experiment): priors Gamma(8, 2),
 # Beta(10, 10), Dirichlet(5, 5, 5); C 2 / 2 / sqrt 2; beta_u 100 / 120 / 100; burn-in 20%; mu_0 = 0;
-# their initial pre-transformed scale -4 / -4 / -6 is q's sd softplus(u), here as a variance.
+# their initial pre-transformed scale -4 / -4 / -6 is q's sd softplus(u), here as a variance (with
+# --q-scale sd, their form, u_0 is exactly -4 / -4 / -6).
 PRIORS = {"ours": {"gamma_exponential": (2.0, 2.0), "beta_bernoulli": (2.0, 2.0), "dirichlet_categorical": 2.0},
           "authors": {"gamma_exponential": (8.0, 2.0), "beta_bernoulli": (10.0, 10.0), "dirichlet_categorical": 5.0}}
 AUTHORS_SETTINGS = {

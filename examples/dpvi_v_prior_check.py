@@ -59,7 +59,7 @@ def one_data_set(k: int, args) -> dict:
     draws = {}
     for variant, stan_data in zip(VARIANTS[:2], (standard, separate)):
         traced = sample_trace_model(stan_data, "nuts", 2000, 1000, 2, seed=k)
-        draws[variant] = q_draws(traced["phi_star"], np.random.default_rng(k)).reshape(-1, standard["d"] // 2)
+        draws[variant] = q_draws(traced["phi_star"], np.random.default_rng(k), release.q_scale).reshape(-1, standard["d"] // 2)
     draws[VARIANTS[2]] = rs.dpvi_baseline(release, "last_iterate", draws=4000, seed=k).unconstrained.reshape(-1, 1)
     return {"k": k, "truth": release.unconstrain(simulated.truth),
             "reference": release.unconstrain(simulated.reference), "draws": draws,

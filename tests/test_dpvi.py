@@ -463,9 +463,10 @@ def _in_partitions(y: np.ndarray, rows: int):
     return {"y": da.from_array(y, chunks=rows)}
 
 
-def test_partitioned_clipped_sums_are_the_in_memory_ones(exponential):
+@pytest.mark.parametrize("q_scale", ["variance", "sd"])
+def test_partitioned_clipped_sums_are_the_in_memory_ones(exponential, q_scale):
     """kappa = 1 (every row in the step) and C = 0.5 (most rows clipped): the partitions' clipped
-    sums at the same draws eps add up to the in-memory clipped sum."""
+    sums at the same draws eps add up to the in-memory clipped sum, in both forms of q's scale."""
     from robust_stan.methods.dpvi import DPVISettings
     from robust_stan.methods.partitioned_dpvi import partitioned_dpvi_setup
 
@@ -474,13 +475,14 @@ def test_partitioned_clipped_sums_are_the_in_memory_ones(exponential):
                                                                      rs.KL(), None)
     beta = np.array([1.0, 30.0])
     settings = DPVISettings(clip=0.5, steps=1, sampling_rate=1.0, noise_multiplier=1.0, step_size=1.0,
-                            precondition=beta, draws_per_step=3, seed=0)
+                            precondition=beta, draws_per_step=3, seed=0, q_scale=q_scale)
     phi = np.array([0.2, -3.0])
     partitioned = make_batches(1, settings)(np.random.default_rng(5), 0, phi)
     placed.close()
     prepared = exponential.prepare({"y": y})
     objective = PerExampleObjective(PerExampleGradients(exponential, prepared.stan_data),
-                                    exponential.oracle_for(with_switches(prepared.stan_data, mode="prior")), 1000)
+                                    exponential.oracle_for(with_switches(prepared.stan_data, mode="prior")), 1000,
+                                    q_scale)
     eps = np.random.default_rng(5).standard_normal((3, 1))
     in_memory = objective.clipped_sum(phi, eps, np.arange(1000), beta, 0.5)
     assert n_rows == 1000 and len(placed.parts) == 4

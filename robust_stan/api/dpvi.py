@@ -12,7 +12,8 @@ from ..building.divergences import as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
-from ..methods.dpvi import Q_SCALES, DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, run_dp_sgd
+from ..methods.dpvi import (DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, require_q_scale,
+                            run_dp_sgd)
 from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data
 from ..methods.partitioned_dpvi import partitioned_dpvi_setup
 from ..methods.privacy_accounting import check_privacy_arguments, solve_noise_multiplier
@@ -30,7 +31,8 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
 
     q is a Gaussian on the unconstrained scale with independent coordinates, phi = (mu, u),
     variances softplus(u) (the paper's section 4.1; ``q_scale="sd"``: sds softplus(u), as in
-    the authors' code, whose published settings were chosen for that form). Each step: a Poisson subsample at rate ``sampling_rate`` (kappa);
+    the authors' code, whose published settings were chosen for that form). Each step: a
+    Poisson subsample at rate ``sampling_rate`` (kappa);
     each row's gradient of its share of the negative ELBO (the prior, Jacobian and entropy
     terms divided by N and folded in), from ``draws_per_step`` draws of q and one per-example
     call; u's gradients times ``precondition`` (beta_u; mu's times 1); each row clipped to
@@ -64,8 +66,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     clip = require_positive("clip", clip)
     draws_per_step = require_count("draws_per_step", draws_per_step)
     initial_variance = require_positive("initial_variance", initial_variance)
-    if q_scale not in Q_SCALES:
-        raise RobustStanInputError(f"q_scale: must be one of {list(Q_SCALES)}, got {q_scale!r}")
+    q_scale = require_q_scale(q_scale)
     seed = require_seed(seed)
     seed = int(np.random.default_rng().integers(0, 2**31 - 1)) if seed is None else seed
     _refuse_data_dependent_settings(model, data)

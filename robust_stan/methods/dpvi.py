@@ -51,6 +51,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..building.data import Scaling, with_switches
+from ..common.errors import RobustStanInputError
 from ..gradients.per_example import PerExampleGradients
 from .privacy_accounting import PrivacyAccounting
 
@@ -71,9 +72,16 @@ def sigmoid(x):
 Q_SCALES = ("variance", "sd")  # what softplus(u) is: q's variance (the paper's text) or sd (the authors' code)
 
 
+def require_q_scale(q_scale) -> str:
+    """``q_scale`` if it is one of :data:`Q_SCALES`; else an error naming it."""
+    if q_scale not in Q_SCALES:
+        raise RobustStanInputError(f"q_scale: must be one of {list(Q_SCALES)}, got {q_scale!r}")
+    return q_scale
+
+
 def q_sd(u, q_scale: str = "variance"):
     """q's sd from u: sqrt(softplus(u)), or softplus(u) with ``q_scale="sd"``."""
-    return np.sqrt(softplus(u)) if q_scale == "variance" else softplus(u)
+    return np.sqrt(softplus(u)) if require_q_scale(q_scale) == "variance" else softplus(u)
 
 
 def reparameterised(phi: np.ndarray, eps: np.ndarray, q_scale: str = "variance") -> np.ndarray:
@@ -90,8 +98,8 @@ class DPVIRelease:
     ``iterates`` (T + 1, d) are phi_0..phi_T, ``noisy_gradients`` (T, d) are
     g~_1..g~_T (g~_{t+1} is taken at phi_t, on the scale of phi); d = 2 n with phi
     = (mu, u) for the n unconstrained parameters. ``model`` is the (data-free)
-    program and ``public_data`` its Stan data with zero rows: what turns a phi
-    into draws of the model's parameters. Everything downstream is computed from
+    program and ``public_data`` its Stan data with zero rows, and ``q_scale`` what
+    softplus(u) is: what turns a phi into draws of the model's parameters. Everything downstream is computed from
     this object alone."""
 
     iterates: np.ndarray
@@ -139,7 +147,8 @@ class PerExampleObjective:
     what softplus(u) is (:data:`Q_SCALES`)."""
 
     def __init__(self, per_example, prior, n_rows: int, q_scale: str = "variance"):
-        self.per_example, self.prior, self.n_rows, self.q_scale = per_example, prior, n_rows, q_scale
+        self.per_example, self.prior, self.n_rows = per_example, prior, n_rows
+        self.q_scale = require_q_scale(q_scale)
         self.dimension = per_example.dimension
 
     @classmethod
@@ -211,7 +220,7 @@ def initial_phi(n: int, variance: float = 1.0, mean: np.ndarray | None = None,
     """phi_0, chosen without the data: mu = ``mean`` (default 0) and the given variances
     (u = softplus^-1(variance), or softplus^-1(sqrt(variance)) with ``q_scale="sd"``)."""
     mu = np.zeros(n) if mean is None else np.asarray(mean, dtype=float)
-    scale = variance if q_scale == "variance" else np.sqrt(variance)
+    scale = variance if require_q_scale(q_scale) == "variance" else np.sqrt(variance)
     return np.concatenate([mu, np.full(n, float(inverse_softplus(scale)))])
 
 
@@ -238,6 +247,9 @@ def run_dp_sgd(objective: PerExampleObjective, settings: DPVISettings,
                batches: Callable | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Algorithm 3 (preconditioned DP-SGD): the iterates (T + 1, d) and noisy gradients (T, d).
     ``batches`` makes each step's clipped sum (default: :func:`in_memory_batches`)."""
+    if objective.q_scale != settings.q_scale:
+        raise RobustStanInputError(f"q_scale: the objective's ({objective.q_scale!r}) and the settings' "
+                                   f"({settings.q_scale!r}) differ")
     rng = np.random.default_rng(settings.seed)
     n = objective.dimension
     beta = settings.precondition

@@ -78,7 +78,7 @@ class PrivatePosterior:
         a = self.release.accounting
         attrs = {"inference_library": "robust-stan", "method": f"dpvi_{self.kind}", "epsilon": a.epsilon,
                  "delta": a.delta, "noise_multiplier": a.noise_multiplier, "accountant": a.accountant,
-                 "engine": self.release.model.engine}
+                 "engine": self.release.model.engine, "q_scale": self.release.q_scale}
         groups = {"posterior": draws_dataset(self.posterior, attrs=attrs)}
         if self.trace_draws is not None:
             groups["noise_aware"] = draws_dataset(self.trace_draws, {"phi_star": ["phi"], "a": ["phi"]}, attrs)

@@ -20,7 +20,7 @@ for name in sys.argv[1:]:
         settings = dt.settings_of(name, args)
         phi = rel.iterates[burn_in_steps(burn_in, rel.steps):rel.steps].mean(axis=0)
         stan_data = model.prepare(data, rs.KL()).stan_data
-        obj = PerExampleObjective.of_program(model, stan_data, 5000)
+        obj = PerExampleObjective.of_program(model, stan_data, 5000, rel.q_scale)
         n = obj.dimension
         beta = np.concatenate([np.ones(n), np.full(n, settings["precondition"])])
         shares, norms = [], []

@@ -48,7 +48,7 @@ def one_data_set(name: str, k: int) -> list[dict]:
     simulated = dpvi_tarp.simulated_release(name, EPSILON, 0, k, args)
     release, model = simulated.release, simulated.model
     stan_data = model.prepare(simulated.data, rs.KL()).stan_data
-    objective = PerExampleObjective.of_program(model, stan_data, args.rows)
+    objective = PerExampleObjective.of_program(model, stan_data, args.rows, release.q_scale)
     n = objective.dimension
     half = np.random.default_rng(1000 + k).standard_normal((32, n))
     eps = np.concatenate([half, -half])
