@@ -98,9 +98,9 @@ class DPVIRelease:
     ``iterates`` (T + 1, d) are phi_0..phi_T, ``noisy_gradients`` (T, d) are
     g~_1..g~_T (g~_{t+1} is taken at phi_t, on the scale of phi); d = 2 n with phi
     = (mu, u) for the n unconstrained parameters. ``model`` is the (data-free)
-    program and ``public_data`` its Stan data with zero rows, and ``q_scale`` what
-    softplus(u) is: what turns a phi into draws of the model's parameters. Everything downstream is computed from
-    this object alone."""
+    program, ``public_data`` its Stan data with zero rows and ``q_scale`` what
+    softplus(u) is: what turns a phi into draws of the model's parameters.
+    Everything downstream is computed from this object alone."""
 
     iterates: np.ndarray
     noisy_gradients: np.ndarray

@@ -149,10 +149,17 @@ def trimmed_mean(G, epsilon: float) -> EstimateResult:
     if not cut:
         return EstimateResult(G.mean(axis=0), 1.0)
     if n < BRACKETED_FROM:  # a two-point partition of every column: as quick as a sort here
-        means = np.partition(G, [cut, n - cut - 1], axis=0)[cut:n - cut].mean(axis=0)
+        means = partitioned_trimmed_means(G, cut)
     else:
         means = _bracketed_trimmed_means(G, cut)
     return EstimateResult(means, (n - 2 * cut) / n)
+
+
+def partitioned_trimmed_means(values: np.ndarray, cut: int) -> np.ndarray:
+    """The mean of order statistics cut .. n - cut - 1 along axis 0 (of each column, or of a
+    vector), by a two-point partition."""
+    n = values.shape[0]
+    return np.partition(values, [cut, n - cut - 1], axis=0)[cut:n - cut].mean(axis=0)
 
 
 BRACKETED_FROM = 20_000  # rows; below this the partition is as quick (benchmarks/trimmed_mean_speed.py)
@@ -175,7 +182,7 @@ def _bracketed_trimmed_means(G: np.ndarray, cut: int) -> np.ndarray:
     means = np.empty(d)
     for j in range(d):
         mean = _column_trimmed_mean(columns[j], cut, low_brackets[:, j], high_brackets[:, j])
-        means[j] = mean if mean is not None else np.partition(columns[j], [cut, n - cut - 1])[cut:n - cut].mean()
+        means[j] = mean if mean is not None else partitioned_trimmed_means(columns[j], cut)
     return means
 
 
