@@ -61,7 +61,7 @@ def test_task_seeds_depend_on_the_seed_and_the_position_only():
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_grid_on_a_local_cluster_equals_the_serial_run(model, serial, workers):
-    """Each grid value's fit from dispersed starts is one task; the draws and the criterion are
+    """Each grid value's fit (started in its largest mode) is one task; the draws and the criterion are
     identical to the serial run's, whatever the number of workers, and no worker compiles."""
     with rs.Cluster(workers=workers, show_progress=False) as cluster:
         assert cluster.workers == workers

@@ -7,17 +7,24 @@ from functools import partial
 
 import numpy as np
 
+from ..building.data import PreparedData, to_original_scale, with_switches
 from ..building.divergences import KL, BetaD, Divergence, GammaD
 from ..common.cluster import Cluster, run_tasks
 from ..common.errors import RobustStanInputError
+from ..gradients.oracles import unconstrained_draws
 from ..methods.calibration import minimum_loss
 from ..methods.divergence_selection import (Evaluation, default_grid, fitted_points, grid_value, hscore_per_draw,
                                             iterated_warwick_jones, walk_grid)
+from ..methods.mode_census import GridModes, ModeCensus
 from ..results.selection import Selection
 from .model import Model, require_builtin_model
 
 CRITERIA = ("hscore", "mse")
 FITS = ("reweight", "full")
+#: Dispersed starts of each grid value's mode census (uniform(-2, 2) on the unconstrained scale, as Stan's inits).
+CENSUS_STARTS = 8
+#: Draws per chain unconstrained to place a fit's chains among the census's modes.
+LOCATION_DRAWS = 100
 
 
 def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "hscore", fits: str = "reweight",
@@ -41,19 +48,25 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
 
     ``grid``: divergences (``rs.KL()``, ``rs.BetaD(b)``, or decomposable ``rs.GammaD(g)``; one
     kind besides KL) or positive numbers (beta values); default KL and beta = 0.05, ..., 1.00.
-    H-score with ``fits="reweight"``: one NUTS fit at ``pilot`` (default: the middle grid value), every other
-    value from the nearest fit's draws by Pareto-smoothed importance sampling, and a new fit
-    (warm-started from the nearest one's posterior means) where k-hat exceeds 0.7, except above a
-    stretch of values whose criterion rises from the best one by more than 3 standard errors
-    (robustness grows with beta, so such a value cannot be the best: it is left out, NaN);
-    ``fits="full"``: a fit at every grid value, each from the engine's dispersed starts and
-    independent of the others (for checking; on ``cluster``, an :class:`rs.Cluster`, the fits
-    run side by side on its workers, with the same results as here). With ``fits="reweight"`` and
-    ``confirm=True`` (default) the best value is fitted again from the engine's dispersed starts
-    (not warm-started) unless it already was, and that fit's own criterion replaces the
-    reweighted one, until the best value stands on such a fit: near a beta's breakdown point the
-    generalized posterior has a second mode that follows the outliers, which draws reweighted
-    from a robust fit cannot see. Once such a fit shows a breakdown (a worse criterion, or chains
+    H-score: first a census of each grid value's modes (:mod:`robust_stan.methods.mode_census`:
+    L-BFGS from :data:`CENSUS_STARTS` dispersed starts and from the neighbouring values' modes,
+    each mode weighed by its Laplace approximation), since near a beta's breakdown point the
+    generalized posterior has a second mode that follows the outliers, and NUTS cannot move
+    between modes: from dispersed starts its chains can settle in a mode with a negligible share
+    of the mass. Every NUTS fit here starts each chain from a draw of the Laplace approximation
+    at its value's largest mode. ``fits="reweight"``: one NUTS fit at ``pilot`` (default: the
+    middle grid value), every other value from the draws of the nearest fit whose chains lie in
+    the mode that holds its mass (L-BFGS from their means reaches it), by Pareto-smoothed
+    importance sampling; a new fit where there is no such fit or k-hat exceeds 0.7, except above
+    a stretch of values whose criterion rises from the best one by more than 3 standard errors
+    (robustness grows with beta, so such a value cannot be the best: it is left out, NaN). A
+    value whose mass no single mode holds (none has 99%) is left out (NaN, the shares in
+    ``source``). ``fits="full"``: a fit at every grid value, each independent of the others (for
+    checking; on ``cluster``, an :class:`rs.Cluster`, the fits run side by side on its workers,
+    with the same results as here). With ``fits="reweight"`` and ``confirm=True`` (default) the
+    best value, if reweighted, is fitted and that fit's own criterion replaces the reweighted
+    one, until the best value stands on its own fit (one extra fit, the choice's, when it
+    stands). Should such a fit show a breakdown the census missed (a worse criterion, or chains
     in several modes), the values below it are re-evaluated from its draws and the next fits
     bisect the values still in doubt. ``sample_options`` go to
     :meth:`Model.sample` (chains, iter_warmup, iter_sampling, seed, ...). No grid value needs a
@@ -79,13 +92,19 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     pilot_index = _pilot(pilot, divergences)
     sample_options.setdefault("show_progress", False)
 
+    positions = np.array([grid_value(d) for d in divergences])
+    modes = _grid_modes(model, data, divergences, learning_rate, sample_options.get("seed")) \
+        if criterion == "hscore" else None
+
+    def census_of(divergence: Divergence) -> ModeCensus | None:
+        return None if modes is None else modes.censuses[int(np.argmin(np.abs(positions - grid_value(divergence))))]
+
     def fit_at(divergence: Divergence, nearest):
-        return _fit(divergence, nearest, model, data, learning_rate, sample_options)
+        return _fit(divergence, nearest, model, data, learning_rate, sample_options, census_of(divergence))
 
     def evaluate(fit, divergence: Divergence) -> Evaluation:
         return _hscore(fit, divergence, learning_rate)
 
-    positions = np.array([grid_value(d) for d in divergences])
     if criterion == "mse":
         found, start = [], None
         for divergence in divergences:  # in increasing order, each minimum started from the last
@@ -99,24 +118,64 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     if fits == "full":
         task = partial(_fit_and_hscore, model=model, data=data, learning_rate=learning_rate,
                        sample_options=sample_options)
-        done = run_tasks(task, divergences, cluster, "grid fits", [model.compile()] if cluster else ())
+        done = run_tasks(task, list(zip(divergences, modes.censuses)), cluster, "grid fits",
+                         [model.compile()] if cluster else ())
         points = fitted_points(divergences, [evaluation for _, evaluation in done])
         fitted = {k: fit for k, (fit, _) in enumerate(done)}
     else:
-        points, fitted = walk_grid(divergences, pilot_index, fit_at, evaluate, confirm=confirm)
+        points, fitted = walk_grid(divergences, pilot_index, fit_at, evaluate, confirm=confirm, modes=modes)
 
-    def fit_chosen(divergence: Divergence):
-        nearest = min(fitted, key=lambda j: abs(positions[j] - grid_value(divergence)))
-        return fit_at(divergence, fitted[nearest])
+    def fit_chosen(divergence: Divergence):  # a fit of its own, started in the value's dominant mode
+        return fit_at(divergence, None)
 
     return Selection(criterion, points, {divergences[k]: fit for k, fit in fitted.items()}, fit_chosen)
 
 
-def _fit(divergence: Divergence, nearest, model: Model, data: Mapping, learning_rate: float, sample_options: dict):
-    """A NUTS fit at ``divergence``, warm-started from ``nearest``'s posterior means (None: the
-    engine's dispersed starts)."""
+def _fit(divergence: Divergence, nearest, model: Model, data: Mapping, learning_rate: float, sample_options: dict,
+         census: ModeCensus | None = None):
+    """A NUTS fit at ``divergence``, warm-started from ``nearest``'s posterior means; None: each chain
+    from its own draw of the Laplace approximation at the mode that holds the most mass in
+    ``census`` (the engine's dispersed starts when there is no census or it found no mode)."""
     inits = None if nearest is None else {name: values.mean(axis=(0, 1)) for name, values in nearest.posterior.items()}
+    if nearest is None and census is not None and census.modes:
+        inits = _starts_in_mode(model, model.prepare(data, divergence, learning_rate), census,
+                                sample_options.get("chains", 4), sample_options.get("seed"))
     return model.sample(data, divergence=divergence, learning_rate=learning_rate, inits=inits, **sample_options)
+
+
+def _grid_modes(model: Model, data: Mapping, divergences: list[Divergence], learning_rate: float,
+                seed: int | None) -> GridModes:
+    """The modes of each grid value's generalized posterior and their shares of its mass
+    (:class:`robust_stan.methods.mode_census.GridModes`), from :data:`CENSUS_STARTS` dispersed starts."""
+    oracles = [model.oracle_for(with_switches(model.stan_data(data, d, learning_rate), pointwise=False))
+               for d in divergences]
+    rng = np.random.default_rng([0 if seed is None else seed, 7])
+    starts = list(rng.uniform(-2.0, 2.0, size=(CENSUS_STARTS, oracles[0].dimension)))
+    return GridModes([oracle.log_density_gradient for oracle in oracles], starts, partial(_chain_locations, model))
+
+
+def _starts_in_mode(model: Model, prepared: PreparedData, census: ModeCensus, chains: int,
+                    seed: int | None) -> list[dict]:
+    """One start per chain, each a draw of the largest mode's Laplace approximation, as constrained
+    values by parameter name on the outcome's own scale (as :meth:`Model.sample` takes them)."""
+    oracle = model.oracle_for(with_switches(prepared.stan_data, pointwise=False))
+    rng = np.random.default_rng([0 if seed is None else seed, 11])
+    starts = []
+    for theta in census.modes[0].draws(chains, rng):
+        values = oracle.constrain(theta, include_gqs=True, seed=0)
+        starts.append({name: to_original_scale(model.spec.rescale.get(name), values[name], prepared.scaling)
+                       for name in model.spec.parameter_names})
+    return starts
+
+
+def _chain_locations(model: Model, fit) -> list[np.ndarray]:
+    """Each chain's mean on the unconstrained scale, from :data:`LOCATION_DRAWS` of its draws."""
+    names = [f"{p.name}_copies" for p in model.spec.parameters]
+    draws = fit.raw.variables[names[0]].shape[1]
+    stride = max(1, draws // LOCATION_DRAWS)
+    some = {name: fit.raw.variables[name][:, ::stride] for name in names}
+    oracle = model.oracle_for(with_switches(fit.stan_data, pointwise=False))
+    return list(unconstrained_draws(oracle, some, names).mean(axis=1))
 
 
 def _hscore(fit, divergence: Divergence, learning_rate: float) -> Evaluation:
@@ -129,10 +188,12 @@ def _hscore(fit, divergence: Divergence, learning_rate: float) -> Evaluation:
     return Evaluation(learning_rate * computed["robust_loss"].sum(axis=-1), per_draw / scale**2)
 
 
-def _fit_and_hscore(divergence: Divergence, model: Model, data: Mapping, learning_rate: float,
+def _fit_and_hscore(task: tuple[Divergence, ModeCensus], model: Model, data: Mapping, learning_rate: float,
                     sample_options: dict) -> tuple:
-    """One task of ``fits="full"`` (run here or on a worker): the fit from dispersed starts and its H-score."""
-    fit = _fit(divergence, None, model, data, learning_rate, sample_options)
+    """One task of ``fits="full"`` (run here or on a worker): the fit of its own, started in the
+    value's dominant mode, and its H-score."""
+    divergence, census = task
+    fit = _fit(divergence, None, model, data, learning_rate, sample_options, census)
     return fit, _hscore(fit, divergence, learning_rate)
 
 

@@ -22,10 +22,12 @@ tr(J_g^-1 I_g J_g^-1) / N + ||theta_hat_g - theta_hat_pilot||^2 on the unconstra
 
 Reweighting (``fits="reweight"``): draws of the posterior at divergence f stand in for the
 one at g through importance ratios exp(-w (L_g(theta) - L_f(theta))), L = sum_i l_i (the
-prior cancels), Pareto-smoothed (:mod:`robust_stan.methods.importance`); where k-hat
-exceeds 0.7 a new fit is made at g, unless g lies beyond a stretch of values whose criterion
-rises from the best one (it cannot be the best: it is left out). The grid is walked outwards
-from the pilot, so each value is reweighted from the nearest value fitted so far.
+prior cancels), Pareto-smoothed (:mod:`robust_stan.methods.importance`), provided f's draws lie
+in the mode that holds g's mass (:mod:`robust_stan.methods.mode_census`: k-hat cannot flag a
+mode the draws never visited); where k-hat exceeds 0.7, or no fit lies in that mode, a new fit
+is made at g, unless g lies beyond a stretch of values whose criterion rises from the best one
+(it cannot be the best: it is left out). The grid is walked outwards from the pilot, so each
+value is reweighted from the nearest suitable value fitted so far.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import numpy as np
 from ..building.divergences import KL, BetaD, Divergence, GammaD
 from .calibration import MinimumLoss
 from .importance import K_HAT_LIMIT, psis
+from .mode_census import GridModes
 
 #: A confirming fit whose criterion is worse than its reweighted value by this many combined standard
 #: errors, or whose chains disagree on it (R-hat above MODES_RHAT), marks a breakdown.
@@ -117,100 +120,128 @@ def reweighted_estimate(values: np.ndarray, log_ratios: np.ndarray) -> tuple[flo
 
 
 def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, object], object],
-              evaluate: Callable[[object, Divergence], Evaluation],
-              confirm: bool = True) -> tuple[list[GridPoint], dict]:
+              evaluate: Callable[[object, Divergence], Evaluation], confirm: bool = True,
+              modes: GridModes | None = None) -> tuple[list[GridPoint], dict]:
     """Each grid value's criterion: a fit at ``grid[pilot]``, then the other values in order of their
     distance from it, each reweighted from the nearest fitted value (a new fit where k-hat > 0.7,
     unless the value lies beyond a stretch that rises from the best value so far: then it is left
     out as NaN, :func:`_best_below_a_rise`).
     ``fit_at(divergence, nearest_fit)`` fits (warm-started
-    from the nearest fit; None: from the engine's own dispersed starts, as for the pilot);
+    from the nearest fit; None: a fit of its own, as for the pilot);
     ``evaluate(fit, divergence)`` gives an :class:`Evaluation`. Returns the points in grid order
     and the fits by grid index.
 
-    ``confirm``: reweighted draws describe only the modes their base fit visited, and near a
-    beta's breakdown point the generalized posterior has a second mode that follows the outliers
-    (k-hat cannot flag a mode the proposal never visits). So the best value, unless it was fitted
-    from dispersed starts, is fitted so and its criterion replaced by that fit's own; this repeats
-    until the best value is such a fit (one extra fit when the choice stands, and the choice's fit
-    is then at hand). A confirming fit that finds what its reweighted value did not (a worse
-    criterion, or chains in several modes: :func:`_breaks_down`) marks a breakdown: the values
-    below it that are still in doubt (unconfirmed, and below the best confirmed criterion) are
-    re-evaluated from its draws (NaN, with the reason in ``source``, where k-hat > 0.7), and the
-    next fit bisects, by grid position, the values still in doubt instead of walking up from the
-    breakdown one grid step at a time. This rests on robustness growing with beta: a posterior
-    that follows the outliers at one value does so at the smaller ones. Where that fails, a value
-    below a breakdown whose reweighting from it has k-hat > 0.7 is left out (NaN) and could be
-    the best one missed; so is a value whose reweighting has k-hat > 0.7 above a rise from the
+    ``modes`` (a :class:`~robust_stan.methods.mode_census.GridModes` of the grid): reweighted draws
+    describe only the modes their base fit visited, and near a beta's breakdown point the generalized posterior has
+    a second mode, which k-hat cannot flag when the base fit never visited it. With a census, a
+    value is reweighted only from a fit whose chains all lie in the mode that holds its mass (the
+    nearest such fit; a new fit where there is none), every fit is one of its own (``fit_at(d,
+    None)``: the caller starts it in its value's dominant mode), and a value whose mass no single
+    mode holds is left out (NaN: one NUTS fit cannot sample its modes in proportion).
+
+    ``confirm``: the best value, unless it was fitted on its own, is fitted so and its criterion
+    replaced by that fit's own; this repeats until the best value is such a fit (one extra fit when
+    the choice stands, and the choice's fit is then at hand). A confirming fit that finds what its
+    reweighted value did not (a worse criterion, or chains in several modes: :func:`_breaks_down`;
+    without a census, fits from dispersed starts find the other mode this way) marks a breakdown:
+    the values below it that are still in doubt (unconfirmed, and below the best confirmed
+    criterion) are re-evaluated from its draws (NaN, with the reason in ``source``, where k-hat >
+    0.7), and the next fit bisects, by grid position, the values still in doubt instead of walking
+    up from the breakdown one grid step at a time. This rests on robustness growing with beta: a
+    posterior that follows the outliers at one value does so at the smaller ones. Where that fails,
+    a value below a breakdown whose reweighting from it has k-hat > 0.7 is left out (NaN) and could
+    be the best one missed; so is a value whose reweighting has k-hat > 0.7 above a rise from the
     best value (and it is fitted at the end if the final points no longer show that rise); the
     others keep a criterion from a fit or from a reweighting that k-hat accepts. A probe whose own
     chains split between modes keeps its own (mixture) criterion and may still be chosen; its fit
     then carries the engine's convergence warning."""
     positions = np.array([grid_value(d) for d in grid])
     left_out: set[int] = set()  # left out (NaN) above a rise from the best value: refitted if the rise goes
+    several_modes: set[int] = set()  # left out (NaN): no single mode holds the mass
     fits: dict[int, object] = {}
     own: dict[int, Evaluation] = {}  # each fit's evaluation at its own divergence
     points: dict[int, GridPoint] = {}
 
     def fit_here(k: int, nearest) -> None:
-        fits[k] = fit_at(grid[k], nearest)
+        fits[k] = fit_at(grid[k], None if modes is not None else nearest)
         own[k] = evaluate(fits[k], grid[k])
         points[k] = GridPoint(grid[k], *direct_estimate(own[k].criterion), "fit")
+        if modes is not None:
+            independent.add(k)
+
+    def in_its_mode(base: int, k: int) -> bool:
+        """Whether the draws of the fit at grid[base] lie in the mode that holds grid[k]'s mass."""
+        return modes is None or modes.holds(k, fits[base])
 
     def reweighted(base: int, k: int) -> tuple[float, float, float]:
         """grid[k]'s criterion from the draws of the fit at grid[base]: estimate, its error, k-hat."""
         there = evaluate(fits[base], grid[k])
         return reweighted_estimate(there.criterion, -(there.total_loss - own[base].total_loss))
 
-    def nearest_fit(k: int) -> int:
-        return min(fits, key=lambda j: (abs(positions[j] - positions[k]), j))
+    def nearest_fit(k: int, among=None) -> int | None:
+        candidates = list(fits) if among is None else [j for j in fits if among(j)]
+        return min(candidates, key=lambda j: (abs(positions[j] - positions[k]), j)) if candidates else None
 
+    independent = {pilot}
     fit_here(pilot, None)
     for k in sorted(range(len(grid)), key=lambda j: (abs(positions[j] - positions[pilot]), j)):
         if k in points:
             continue
-        base = nearest_fit(k)
-        estimate, mcse, khat = reweighted(base, k)
-        if khat <= K_HAT_LIMIT:
-            points[k] = GridPoint(grid[k], estimate, mcse, f"reweighted from {grid[base]!r}", khat)
+        if modes is not None and modes.several(k):
+            points[k] = GridPoint(grid[k], float("nan"), float("nan"), f"not evaluated: {modes.several(k)}")
+            several_modes.add(k)
             continue
-        best = _best_below_a_rise(points, positions, k, left_out)
+        base = nearest_fit(k, among=lambda j: in_its_mode(j, k))
+        khat = float("nan")
+        if base is not None:
+            estimate, mcse, khat = reweighted(base, k)
+            if khat <= K_HAT_LIMIT:
+                points[k] = GridPoint(grid[k], estimate, mcse, f"reweighted from {grid[base]!r}", khat)
+                continue
+        why = (f"k-hat {khat:.2f} from {grid[base]!r}" if base is not None else
+               "no fit so far lies in the mode that holds its mass")
+        best = _best_below_a_rise(points, positions, k, left_out | several_modes)
         if best is not None:
             points[k] = GridPoint(grid[k], float("nan"), float("nan"),
-                                  f"not evaluated: k-hat {khat:.2f} from {grid[base]!r}, and above a stretch that "
+                                  f"not evaluated: {why}, and above a stretch that "
                                   f"rises from the best value so far, {grid[best]!r}", khat)
             left_out.add(k)
             continue
-        fit_here(k, fits[base])
-        points[k].pareto_k = khat  # the reweighting's k-hat, which called for this fit
-    dispersed, broken = {pilot}, False
+        fit_here(k, fits[base] if base is not None else None)
+        points[k].pareto_k = khat  # the reweighting's k-hat, which called for this fit (NaN: none was tried)
+    broken = False
     while True:
-        while confirm:  # until the best value stands on a fit from dispersed starts
+        while confirm:  # until the best value stands on a fit of its own
             best = min(points, key=lambda j: (_finite_or_inf(points[j].criterion), j))
-            if best in dispersed:
+            if best in independent:
                 break
-            floor = min(_finite_or_inf(points[j].criterion) for j in dispersed)
-            suspects = sorted((j for j in points if j not in dispersed and points[j].criterion <= floor),
+            floor = min(_finite_or_inf(points[j].criterion) for j in independent)
+            suspects = sorted((j for j in points if j not in independent and points[j].criterion <= floor),
                               key=lambda j: positions[j])
             probe = suspects[len(suspects) // 2] if broken and suspects else best
             before = points[probe]
             fit_here(probe, None)
-            points[probe].source = f"fit from dispersed starts (the {before.source} value was {before.criterion:.6g})"
+            independent.add(probe)
+            points[probe].source = f"fit of its own (the {before.source} value was {before.criterion:.6g})"
             points[probe].pareto_k = before.pareto_k
-            dispersed.add(probe)
             if not _breaks_down(own[probe], points[probe], before):
                 continue
             broken = True
             for j in (j for j in suspects if positions[j] < positions[probe]):
-                estimate, mcse, khat = reweighted(probe, j)
                 reason = f"below the breakdown found at {grid[probe]!r}"
+                if not in_its_mode(probe, j):
+                    points[j] = GridPoint(grid[j], float("nan"), float("nan"), f"not evaluated: {reason}, and its "
+                                          "fit's draws are not in the mode that holds its mass")
+                    continue
+                estimate, mcse, khat = reweighted(probe, j)
                 points[j] = (GridPoint(grid[j], estimate, mcse, f"reweighted from {grid[probe]!r} ({reason})", khat)
                              if khat <= K_HAT_LIMIT else
                              GridPoint(grid[j], float("nan"), float("nan"), f"not evaluated: {reason}, and k-hat "
                                        f"{khat:.2f} from its fit", khat))
         # the confirming fits may have moved the best value: a value left out above a rise that the
         # final points no longer show is fitted after all (and the choice confirmed again)
-        revived = [k for k in sorted(left_out) if _best_below_a_rise(points, positions, k, left_out) is None]
+        revived = [k for k in sorted(left_out) if _best_below_a_rise(points, positions, k,
+                                                                     left_out | several_modes) is None]
         if not revived:
             return [points[k] for k in range(len(grid))], fits
         for k in revived:
@@ -251,7 +282,7 @@ def _best_below_a_rise(points: dict[int, GridPoint], positions: np.ndarray, k: i
 
 
 def _breaks_down(own: Evaluation, fitted: GridPoint, reweighted: GridPoint) -> bool:
-    """Whether a fit from dispersed starts finds what its reweighted value did not see: a criterion
+    """Whether a fit of its own finds what its reweighted value did not see: a criterion
     worse by more than :data:`BREAKDOWN_Z` combined standard errors, or chains that disagree
     (R-hat of the criterion above :data:`MODES_RHAT`: the posterior has several modes there)."""
     import arviz

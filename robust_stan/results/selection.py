@@ -16,9 +16,10 @@ class Selection:
 
     ``divergence`` is the grid value with the smallest criterion; ``curve`` has one row per grid
     value: the divergence, its beta or gamma (``value``, 0 for KL), the criterion, its Monte
-    Carlo standard error, where it came from (``source``: "fit", "reweighted from ...", or "fit
-    from dispersed starts (...)" for a value that ``confirm`` fitted again, or, below a breakdown
-    that ``confirm`` found, a value reweighted from that fit or "not evaluated" with NaN), and
+    Carlo standard error, where it came from (``source``: "fit", "reweighted from ...", "fit of
+    its own (...)" for a value that ``confirm`` fitted after reweighting it, "not evaluated: ..."
+    with NaN and the reason (several modes hold its mass; beyond a rise from the best value;
+    below a breakdown that ``confirm`` found), or a value reweighted from such a breakdown's fit), and
     ``pareto_k``: the k-hat of the reweighting that gave the value, or that was tried and called
     for a fit (above 0.7; NaN for the pilot and with fits="full"); ``fits`` are the NUTS fits
     made, by divergence;
@@ -51,7 +52,8 @@ class Selection:
 
     @property
     def fit(self):
-        """The NUTS fit at the chosen divergence (made now, warm-started, if it was reweighted)."""
+        """The NUTS fit at the chosen divergence (made now if it was not fitted: for the H-score, started in
+        its largest mode)."""
         if self.divergence not in self.fits:
             self.fits[self.divergence] = self._fit_at(self.divergence)
         return self.fits[self.divergence]
@@ -66,7 +68,7 @@ class Selection:
         curve = self.curve
         ax.errorbar(curve["value"], curve["criterion"], yerr=2 * curve["mcse"], color="C0", linestyle="-",
                     linewidth=1, capsize=2)
-        fitted = curve["source"].str.startswith("fit")   # "fit", or "fit from dispersed starts (...)"
+        fitted = curve["source"].str.startswith("fit")   # "fit", or "fit of its own (...)"
         ax.plot(curve["value"][fitted], curve["criterion"][fitted], "o", color="C0", label="NUTS fit")
         ax.plot(curve["value"][~fitted], curve["criterion"][~fitted], "o", color="C0", markerfacecolor="white",
                 label="reweighted (PSIS)")
