@@ -138,6 +138,19 @@ def test_a_value_whose_mass_lies_in_another_mode_is_not_reweighted_from_a_fit_ou
     assert len(fitted_markers.get_xdata()) == confirmed.curve["source"].str.startswith("fit").sum() >= 2
 
 
+def _two_mode_evaluation(rng):
+    """The stand-in engine's evaluation: criterion 10 in the outlier mode and 10 beta - 20 in the clean
+    one (Monte Carlo error about 0.007); reweighting exact (equal total losses) except from an
+    outlier-mode fit to beta < 0.25, whose total losses spread wildly (k-hat far above 0.7)."""
+    def evaluate(mode, divergence):
+        beta = grid_value(divergence)
+        level = 10.0 if mode == "outliers" else 10 * beta - 20
+        spread = 10.0 if mode == "outliers" and beta < 0.25 else 1e-3
+        return Evaluation(spread * rng.standard_t(2, size=(2, 200)), level + 0.1 * rng.normal(size=(2, 200)))
+
+    return evaluate
+
+
 class _StandInModes:
     """A stand-in for the mode census: below beta = 0.45 the outlier mode holds the mass, above it
     the clean one; ``several`` values have no dominant mode."""
@@ -163,19 +176,13 @@ def test_the_census_sends_each_value_to_a_fit_in_its_mode():
     above 0.7 and are fitted; every fit is one of its own, so the confirmation fits only the best
     value, 0.5, and it stands."""
     grid = [rs.BetaD(b / 10) for b in range(1, 11)]
-    rng = np.random.default_rng(0)
+    evaluate = _two_mode_evaluation(np.random.default_rng(0))
     fitted = []
 
     def fit_at(divergence, nearest):
         assert nearest is None   # with a census every fit is one of its own
         fitted.append(grid_value(divergence))
         return "outliers" if grid_value(divergence) < 0.45 else "clean"
-
-    def evaluate(mode, divergence):
-        beta = grid_value(divergence)
-        level = 10.0 if mode == "outliers" else 10 * beta - 20
-        spread = 10.0 if mode == "outliers" and beta < 0.25 else 1e-3
-        return Evaluation(spread * rng.standard_t(2, size=(2, 200)), level + 0.1 * rng.normal(size=(2, 200)))
 
     points, fits = walk_grid(grid, 9, fit_at, evaluate, modes=_StandInModes(grid, several=(0.7,)))
     assert fitted == [1.0, 0.4, 0.2, 0.1, 0.5]
@@ -201,7 +208,7 @@ def test_confirmation_bisects_after_a_breakdown():
     from robust_stan.results.selection import Selection
 
     grid = [rs.BetaD(b / 10) for b in range(1, 11)]
-    rng = np.random.default_rng(0)
+    evaluate = _two_mode_evaluation(np.random.default_rng(0))
     fitted = []
 
     def fit_at(divergence, nearest):
@@ -209,12 +216,6 @@ def test_confirmation_bisects_after_a_breakdown():
         if nearest is not None:
             return nearest
         return "outliers" if grid_value(divergence) < 0.45 else "clean"
-
-    def evaluate(mode, divergence):
-        beta = grid_value(divergence)
-        level = 10.0 if mode == "outliers" else 10 * beta - 20
-        spread = 10.0 if mode == "outliers" and beta < 0.25 else 1e-3
-        return Evaluation(spread * rng.standard_t(2, size=(2, 200)), level + 0.1 * rng.normal(size=(2, 200)))
 
     points, fits = walk_grid(grid, 9, fit_at, evaluate)
     assert fitted == [1.0, 0.1, 0.6, 0.4, 0.5]
