@@ -98,3 +98,41 @@ def test_loss_minimum_accepts_a_stalled_line_search_only_at_a_tiny_gradient(monk
     else:
         with pytest.raises(RuntimeError, match="minimum was not found"):
             calibration.loss_minimum(lambda t: (0.0, t), np.zeros(2))
+
+
+def test_the_lhw_refit_stays_in_the_mode_of_the_fit_it_calibrates():
+    """High-leverage outliers at beta = 0.2: the generalized posterior has a second mode following them
+    that holds about 5e-5 of the mass (tests/test_mode_census.py has such shares). A fit started near
+    the truth has all its chains in the clean mode (b1 near 1); LHW's refit at w (about 1.65) continues
+    each chain from the fit's last draw and stays there. From Stan's dispersed starts, as before, the
+    same refit put 3 of 4 chains in the outlier mode (b1 near 0) with this seed and 2 or 4 with seeds 2
+    and 3."""
+    from .test_divergence_selection import _leverage_data
+
+    model = rs.glm("normal", engine=ENGINE)
+    fit = model.sample(_leverage_data(), divergence=rs.BetaD(0.2), chains=4, iter_warmup=500, iter_sampling=1000,
+                       seed=1, inits={"alpha": 1.0, "b": np.array([1.0, -0.5, 0.25]), "sigma": 1.0},
+                       show_progress=False)
+    assert np.all(np.abs(fit.posterior["b"][..., 0].mean(axis=1) - 1.0) < 0.3)
+    calibrated = rs.calibrate(fit, "lhw")
+    assert calibrated.w > 1.2
+    assert np.all(np.abs(calibrated.posterior["b"][..., 0].mean(axis=1) - 1.0) < 0.3)
+    assert calibrated.summary()["r_hat"].max() < 1.01
+
+
+def test_tempering_k_is_the_tail_index_of_the_weights():
+    """From N(0, 1) (w = 1) to N(0, 1 / w) the weights are W = exp(c x^2), c = (1 - w) / 2, whose tail
+    P(W > t) = 2 Phi(-sqrt(log t / c)) falls as t^(-1/k): the slope of log P against log t far out
+    (log t = 10^4, where the next term is 0.5 / log t) against 1 / tempering_k, for w = 0.25 and
+    0.5; narrowing (w = 2) has light-tailed weights, k = 0."""
+    from scipy.stats import norm
+
+    from robust_stan.methods.calibration import tempering_k
+
+    for w in (0.25, 0.5):
+        c = (1 - w) / 2
+        log_t = np.array([1e4, 1e4 + 1.0])
+        log_tail = np.log(2) + norm.logcdf(-np.sqrt(log_t / c))
+        slope = float(np.diff(log_tail)[0])
+        assert -slope == pytest.approx(1 / tempering_k(1.0, w), abs=1e-3)
+    assert tempering_k(1.0, 2.0) == 0.0 and tempering_k(0.5, 0.125) == 0.75

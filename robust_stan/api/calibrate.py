@@ -33,7 +33,8 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
 
     - ``"lhw"``: Lyddon, Holmes and Walker's (2019) learning rate w = tr(J I^-1 J) / tr(J),
       which matches the posterior's information to the estimate's sampling variability; the
-      posterior is sampled again at w (the fit's NUTS settings, no new compile);
+      posterior is sampled again at w (the fit's NUTS settings, no new compile), each chain
+      continuing from the last draw of the fit's own chain, so that it stays in the fit's mode;
     - ``"sandwich"``: the fit's own draws mapped about theta_hat, theta_hat + C (theta - theta_hat),
       so that their covariance is J^-1 I J^-1 / N (Ribatet et al. 2012's curvature adjustment;
       Shaby 2014), then constrained again: no new sampling;
@@ -41,7 +42,7 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
       sets (ellipsoids on the unconstrained scale) of the w-posteriors of ``bootstraps``
       resamples (multinomial counts as row weights: no compile) hold theta_hat in a share
       ``level`` of them. Each resample is one NUTS fit (``bootstrap_chains`` x
-      (``bootstrap_warmup`` + ``bootstrap_draws``)) reweighted by PSIS to other w, and fitted
+      (``bootstrap_warmup`` + ``bootstrap_draws``), started from the fit's last draws) reweighted by PSIS to other w, and fitted
       again where k-hat exceeds 0.7; w by bisection on log w to 1%. Then NUTS at w, as for
       ``"lhw"``. The coverage trace is ``calibrated.bootstrap_trace``. Its Monte Carlo error
       comes from the resamples: the coverage is a share of ``bootstraps``.
@@ -80,7 +81,7 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
             w, trace = _bootstrap_w(fit, found.theta_hat, names, settings, level,
                                     require_count("bootstraps", bootstraps, 2))
         prepared = PreparedData(fit.data, with_switches(fit.stan_data, learning_rate=w), fit.scaling, fit.divergence)
-        raw = run_nuts(model, prepared.stan_data, fit.settings, None)
+        raw = run_nuts(model, prepared.stan_data, fit.settings, _continuing(fit, names, fit.settings.chains))
     calibrated = CalibratedFit(model, raw, prepared, fit.settings, calibration=method, w=w, bootstrap_trace=trace,
                                **matrices)
     calibrated.warn_if_not_converged()
@@ -96,6 +97,15 @@ def _unconstrained(model, stan_data: dict, variables: dict, names: list[str]) ->
                                variables, names)
 
 
+def _continuing(fit: Fit, names: list[str], chains: int) -> list[dict]:
+    """Starts for a new NUTS run on the same loss: chain c from the last draw of the fit's chain c (of
+    chain c mod the fit's chains). A robust posterior can have a second mode that holds almost none of
+    the mass (one following high-leverage outliers); NUTS cannot leave the basin it starts in, so from
+    dispersed starts a run at another w can settle there, where the fit being calibrated is not."""
+    have = fit.raw.variables[names[0]].shape[0]
+    return [{name: fit.raw.variables[name][c % have, -1] for name in names} for c in range(chains)]
+
+
 def _bootstrap_w(fit: Fit, theta_hat: np.ndarray, names: list[str], settings: NutsSettings, level: float,
                  bootstraps: int) -> tuple[float, list[dict]]:
     """Syring and Martin's w for ``fit``'s model and data (see :func:`calibrate`)."""
@@ -104,7 +114,8 @@ def _bootstrap_w(fit: Fit, theta_hat: np.ndarray, names: list[str], settings: Nu
 
     def refit(b: int, w: float) -> BootstrapPosterior:
         stan_data = with_switches(fit.stan_data, learning_rate=w, weights=counts[b], pointwise=False)
-        raw = run_nuts(model, stan_data, replace(settings, seed=settings.seed + 1 + b), None)
+        raw = run_nuts(model, stan_data, replace(settings, seed=settings.seed + 1 + b),
+                       _continuing(fit, names, settings.chains))
         resample = Fit(model, raw, PreparedData(fit.data, stan_data, fit.scaling, fit.divergence), settings)
         total_loss = (resample.generated_quantities_at()["robust_loss"] * counts[b]).sum(axis=-1)
         draws = _unconstrained(model, stan_data, raw.variables, names)
