@@ -7,6 +7,7 @@ Stan data.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -15,7 +16,7 @@ from ..building.data import PreparedData, prepare_data
 from ..building.divergences import Divergence, as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
-from ..common.errors import RobustStanInputError
+from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
 from ..methods.nuts import nuts_settings, run_nuts
@@ -24,6 +25,7 @@ from ..methods.partitioned_variational import partitioned_variational_target
 from ..methods.variational import fit_variational
 from ..results.fit import Fit
 from ..results.method_fits import PartitionedVariationalFit, StanMethodFit, VariationalFit
+from .mode_starts import CENSUS_STARTS, census_from_dispersed_starts, starts_in_largest_mode
 
 
 class Model(RobustProgram):
@@ -109,22 +111,44 @@ class Model(RobustProgram):
     # -- NUTS ---------------------------------------------------------------------
     def sample(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                weights=None, chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
-               thin: int = 1, seed: int | None = None, inits: dict | list[dict] | None = None,
+               thin: int = 1, seed: int | None = None, inits: dict | list[dict] | str | None = None,
                adapt_delta: float = 0.8, max_treedepth: int = 10, show_progress: bool = True) -> Fit:
         """Sample the generalized posterior with Stan's NUTS; returns a :class:`~robust_stan.Fit`.
 
         Arguments are CmdStanPy's. ``inits`` gives constrained starting values
-        by parameter name (one dict for all chains, or one per chain); with
-        outliers the robust posterior can be multimodal, so starting from the
-        ordinary (KL) fit's means is a good habit.
+        by parameter name (one dict for all chains, or one per chain). With
+        outliers the robust posterior can have a second mode that follows them
+        and holds almost none of the mass, where chains from Stan's dispersed
+        starts can settle: ``inits="mode"`` starts each chain from its own draw
+        of the Laplace approximation at the largest mode that L-BFGS finds from
+        32 dispersed starts (:mod:`robust_stan.api.mode_starts`; a search, not a
+        guarantee), and warns when no mode holds 99% of the mass.
         """
         prepared = self.prepare(data, divergence, learning_rate, weights)
         settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
                                  show_progress)
+        if isinstance(inits, str):
+            inits = self._starts_in_largest_mode(inits, prepared, settings.chains, seed)
         chain_inits = self.chain_inits(inits, settings.chains, prepared.scaling)
         fit = Fit(self, run_nuts(self, prepared.stan_data, settings, chain_inits), prepared, settings)
         fit.warn_if_not_converged()
         return fit
+
+    def _starts_in_largest_mode(self, inits: str, prepared: PreparedData, chains: int, seed: int | None) -> list[dict]:
+        """``inits="mode"``: one start per chain in the posterior's largest mode (warning when no mode
+        holds the mass); the engine's own starts when the census finds no strict mode."""
+        if inits != "mode":
+            raise RobustStanInputError(f"inits: give starting values (a dict, or one per chain), or 'mode'; "
+                                       f"got {inits!r}")
+        census = census_from_dispersed_starts(self, prepared, seed)
+        if not census.modes:
+            warnings.warn(f"inits='mode': L-BFGS found no strict mode from {CENSUS_STARTS} dispersed starts; the "
+                          "chains start from the engine's own starts", RobustStanWarning, stacklevel=3)
+            return None
+        if census.dominant is None:
+            warnings.warn(f"inits='mode': the posterior has several modes (shares {census.describe()}); every chain "
+                          "starts in the largest, and NUTS will not visit the others", RobustStanWarning, stacklevel=3)
+        return starts_in_largest_mode(self, prepared, census, chains, seed)
 
     # -- variational inference ----------------------------------------------------
     def variational(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,

@@ -7,7 +7,7 @@ from functools import partial
 
 import numpy as np
 
-from ..building.data import PreparedData, to_original_scale, with_switches
+from ..building.data import with_switches
 from ..building.divergences import KL, BetaD, Divergence, GammaD
 from ..common.cluster import Cluster, run_tasks
 from ..common.errors import RobustStanInputError
@@ -17,12 +17,11 @@ from ..methods.divergence_selection import (Evaluation, default_grid, fitted_poi
                                             iterated_warwick_jones, walk_grid)
 from ..methods.mode_census import GridModes, ModeCensus
 from ..results.selection import Selection
+from .mode_starts import GRID_CENSUS_STARTS, dispersed_starts, starts_in_largest_mode
 from .model import Model, require_builtin_model
 
 CRITERIA = ("hscore", "mse")
 FITS = ("reweight", "full")
-#: Dispersed starts of each grid value's mode census (uniform(-2, 2) on the unconstrained scale, as Stan's inits).
-CENSUS_STARTS = 8
 #: Draws per chain unconstrained to place a fit's chains among the census's modes.
 LOCATION_DRAWS = 100
 
@@ -49,8 +48,9 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     ``grid``: divergences (``rs.KL()``, ``rs.BetaD(b)``, or decomposable ``rs.GammaD(g)``; one
     kind besides KL) or positive numbers (beta values); default KL and beta = 0.05, ..., 1.00.
     H-score: first a census of each grid value's modes (:mod:`robust_stan.methods.mode_census`:
-    L-BFGS from :data:`CENSUS_STARTS` dispersed starts and from the neighbouring values' modes,
-    each mode weighed by its Laplace approximation), since near a beta's breakdown point the
+    L-BFGS from :data:`~robust_stan.api.mode_starts.GRID_CENSUS_STARTS` dispersed starts and from
+    the neighbouring values' modes, each mode weighed by its Laplace approximation), since near a
+    beta's breakdown point the
     generalized posterior has a second mode that follows the outliers, and NUTS cannot move
     between modes: from dispersed starts its chains can settle in a mode with a negligible share
     of the mass. Every NUTS fit here starts each chain from a draw of the Laplace approximation
@@ -138,34 +138,20 @@ def _fit(divergence: Divergence, nearest, model: Model, data: Mapping, learning_
     ``census`` (the engine's dispersed starts when there is no census or it found no mode)."""
     inits = None if nearest is None else {name: values.mean(axis=(0, 1)) for name, values in nearest.posterior.items()}
     if nearest is None and census is not None and census.modes:
-        inits = _starts_in_mode(model, model.prepare(data, divergence, learning_rate), census,
-                                sample_options.get("chains", 4), sample_options.get("seed"))
+        inits = starts_in_largest_mode(model, model.prepare(data, divergence, learning_rate), census,
+                                       sample_options.get("chains", 4), sample_options.get("seed"))
     return model.sample(data, divergence=divergence, learning_rate=learning_rate, inits=inits, **sample_options)
 
 
 def _grid_modes(model: Model, data: Mapping, divergences: list[Divergence], learning_rate: float,
                 seed: int | None) -> GridModes:
     """The modes of each grid value's generalized posterior and their shares of its mass
-    (:class:`robust_stan.methods.mode_census.GridModes`), from :data:`CENSUS_STARTS` dispersed starts."""
+    (:class:`robust_stan.methods.mode_census.GridModes`), from
+    :data:`~robust_stan.api.mode_starts.GRID_CENSUS_STARTS` dispersed starts."""
     oracles = [model.oracle_for(with_switches(model.stan_data(data, d, learning_rate), pointwise=False))
                for d in divergences]
-    rng = np.random.default_rng([0 if seed is None else seed, 7])
-    starts = list(rng.uniform(-2.0, 2.0, size=(CENSUS_STARTS, oracles[0].dimension)))
+    starts = dispersed_starts(oracles[0].dimension, seed, GRID_CENSUS_STARTS)
     return GridModes([oracle.log_density_gradient for oracle in oracles], starts, partial(_chain_locations, model))
-
-
-def _starts_in_mode(model: Model, prepared: PreparedData, census: ModeCensus, chains: int,
-                    seed: int | None) -> list[dict]:
-    """One start per chain, each a draw of the largest mode's Laplace approximation, as constrained
-    values by parameter name on the outcome's own scale (as :meth:`Model.sample` takes them)."""
-    oracle = model.oracle_for(with_switches(prepared.stan_data, pointwise=False))
-    rng = np.random.default_rng([0 if seed is None else seed, 11])
-    starts = []
-    for theta in census.modes[0].draws(chains, rng):
-        values = oracle.constrain(theta, include_gqs=True, seed=0)
-        starts.append({name: to_original_scale(model.spec.rescale.get(name), values[name], prepared.scaling)
-                       for name in model.spec.parameter_names})
-    return starts
 
 
 def _chain_locations(model: Model, fit) -> list[np.ndarray]:
