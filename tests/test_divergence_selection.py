@@ -166,6 +166,9 @@ class _StandInModes:
     def holds(self, k, fit):
         return (fit == "outliers") == (self.positions[k] < 0.45)
 
+    def mode_count(self, k):
+        return 2
+
 
 def test_the_census_sends_each_value_to_a_fit_in_its_mode():
     """The walk with a census, on the stand-in engine of the next test (a fit's mode is decided by

@@ -134,7 +134,8 @@ class Model(RobustProgram):
         fit.warn_if_not_converged()
         return fit
 
-    def _starts_in_largest_mode(self, inits: str, prepared: PreparedData, chains: int, seed: int | None) -> list[dict]:
+    def _starts_in_largest_mode(self, inits: str, prepared: PreparedData, chains: int,
+                                seed: int | None) -> list[dict] | None:
         """``inits="mode"``: one start per chain in the posterior's largest mode (warning when no mode
         holds the mass); the engine's own starts when the census finds no strict mode."""
         if inits != "mode":

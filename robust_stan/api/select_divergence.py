@@ -59,18 +59,18 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     the mode that holds its mass (L-BFGS from their means reaches it), by Pareto-smoothed
     importance sampling; a new fit where there is no such fit or k-hat exceeds 0.7, except above
     a stretch of values whose criterion rises from the best one by more than 3 standard errors
-    (robustness grows with beta, so such a value cannot be the best: it is left out, NaN). A
-    value whose mass no single mode holds (none has 99%) is left out (NaN, the shares in
-    ``source``). ``fits="full"``: a fit at every grid value, each independent of the others (for
-    checking; on ``cluster``, an :class:`rs.Cluster`, the fits run side by side on its workers,
-    with the same results as here). With ``fits="reweight"`` and ``confirm=True`` (default) the
-    best value, if reweighted, is fitted and that fit's own criterion replaces the reweighted
-    one, until the best value stands on its own fit (one extra fit, the choice's, when it
-    stands). Should such a fit show a breakdown the census missed (a worse criterion, or chains
-    in several modes), the values below it are re-evaluated from its draws and the next fits
-    bisect the values still in doubt. ``sample_options`` go to
-    :meth:`Model.sample` (chains, iter_warmup, iter_sampling, seed, ...). No grid value needs a
-    new compile. Returns a :class:`~robust_stan.results.selection.Selection`.
+    (robustness grows with beta, so such a value cannot be the best: it is left out, NaN); a
+    value whose mass no single mode holds (none has 99%) is left out too (NaN, the shares in
+    ``source``), the pilot included (its fit still serves the others). ``fits="full"``: a fit at
+    every grid value, each independent of the others and started in its largest mode, none left
+    out (for checking; on ``cluster``, an :class:`rs.Cluster`, the fits run side by side on its
+    workers, with the same results as here). With ``fits="reweight"`` and ``confirm=True``
+    (default) the best value, if reweighted, is fitted and that fit's own criterion replaces the
+    reweighted one, until the best value stands on its own fit (one extra fit, the choice's, when
+    it stands). Should such a fit show a breakdown the census missed (a worse criterion, or
+    chains in several modes), the values below it are re-evaluated from its draws and the next
+    fits bisect the values still in doubt. ``sample_options`` go to :meth:`Model.sample` (chains,
+    iter_warmup, iter_sampling, seed, ...; not ``weights``). No grid value needs a new compile. Returns a :class:`~robust_stan.results.selection.Selection`.
     """
     require_builtin_model(model, "rs.select_divergence")
     if criterion not in CRITERIA:
@@ -88,6 +88,9 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
         raise RobustStanInputError(f"criterion: 'hscore' needs a continuous outcome on the whole real line "
                                    f"(normal, student_t); this model's family is {family.name} and {reason}; "
                                    "criterion='mse' works for every family")
+    if "weights" in sample_options:
+        raise RobustStanInputError("weights: rs.select_divergence does not take row weights (its criterion and its "
+                                   "census are of the unweighted rows)")
     divergences = _grid(grid)
     pilot_index = _pilot(pilot, divergences)
     sample_options.setdefault("show_progress", False)
@@ -99,8 +102,12 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     def census_of(divergence: Divergence) -> ModeCensus | None:
         return None if modes is None else modes.censuses[int(np.argmin(np.abs(positions - grid_value(divergence))))]
 
+    def inits_at(divergence: Divergence):
+        return _starts(model, data, divergence, learning_rate, census_of(divergence), sample_options)
+
     def fit_at(divergence: Divergence, nearest):
-        return _fit(divergence, nearest, model, data, learning_rate, sample_options, census_of(divergence))
+        inits = _warm_start(nearest) if nearest is not None else inits_at(divergence)
+        return _fit(divergence, inits, model, data, learning_rate, sample_options)
 
     def evaluate(fit, divergence: Divergence) -> Evaluation:
         return _hscore(fit, divergence, learning_rate)
@@ -118,7 +125,8 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     if fits == "full":
         task = partial(_fit_and_hscore, model=model, data=data, learning_rate=learning_rate,
                        sample_options=sample_options)
-        done = run_tasks(task, list(zip(divergences, modes.censuses)), cluster, "grid fits",
+        # the starts are computed here, where the census is: a worker builds no gradient model
+        done = run_tasks(task, [(d, inits_at(d)) for d in divergences], cluster, "grid fits",
                          [model.compile()] if cluster else ())
         points = fitted_points(divergences, [evaluation for _, evaluation in done])
         fitted = {k: fit for k, (fit, _) in enumerate(done)}
@@ -131,16 +139,24 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     return Selection(criterion, points, {divergences[k]: fit for k, fit in fitted.items()}, fit_chosen)
 
 
-def _fit(divergence: Divergence, nearest, model: Model, data: Mapping, learning_rate: float, sample_options: dict,
-         census: ModeCensus | None = None):
-    """A NUTS fit at ``divergence``, warm-started from ``nearest``'s posterior means; None: each chain
-    from its own draw of the Laplace approximation at the mode that holds the most mass in
-    ``census`` (the engine's dispersed starts when there is no census or it found no mode)."""
-    inits = None if nearest is None else {name: values.mean(axis=(0, 1)) for name, values in nearest.posterior.items()}
-    if nearest is None and census is not None and census.modes:
-        inits = starts_in_largest_mode(model, model.prepare(data, divergence, learning_rate), census,
-                                       sample_options.get("chains", 4), sample_options.get("seed"))
+def _fit(divergence: Divergence, inits, model: Model, data: Mapping, learning_rate: float, sample_options: dict):
+    """A NUTS fit at ``divergence`` from ``inits`` (None: the engine's dispersed starts)."""
     return model.sample(data, divergence=divergence, learning_rate=learning_rate, inits=inits, **sample_options)
+
+
+def _warm_start(fit) -> dict:
+    """Starts at ``fit``'s posterior means (one dict for every chain)."""
+    return {name: values.mean(axis=(0, 1)) for name, values in fit.posterior.items()}
+
+
+def _starts(model: Model, data: Mapping, divergence: Divergence, learning_rate: float, census: ModeCensus | None,
+            sample_options: dict) -> list[dict] | None:
+    """Each chain's start, a draw of the Laplace approximation at the largest mode of ``census``
+    (None, for the engine's dispersed starts, when there is no census or it found no mode)."""
+    if census is None or not census.modes:
+        return None
+    return starts_in_largest_mode(model, model.prepare(data, divergence, learning_rate), census,
+                                  sample_options.get("chains", 4), sample_options.get("seed"))
 
 
 def _grid_modes(model: Model, data: Mapping, divergences: list[Divergence], learning_rate: float,
@@ -174,12 +190,12 @@ def _hscore(fit, divergence: Divergence, learning_rate: float) -> Evaluation:
     return Evaluation(learning_rate * computed["robust_loss"].sum(axis=-1), per_draw / scale**2)
 
 
-def _fit_and_hscore(task: tuple[Divergence, ModeCensus], model: Model, data: Mapping, learning_rate: float,
+def _fit_and_hscore(task: tuple[Divergence, list[dict] | None], model: Model, data: Mapping, learning_rate: float,
                     sample_options: dict) -> tuple:
-    """One task of ``fits="full"`` (run here or on a worker): the fit of its own, started in the
-    value's dominant mode, and its H-score."""
-    divergence, census = task
-    fit = _fit(divergence, None, model, data, learning_rate, sample_options, census)
+    """One task of ``fits="full"`` (run here or on a worker): the fit of its own from the given starts
+    (in its value's largest mode) and its H-score."""
+    divergence, inits = task
+    fit = _fit(divergence, inits, model, data, learning_rate, sample_options)
     return fit, _hscore(fit, divergence, learning_rate)
 
 

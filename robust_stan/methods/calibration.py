@@ -167,7 +167,10 @@ def covers(posterior: BootstrapPosterior, w: float, theta_hat: np.ndarray, level
     else:
         log_weights, khat = psis(-(w - posterior.learning_rate) * posterior.total_loss)
         weights = np.exp(log_weights)
-        khat = max(khat, tempering_k(posterior.learning_rate, w))
+        if np.isnan(khat):
+            khat = np.inf
+        elif w < posterior.learning_rate:
+            khat = max(khat, tempering_k(posterior.learning_rate, w))
     mean = weights @ draws
     centred = draws - mean
     precision = np.linalg.inv(np.atleast_2d(centred.T @ (centred * weights[:, None])))

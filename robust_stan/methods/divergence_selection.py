@@ -179,19 +179,40 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
         return reweighted_estimate(there.criterion, -(there.total_loss - own[base].total_loss))
 
     def nearest_fit(k: int, among=None) -> int | None:
-        candidates = list(fits) if among is None else [j for j in fits if among(j)]
-        return min(candidates, key=lambda j: (abs(positions[j] - positions[k]), j)) if candidates else None
+        """The fitted value nearest grid[k] among those that pass ``among`` (None: any)."""
+        for j in sorted(fits, key=lambda j: (abs(positions[j] - positions[k]), j)):
+            if among is None or among(j):
+                return j
+        return None
+
+    def base_in_its_mode(k: int) -> int | None:
+        """The nearest fit whose draws lie in the mode holding grid[k]'s mass, asked again should the
+        asking find another mode of grid[k] (the census only grows, so this ends)."""
+        while True:
+            count = modes.mode_count(k) if modes is not None else 0
+            base = nearest_fit(k, among=lambda j: in_its_mode(j, k))
+            if modes is None or modes.mode_count(k) == count:
+                return base
+
+    def leave_out_if_several_modes(k: int) -> bool:
+        """Whether grid[k] has several modes that carry its mass (then it is left out: NaN, the reason)."""
+        reason = modes.several(k) if modes is not None else None
+        if reason:
+            points[k] = GridPoint(grid[k], float("nan"), float("nan"), f"not evaluated: {reason}",
+                                  points[k].pareto_k if k in points else float("nan"))
+            several_modes.add(k)
+        return bool(reason)
 
     independent = {pilot}
     fit_here(pilot, None)
+    in_its_mode(pilot, pilot)  # places the pilot's chains, which may find another mode of its value
+    leave_out_if_several_modes(pilot)  # its fit stays, for reweighting the others
     for k in sorted(range(len(grid)), key=lambda j: (abs(positions[j] - positions[pilot]), j)):
-        if k in points:
+        if k in points or leave_out_if_several_modes(k):
             continue
-        if modes is not None and modes.several(k):
-            points[k] = GridPoint(grid[k], float("nan"), float("nan"), f"not evaluated: {modes.several(k)}")
-            several_modes.add(k)
+        base = base_in_its_mode(k)
+        if leave_out_if_several_modes(k):  # placing the fits' chains found another mode that carries mass
             continue
-        base = nearest_fit(k, among=lambda j: in_its_mode(j, k))
         khat = float("nan")
         if base is not None:
             estimate, mcse, khat = reweighted(base, k)
@@ -213,7 +234,7 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
     while True:
         while confirm:  # until the best value stands on a fit of its own
             best = min(points, key=lambda j: (_finite_or_inf(points[j].criterion), j))
-            if best in independent:
+            if best in independent or np.isnan(points[best].criterion):  # (NaN: no value has a criterion)
                 break
             floor = min(_finite_or_inf(points[j].criterion) for j in independent)
             suspects = sorted((j for j in points if j not in independent and points[j].criterion <= floor),

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..common.errors import RobustStanWarning
 from .laplace import LaplaceApproximation, laplace_approximation
 
 #: A mode that holds at least this share of the mass is the posterior's for a single-mode sampler.
@@ -64,7 +65,8 @@ def mode_census(log_density_gradient: Callable[[np.ndarray], tuple[float, np.nda
                 approx = laplace_approximation(log_density_gradient, np.asarray(start, dtype=float))
             except (np.linalg.LinAlgError, ValueError, RuntimeError):
                 continue
-        if caught or not np.isfinite(approx.log_normaliser) or not _settled(log_density_gradient, approx):
+        not_strict = any(issubclass(w.category, RobustStanWarning) for w in caught)  # the Hessian was floored
+        if not_strict or not np.isfinite(approx.log_normaliser) or not _settled(log_density_gradient, approx):
             continue
         same = [j for j, kept in enumerate(found) if _mahalanobis(kept, approx.mode) < SAME_MODE_DISTANCE]
         if not same:
@@ -110,8 +112,14 @@ class GridModes:
         self._densities = list(log_density_gradients)
         self.censuses = grid_censuses(self._densities, dispersed_starts)
         self._chain_locations = chain_locations
-        self._locations: dict[int, list[np.ndarray]] = {}
-        self._holds: dict[tuple[int, int], bool] = {}
+        # by id(fit), with the fit itself, which keeps it alive so that its id is not reused
+        self._locations: dict[int, tuple[object, list[np.ndarray]]] = {}
+        # (k, id(fit)) -> (answer, the number of modes of census k it was given against)
+        self._holds: dict[tuple[int, int], tuple[bool, int]] = {}
+
+    def mode_count(self, k: int) -> int:
+        """The number of modes census ``k`` holds; it only grows, as :meth:`holds` finds modes."""
+        return len(self.censuses[k].modes)
 
     def several(self, k: int) -> str | None:
         """Why value ``k`` cannot be sampled by one NUTS fit (several modes carry its mass), or None."""
@@ -123,20 +131,24 @@ class GridModes:
 
     def holds(self, k: int, fit) -> bool:
         """Whether every chain of ``fit`` lies in the mode that holds value ``k``'s mass (True when the
-        census found no mode, and so cannot tell)."""
+        census found no mode, and so cannot tell). An answer given before the census of ``k`` found
+        another mode is given again."""
         key = (k, id(fit))
-        if key not in self._holds:
-            if id(fit) not in self._locations:
-                self._locations[id(fit)] = self._chain_locations(fit)
-            points = self._locations[id(fit)]
-            census = self.censuses[k]
-            if not census.modes:
-                self._holds[key] = True
-            else:
-                census, reached = mode_census(self._densities[k], [m.mode for m in census.modes] + list(points))
-                self.censuses[k] = census
-                self._holds[key] = census.dominant is not None and all(j == 0 for j in reached[-len(points):])
-        return self._holds[key]
+        cached = self._holds.get(key)
+        if cached is not None and cached[1] == self.mode_count(k):
+            return cached[0]
+        if id(fit) not in self._locations:
+            self._locations[id(fit)] = (fit, self._chain_locations(fit))
+        points = list(self._locations[id(fit)][1])
+        census = self.censuses[k]
+        if not census.modes or not points:
+            answer = True
+        else:
+            census, reached = mode_census(self._densities[k], [m.mode for m in census.modes] + points)
+            self.censuses[k] = census
+            answer = census.dominant is not None and all(j == 0 for j in reached[len(reached) - len(points):])
+        self._holds[key] = (answer, self.mode_count(k))
+        return answer
 
 
 def _settled(log_density_gradient: Callable, approx: LaplaceApproximation) -> bool:
