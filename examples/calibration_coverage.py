@@ -8,8 +8,9 @@ For each of R data sets (fresh draws of the same design and contamination): NUTS
 rate w = 1 (each chain started in the posterior's largest mode: model.sample(inits="mode");
 --inits dispersed for Stan's own starts), then rs.calibrate by "lhw" (NUTS again at LHW's w)
 and by "sandwich" (the same draws, adjusted); each coefficient's central 90% interval is
-checked against the clean-data truth b. Coverage is the share of (data set, coefficient) pairs covered, with its standard
-error over data sets. ("bootstrap" is left out: it runs about 100 NUTS fits per data set.)
+checked against the clean-data truth b. Coverage is the share of (data set, coefficient) pairs
+covered, with its standard error over data sets. ("bootstrap" is left out: it runs about 100
+NUTS fits per data set.)
 
     python examples/calibration_coverage.py [--repeats 100] [--rows 200] [--workers 2]
         [--inits dispersed] [--choose per-data-set --out calibration_coverage_per_data_set]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..building.data import PreparedData, to_original_scale, with_switches
+from ..building.data import PreparedData, with_switches
 from ..methods.mode_census import ModeCensus, mode_census
 
 #: Dispersed starts of a census of one posterior (uniform(-2, 2) on the unconstrained scale, as Stan's
@@ -41,11 +41,5 @@ def starts_in_largest_mode(program, prepared: PreparedData, census: ModeCensus, 
                            seed: int | None) -> list[dict]:
     """One start per chain, each a draw of the largest mode's Laplace approximation, as constrained
     values by parameter name on the outcome's own scale (as :meth:`Model.sample` takes them)."""
-    oracle = program.oracle_for(with_switches(prepared.stan_data, pointwise=False))
     rng = np.random.default_rng([0 if seed is None else seed, 11])
-    starts = []
-    for theta in census.modes[0].draws(chains, rng):
-        values = oracle.constrain(theta, include_gqs=True, seed=0)
-        starts.append({name: to_original_scale(program.spec.rescale.get(name), values[name], prepared.scaling)
-                       for name in program.spec.parameter_names})
-    return starts
+    return program.inits_at(census.modes[0].draws(chains, rng), prepared.stan_data, prepared.scaling)

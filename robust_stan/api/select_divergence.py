@@ -50,10 +50,9 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     H-score: first a census of each grid value's modes (:mod:`robust_stan.methods.mode_census`:
     L-BFGS from :data:`~robust_stan.api.mode_starts.GRID_CENSUS_STARTS` dispersed starts and from
     the neighbouring values' modes, each mode weighed by its Laplace approximation), since near a
-    beta's breakdown point the
-    generalized posterior has a second mode that follows the outliers, and NUTS cannot move
-    between modes: from dispersed starts its chains can settle in a mode with a negligible share
-    of the mass. Every NUTS fit here starts each chain from a draw of the Laplace approximation
+    beta's breakdown point the generalized posterior has a second mode that follows the outliers,
+    and NUTS cannot move between modes: from dispersed starts its chains can settle in a mode
+    with a negligible share of the mass. Every NUTS fit here starts each chain from a draw of the Laplace approximation
     at its value's largest mode. ``fits="reweight"``: one NUTS fit at ``pilot`` (default: the
     middle grid value), every other value from the draws of the nearest fit whose chains lie in
     the mode that holds its mass (L-BFGS from their means reaches it), by Pareto-smoothed
@@ -70,7 +69,8 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     it stands). Should such a fit show a breakdown the census missed (a worse criterion, or
     chains in several modes), the values below it are re-evaluated from its draws and the next
     fits bisect the values still in doubt. ``sample_options`` go to :meth:`Model.sample` (chains,
-    iter_warmup, iter_sampling, seed, ...; not ``weights``). No grid value needs a new compile. Returns a :class:`~robust_stan.results.selection.Selection`.
+    iter_warmup, iter_sampling, seed, ...; not ``weights``). No grid value needs a new compile.
+    Returns a :class:`~robust_stan.results.selection.Selection`.
     """
     require_builtin_model(model, "rs.select_divergence")
     if criterion not in CRITERIA:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..building.codegen import render_program
-from ..building.data import Scaling, to_fitted_scale
+from ..building.data import Scaling, to_fitted_scale, to_original_scale, with_switches
 from ..building.spec import ModelSpec, ParameterDeclaration
 from ..common.errors import RobustStanInputError, require_inits
 from ..engines import ProgramOnEngine
@@ -97,3 +97,15 @@ class RobustProgram(ProgramOnEngine):
             raise RobustStanInputError(f"init: give a value for every parameter; missing {missing}")
         values = self.chain_inits(init, 1, scaling)[0]
         return self.oracle_for(stan_data).unconstrain(values)
+
+    def inits_at(self, thetas, stan_data: dict, scaling: Scaling) -> list[dict]:
+        """The inverse of :meth:`unconstrain_init`: each unconstrained vector of ``thetas`` as every
+        parameter's value by name on the outcome's own scale (one dict per vector, as
+        :meth:`chain_inits` takes them)."""
+        oracle = self.oracle_for(with_switches(stan_data, pointwise=False))
+        out = []
+        for theta in thetas:
+            values = oracle.constrain(theta, include_gqs=True, seed=0)  # the parameters on the fitted scale
+            out.append({name: to_original_scale(self.spec.rescale.get(name), values[name], scaling)
+                        for name in self.spec.parameter_names})
+        return out

@@ -19,8 +19,8 @@ posterior with learning rate w has covariance (w N J)^-1 for large N.
   other w through importance ratios exp(-(w - w0) L(theta)), L the resample's total loss,
   Pareto-smoothed; where k-hat exceeds 0.7 the resample is fitted again at w. A smaller w widens
   the posterior, and then k is taken as at least 1 - w / w0, the weights' tail index for a
-  near-normal posterior (:func:`tempering_k`), which k-hat from a finite sample can miss. The coverage falls
-  as w grows, and w is found by bisection on log w.
+  near-normal posterior (:func:`tempering_k`), which k-hat from a finite sample can miss. The
+  coverage falls as w grows, and w is found by bisection on log w.
 - The curvature adjustment: draws theta_s become theta_hat + C (theta_s - theta_hat) with
   C = chol(S) chol(P)^-1, P the draws' covariance and S = J^-1 I J^-1 / N, so the adjusted
   draws have covariance S exactly. The map is centred on the estimate theta_hat, as Ribatet et
