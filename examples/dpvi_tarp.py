@@ -39,8 +39,9 @@ last an intercept), x ~ N(0, I_10).
     python examples/dpvi_tarp.py --experiment linear_regression --epsilons 0.1 0.3 1 --datasets 50
     python examples/dpvi_tarp.py --settings authors --datasets 60   # the authors' code's priors and settings
 
-Writes examples/results/dpvi_<experiment>/{runs.csv (coverage curves), repeats.csv, table.csv, coverage.png,
-marginals.csv and marginal_summary.csv (each coordinate's PIT and z-score: ``marginal_checks``)}.
+Writes examples/results/dpvi_<experiment>/{runs.csv (coverage curves), repeats.csv, table.csv (a row per
+cell, reference, method and ``coordinates``: ``all``, the paper's test, and for the regression ``w`` alone),
+coverage.png, marginals.csv and marginal_summary.csv (each coordinate's PIT and z-score: ``marginal_checks``)}.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ ALPHAS = np.linspace(0.0, 1.0, 101)
 METHODS = ("noise-aware NUTS", "noise-aware Laplace", "last iterate", "DPVIm")
 EXPERIMENTS = {"exponential_families": ("gamma_exponential", "beta_bernoulli", "dirichlet_categorical"),
                "linear_regression": ("linear_regression",)}
+# Besides TARP on every coordinate (the paper's), TARP on a model's named subsets of the unconstrained
+# coordinates: the regression's coefficients alone, to tell a miss in w from one in log sigma^2.
+COORDINATE_SUBSETS = {"linear_regression": {"w": slice(0, 11)}}
 # DP-VI's settings per model where they differ from DEFAULTS; every one is chosen without the data.
 # The regression's follow the authors' code (DPBayes/noise-aware-dpvi, coverage_experiment.py,
 # linear_regression10d: C 260, beta_u 1500, lambda_c 4 and 4 / 28, burn-in 20%), with phi_0 at the prior's
@@ -250,7 +254,12 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, default=2)
     add_address_argument(parser)
     parser.add_argument("--out", default=None, help="folder under examples/results")
+    parser.add_argument("--resummarise", type=Path, default=None, metavar="FOLDER",
+                        help="only rewrite FOLDER's marginal_summary.csv from its marginals.csv")
     args = parser.parse_args(argv)
+    if args.resummarise is not None:
+        print(summarise_marginals(pd.read_csv(args.resummarise / "marginals.csv"), args.resummarise).to_string())
+        return
     if args.reference_redraws < 1:
         parser.error(f"--reference-redraws: must be at least 1, got {args.reference_redraws}")
     out = OUT / (args.out or f"dpvi_{args.experiment}")
@@ -268,7 +277,7 @@ def main(argv=None) -> None:
             results.append(future.result())
             if (i + 1) % 10 == 0:
                 print(f"{i + 1}/{len(tasks)} data sets, {time.perf_counter() - start:.0f} s", flush=True)
-    rng = np.random.default_rng(0)
+    rng, subset_rng = np.random.default_rng(0), np.random.default_rng(1)
     rows, curves = [], []
     for (name, eps, repeat), group in pd.DataFrame(results).groupby(["model", "epsilon", "repeat"], sort=False):
         truths, prior_references = np.stack(group["truth"]), np.stack(group["reference"])
@@ -277,27 +286,39 @@ def main(argv=None) -> None:
             trace_means = np.stack(group["trace_mean"])
             references = {"prior": [prior_references],
                           "trace": [trace_references(draws, trace_means, rng) for _ in range(args.reference_redraws)]}
+            subsets = {"all": (slice(None), rng), **{subset: (index, subset_rng)
+                                                      for subset, index in COORDINATE_SUBSETS.get(name, {}).items()}}
             for reference, redraws in references.items():
-                _, se = bootstrap_rmse(draws, truths, redraws[0], rng)
-                coverages = [tarp_coverage(draws, truths, points, ALPHAS)[1] for points in redraws]
-                mean_curve = np.mean(coverages, axis=0)
-                rmses = [coverage_rmse(ALPHAS, coverage) for coverage in coverages]
-                rows.append({"model": name, "epsilon": eps, "repeat": repeat, "reference": reference, "method": method,
-                             "rmse": float(np.mean(rmses)), "rmse_bootstrap_se": se,
-                             "rmse_sd_over_reference_redraws": float(np.std(rmses, ddof=1)) if len(rmses) > 1 else np.nan,
-                             "rmse_of_mean_curve": coverage_rmse(ALPHAS, mean_curve),
-                             "reference_redraws": len(rmses), "datasets": len(group),
-                             "dpvi_seconds": group["seconds"].median()})
-                curves.append(pd.DataFrame({"model": name, "epsilon": eps, "repeat": repeat, "reference": reference,
-                                            "method": method, "alpha": ALPHAS, "coverage": mean_curve}))
+                # every subset is scored with the same reference draws (sliced); its bootstrap has its own
+                # generator, so the all-coordinates figures do not depend on which subsets are scored
+                for coordinates, (index, bootstrap_rng) in subsets.items():
+                    sub_draws, sub_truths = draws[..., index], truths[:, index]
+                    sub_redraws = [points[:, index] for points in redraws]
+                    _, se = bootstrap_rmse(sub_draws, sub_truths, sub_redraws[0], bootstrap_rng)
+                    coverages = [tarp_coverage(sub_draws, sub_truths, points, ALPHAS)[1] for points in sub_redraws]
+                    mean_curve = np.mean(coverages, axis=0)
+                    rmses = [coverage_rmse(ALPHAS, coverage) for coverage in coverages]
+                    rows.append({"model": name, "epsilon": eps, "repeat": repeat, "reference": reference,
+                                 "method": method, "coordinates": coordinates,
+                                 "rmse": float(np.mean(rmses)), "rmse_bootstrap_se": se,
+                                 "rmse_sd_over_reference_redraws":
+                                     float(np.std(rmses, ddof=1)) if len(rmses) > 1 else np.nan,
+                                 "rmse_of_mean_curve": coverage_rmse(ALPHAS, mean_curve),
+                                 "reference_redraws": len(rmses), "datasets": len(group),
+                                 "dpvi_seconds": group["seconds"].median()})
+                    curves.append(pd.DataFrame({"model": name, "epsilon": eps, "repeat": repeat,
+                                                "reference": reference, "method": method,
+                                                "coordinates": coordinates, "alpha": ALPHAS,
+                                                "coverage": mean_curve}))
     per_repeat = pd.DataFrame(rows)
     per_repeat.to_csv(out / "repeats.csv", index=False)
     rows = []
-    for (name, eps, reference, method), g in per_repeat.groupby(["model", "epsilon", "reference", "method"],
-                                                                sort=False):
+    for (name, eps, reference, method, coordinates), g in per_repeat.groupby(
+            ["model", "epsilon", "reference", "method", "coordinates"], sort=False):
         # what a perfectly calibrated posterior scores on this many data sets (the paper's K = 500: 0.017)
         calibrated = calibrated_rmse_reference(int(g["datasets"].iloc[0]), ALPHAS)
-        rows.append({"model": name, "epsilon": eps, "reference": reference, "method": method, "rmse": g["rmse"].mean(),
+        rows.append({"model": name, "epsilon": eps, "reference": reference, "method": method,
+                     "coordinates": coordinates, "rmse": g["rmse"].mean(),
                      "rmse_sd_over_repeats": g["rmse"].std(ddof=1) if len(g) > 1 else np.nan,
                      "rmse_bootstrap_se": g["rmse_bootstrap_se"].mean(),
                      "rmse_sd_over_reference_redraws": g["rmse_sd_over_reference_redraws"].mean(),
@@ -309,7 +330,7 @@ def main(argv=None) -> None:
     table.to_csv(out / "table.csv", index=False)
     pd.concat(curves).to_csv(out / "runs.csv", index=False)
     print(table.to_string(index=False))
-    plot(pd.concat(curves).query("repeat == 0"), out)
+    plot(pd.concat(curves).query("repeat == 0 and coordinates == 'all'"), out)
     marginal_checks(results, out)
 
 
@@ -317,11 +338,7 @@ def marginal_checks(results: list[dict], out: Path) -> pd.DataFrame:
     """Each coordinate's calibration on its own, beside TARP's joint test: per data set the truth's
     PIT (the share of a method's unconstrained draws below it; uniform on [0, 1] for a calibrated
     posterior) and z-score (truth - mean) / sd. Writes marginals.csv (one row per data set, method
-    and coordinate) and marginal_summary.csv: per cell, method and coordinate, the mean and sd of
-    z (0 and 1 for a calibrated normal posterior) and the Kolmogorov-Smirnov distance of the PITs
-    from uniform with its p-value."""
-    from scipy import stats
-
+    and coordinate) and the summary of ``summarise_marginals``."""
     rows = []
     for result in results:
         for method, draws in result["draws"].items():
@@ -332,12 +349,25 @@ def marginal_checks(results: list[dict], out: Path) -> pd.DataFrame:
                      for j in range(pit.size)]
     marginals = pd.DataFrame(rows)
     marginals.to_csv(out / "marginals.csv", index=False)
+    return summarise_marginals(marginals, out)
+
+
+def summarise_marginals(marginals: pd.DataFrame, out: Path) -> pd.DataFrame:
+    """marginal_summary.csv: per cell, method and coordinate, the mean and sd of z (0 and 1 for a
+    calibrated normal posterior), the Kolmogorov-Smirnov distance of the PITs from uniform with its
+    p-value, and ``central_coverage_rmse``: the coverage RMSE (eq. 27) of central credible intervals,
+    whose f_k = |2 PIT - 1| (one-dimensional TARP with the reference at the median), to be read
+    against table.csv's calibrated_rmse_* at the same K."""
+    from scipy import stats
+
     summary = []
     for key, g in marginals.groupby(["model", "epsilon", "method", "coordinate"], sort=False):
         ks = stats.kstest(g["pit"], "uniform")
+        f = np.abs(2.0 * g["pit"].to_numpy() - 1.0)
+        central = np.mean(f[None, :] < (1.0 - ALPHAS)[:, None], axis=1)
         summary.append(dict(zip(["model", "epsilon", "method", "coordinate"], key), datasets=len(g),
                             z_mean=g["z"].mean(), z_sd=g["z"].std(ddof=1), ks_distance=ks.statistic,
-                            ks_p_value=ks.pvalue))
+                            ks_p_value=ks.pvalue, central_coverage_rmse=coverage_rmse(ALPHAS, central)))
     summary = pd.DataFrame(summary)
     summary.to_csv(out / "marginal_summary.csv", index=False)
     return summary
