@@ -59,7 +59,7 @@ import robust_stan as rs
 from _cluster import add_address_argument, cluster_pool
 from robust_stan.methods.dpvi import softplus
 from robust_stan.methods.noise_aware import burn_in_steps
-from robust_stan.results.coverage import calibrated_rmse_reference, coverage_rmse, tarp_coverage
+from robust_stan.results.coverage import calibrated_rmse_reference, coverage_curve, coverage_rmse, tarp_coverage
 
 OUT = Path(__file__).parent / "results"
 ALPHAS = np.linspace(0.0, 1.0, 101)
@@ -363,8 +363,7 @@ def summarise_marginals(marginals: pd.DataFrame, out: Path) -> pd.DataFrame:
     summary = []
     for key, g in marginals.groupby(["model", "epsilon", "method", "coordinate"], sort=False):
         ks = stats.kstest(g["pit"], "uniform")
-        f = np.abs(2.0 * g["pit"].to_numpy() - 1.0)
-        central = np.mean(f[None, :] < (1.0 - ALPHAS)[:, None], axis=1)
+        central = coverage_curve(np.abs(2.0 * g["pit"].to_numpy() - 1.0), ALPHAS)
         summary.append(dict(zip(["model", "epsilon", "method", "coordinate"], key), datasets=len(g),
                             z_mean=g["z"].mean(), z_sd=g["z"].std(ddof=1), ks_distance=ks.statistic,
                             ks_p_value=ks.pvalue, central_coverage_rmse=coverage_rmse(ALPHAS, central)))

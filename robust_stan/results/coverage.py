@@ -33,8 +33,14 @@ def tarp_coverage(posterior_draws, truths, references, alphas=None) -> tuple[np.
     draw_distance = np.linalg.norm(draws - references[:, None, :], axis=2)
     truth_distance = np.linalg.norm(truths - references, axis=1)
     f = np.mean(draw_distance < truth_distance[:, None], axis=1)
-    coverage = np.mean(f[None, :] < (1.0 - alphas)[:, None], axis=1)
-    return alphas, coverage
+    return alphas, coverage_curve(f, alphas)
+
+
+def coverage_curve(f, alphas) -> np.ndarray:
+    """The coverage of each level 1 - alpha given the data sets' f_k (eq. A62): the share of them
+    with f_k < 1 - alpha. ``f`` (..., K) gives (..., len(alphas))."""
+    f, alphas = np.asarray(f, dtype=float), np.asarray(alphas, dtype=float)
+    return np.mean(f[..., None, :] < (1.0 - alphas)[:, None], axis=-1)
 
 
 def coverage_rmse(alphas, coverage) -> float:
@@ -55,7 +61,7 @@ def calibrated_rmse_reference(datasets: int, alphas=None, repeats: int = 4000, s
         raise RobustStanInputError(f"datasets: need a positive whole number, got {datasets!r}")
     alphas = np.linspace(0.0, 1.0, 101) if alphas is None else np.asarray(alphas, dtype=float)
     f = np.random.default_rng(seed).random((repeats, int(datasets)))
-    coverage = np.mean(f[:, None, :] < (1.0 - alphas)[None, :, None], axis=2)  # (repeats, alphas)
+    coverage = coverage_curve(f, alphas)  # (repeats, alphas)
     rmse = np.sqrt(np.mean((coverage - (1.0 - alphas)) ** 2, axis=1))
     quantiles = dict(zip(("q05", "q50", "q95", "q99"), map(float, np.quantile(rmse, [0.05, 0.5, 0.95, 0.99]))))
     return {"mean": float(rmse.mean()), **quantiles, "expected_mse": float(np.mean(alphas * (1 - alphas)) / datasets)}
