@@ -43,9 +43,9 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
       resamples (multinomial counts as row weights: no compile) hold theta_hat in a share
       ``level`` of them. Each resample is one NUTS fit (``bootstrap_chains`` x
       (``bootstrap_warmup`` + ``bootstrap_draws``), started from the fit's last draws) reweighted
-      by PSIS to other w, and fitted again where k-hat exceeds 0.7; w by bisection on log w to 1%. Then NUTS at w, as for
-      ``"lhw"``. The coverage trace is ``calibrated.bootstrap_trace``. Its Monte Carlo error
-      comes from the resamples: the coverage is a share of ``bootstraps``.
+      by PSIS to other w, and fitted again where k-hat exceeds 0.7; w by bisection on log w to
+      1%. Then NUTS at w, as for ``"lhw"``. The coverage trace is ``calibrated.bootstrap_trace``.
+      Its Monte Carlo error comes from the resamples: the coverage is a share of ``bootstraps``.
     """
     if not isinstance(fit, Fit) or fit.method != "nuts":
         raise RobustStanInputError(f"fit: rs.calibrate takes a NUTS fit of a built-in model (model.sample), got "

@@ -52,11 +52,11 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     the neighbouring values' modes, each mode weighed by its Laplace approximation), since near a
     beta's breakdown point the generalized posterior has a second mode that follows the outliers,
     and NUTS cannot move between modes: from dispersed starts its chains can settle in a mode
-    with a negligible share of the mass. Every NUTS fit here starts each chain from a draw of the Laplace approximation
-    at its value's largest mode. ``fits="reweight"``: one NUTS fit at ``pilot`` (default: the
-    middle grid value), every other value from the draws of the nearest fit whose chains lie in
-    the mode that holds its mass (L-BFGS from their means reaches it), by Pareto-smoothed
-    importance sampling; a new fit where there is no such fit or k-hat exceeds 0.7, except above
+    with a negligible share of the mass. Every NUTS fit here starts each chain from a draw of the
+    Laplace approximation at its value's largest mode. ``fits="reweight"``: one NUTS fit at
+    ``pilot`` (default: the middle grid value), every other value from the draws of the nearest
+    fit whose chains lie in the mode that holds its mass (L-BFGS from their means reaches it), by
+    Pareto-smoothed importance sampling; a new fit where there is no such fit or k-hat exceeds 0.7, except above
     a stretch of values whose criterion rises from the best one by more than 3 standard errors
     (robustness grows with beta, so such a value cannot be the best: it is left out, NaN); a
     value whose mass no single mode holds (none has 99%) is left out too (NaN, the shares in

@@ -134,11 +134,11 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
     ``modes`` (a :class:`~robust_stan.methods.mode_census.GridModes` of the grid): reweighted draws
     describe only the modes their base fit visited, and near a beta's breakdown point the
     generalized posterior has a second mode, which k-hat cannot flag when the base fit never
-    visited it. With a census, a
-    value is reweighted only from a fit whose chains all lie in the mode that holds its mass (the
-    nearest such fit; a new fit where there is none), every fit is one of its own (``fit_at(d,
-    None)``: the caller starts it in its value's dominant mode), and a value whose mass no single
-    mode holds is left out (NaN: one NUTS fit cannot sample its modes in proportion).
+    visited it. With a census, a value is reweighted only from a fit whose chains all lie in the
+    mode that holds its mass (the nearest such fit; a new fit where there is none), every fit is
+    one of its own (``fit_at(d, None)``: the caller starts it in its value's dominant mode), and a
+    value whose mass no single mode holds is left out (NaN: one NUTS fit cannot sample its modes
+    in proportion).
 
     ``confirm``: the best value, unless it was fitted on its own, is fitted so and its criterion
     replaced by that fit's own; this repeats until the best value is such a fit (one extra fit when
