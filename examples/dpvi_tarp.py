@@ -193,8 +193,9 @@ def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
     warnings.simplefilter("ignore")
     simulated = simulated_release(name, epsilon, repeat, k, args)
     release, burn_in = simulated.release, simulated.burn_in
+    nuts = rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=k)
     draws = {
-        "noise-aware NUTS": rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=k),
+        "noise-aware NUTS": nuts,
         "noise-aware Laplace": rs.noise_aware(release, burn_in, method="laplace", draws=4000, seed=k),
         "last iterate": rs.dpvi_baseline(release, "last_iterate", draws=4000, seed=k),
         "DPVIm": rs.dpvi_baseline(release, "averaged", burn_in, draws=4000, seed=k),
@@ -204,7 +205,8 @@ def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
     trace_mean = post_burn_in[:, :dimension].mean(axis=0)  # DPVIm's mean
     return {"model": name, "epsilon": epsilon, "repeat": repeat, "k": k, "truth": release.unconstrain(simulated.truth),
             "reference": release.unconstrain(simulated.reference), "trace_mean": trace_mean,
-            "seconds": simulated.seconds,
+            "seconds": simulated.seconds, "trace_r_hat_max": float(nuts.trace_summary["r_hat"].max()),
+            "trace_ess_bulk_min": float(nuts.trace_summary["ess_bulk"].min()),
             "draws": {m: d.unconstrained.reshape(-1, d.unconstrained.shape[-1]) for m, d in draws.items()}}
 
 
@@ -332,6 +334,10 @@ def main(argv=None) -> None:
     print(table.to_string(index=False))
     plot(pd.concat(curves).query("repeat == 0 and coordinates == 'all'"), out)
     marginal_checks(results, out)
+    convergence = pd.DataFrame(results)[["model", "epsilon", "repeat", "k", "trace_r_hat_max", "trace_ess_bulk_min"]]
+    convergence.to_csv(out / "convergence.csv", index=False)  # the trace model's NUTS, per data set
+    print("trace model's NUTS: R-hat above 1.01 on", int((convergence["trace_r_hat_max"] > 1.01).sum()), "of",
+          len(convergence), "data sets; smallest bulk ESS", round(convergence["trace_ess_bulk_min"].min()))
 
 
 def marginal_checks(results: list[dict], out: Path) -> pd.DataFrame:

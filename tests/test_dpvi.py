@@ -19,7 +19,8 @@ from robust_stan.engines import compile_program
 from robust_stan.gradients.per_example import PerExampleGradients
 from robust_stan.methods.dpvi import (PerExampleObjective, clip_rows, heuristic_step_size, noisy_gradient, poisson_batch,
                                       softplus)
-from robust_stan.methods.noise_aware import trace_model_data, trace_model_program
+from robust_stan.methods.noise_aware import sample_trace_model, trace_model_data, trace_model_program
+from robust_stan.results.fit import summary_table
 from robust_stan.methods.privacy_accounting import epsilon_for, solve_noise_multiplier
 from robust_stan.results.coverage import (calibrated_rmse_reference, calibration_curve, calibration_rmse,
                                           coverage_rmse, tarp_coverage)
@@ -183,12 +184,14 @@ def test_the_release_is_the_mechanism_output_and_enough_without_the_data(exponen
 
 
 def test_trace_model_program_is_the_papers_likelihood(exponential):
-    """The Stan program's log density (sufficient statistics) against the per-step normal
-    likelihood of eq. 20 and the H.3 priors written out in NumPy, as differences between points."""
+    """The Stan program's log density (sufficient statistics, standardised parameters, the centred
+    form that Laplace uses) against the per-step normal likelihood of eq. 20 and the H.3 priors
+    written out in NumPy, as differences between points. (The non-centred form that NUTS samples
+    is checked against quadrature of this density below.)"""
     rng = np.random.default_rng(7)
     fit = rs.dpvi(exponential, data_of(1.0, 300, 8), epsilon=2.0, clip=10.0, steps=200, seed=1, show_progress=False)
     release = fit.release
-    data = trace_model_data(release, 50)
+    data = {**trace_model_data(release, 50), "non_centred": 0}
     program = compile_program(trace_model_program(), ENGINE, show_progress=False)
     phis, grads = release.iterates[50:200], release.noisy_gradients[50:]
 
@@ -197,10 +200,10 @@ def test_trace_model_program_is_the_papers_likelihood(exponential):
         return (stats.norm.logpdf(grads, mean, release.noise_sd).sum() + stats.norm.logpdf(phi_star, data["phi_bar"], 1).sum()
                 + stats.norm.logpdf(v, data["v_prior_mean"], data["v_prior_sd"]).sum())
 
-    points = [np.concatenate([data["phi_bar"] + rng.normal(0, 0.1, 2), data["v_prior_mean"] + rng.normal(0, 1, 2)])
-              for _ in range(3)]
+    points = [rng.normal(0, [0.1, 0.1, 1, 1]) for _ in range(3)]  # (phi* - phi_bar, standardised v)
     stan = [program.log_density(data, x, jacobian=True) for x in points]
-    ours = [numpy_log_density(x[:2], x[2:]) for x in points]
+    ours = [numpy_log_density(data["phi_bar"] + x[:2], data["v_prior_mean"] + data["v_prior_sd"] * x[2:])
+            for x in points]
     assert np.allclose(np.diff(stan), np.diff(ours), rtol=1e-9, atol=1e-7)
     # the H.3 prior mean of v is the least-squares slope of the trace (appendix E's MLE of a)
     delta = phis - phis.mean(axis=0)
@@ -208,6 +211,64 @@ def test_trace_model_program_is_the_papers_likelihood(exponential):
 
 
 # -- statistical behaviour ---------------------------------------------------------------------
+def _linear_trace_statistics(a, step, noise_sd, kappa=0.1, steps=2000, seed=7):
+    """Sufficient statistics of a trace that follows eq. 20 exactly: phi* = 0, one coordinate per
+    entry of ``a`` and ``step``, started at phi* (so there is no burn-in to discard)."""
+    rng = np.random.default_rng(seed)
+    phi, phis, grads = np.zeros(len(a)), [], []
+    for _ in range(steps):
+        g = kappa * a * phi + noise_sd * rng.standard_normal(len(a))
+        phis.append(phi.copy())
+        grads.append(g)
+        phi = phi - step * g
+    phis, grads = np.array(phis), np.array(grads)
+    delta = phis - phis.mean(axis=0)
+    sum_gd, sum_dd = (grads * delta).sum(0), (delta**2).sum(0)
+    return {"d": len(a), "n_obs": steps, "kappa": kappa, "noise_sd": np.full(len(a), noise_sd),
+            "phi_bar": phis.mean(0), "sum_g": grads.sum(0), "sum_gg": (grads**2).sum(0), "sum_gd": sum_gd,
+            "sum_dd": sum_dd, "v_prior_mean": np.abs(sum_gd) / (kappa * sum_dd),
+            "v_prior_sd": noise_sd / (kappa * np.sqrt(sum_dd))}
+
+
+def _quadrature_moments(data: dict, j: int) -> tuple[float, float, float]:
+    """Mean, sd and kurtosis of phi*_j under the trace model, by a 2-D grid over (v_j, phi*_j) of the
+    joint density (eq. 20's likelihood through its sufficient statistics, the H.3 priors)."""
+    kappa, n, s2 = data["kappa"], data["n_obs"], data["noise_sd"][j] ** 2
+    v = data["v_prior_mean"][j] + data["v_prior_sd"][j] * np.linspace(-9, 9, 1801)
+    m = np.linspace(-6, 6, 60001)  # phi* - phi_bar
+    c = kappa * softplus(v)[:, None]
+    log_joint = (-0.5 * ((v[:, None] - data["v_prior_mean"][j]) / data["v_prior_sd"][j]) ** 2 - 0.5 * m**2
+                 - 0.5 / s2 * (-2 * c * (data["sum_gd"][j] - m * data["sum_g"][j])
+                               + c**2 * (data["sum_dd"][j] + n * m**2)))
+    weights = np.exp(log_joint - log_joint.max()).sum(axis=0)
+    weights /= weights.sum()
+    mean = np.sum(weights * m)
+    variance = np.sum(weights * (m - mean) ** 2)
+    return data["phi_bar"][j] + mean, np.sqrt(variance), np.sum(weights * (m - mean) ** 4) / variance**2
+
+
+def test_noise_aware_nuts_draws_the_trace_models_posterior_where_a_is_weakly_identified():
+    """NUTS on the trace model against quadrature, on a trace of eq. 20 with one well identified
+    coordinate and one whose curvature a the trace barely identifies (its posterior puts mass near
+    a = 0, where phi* spreads to its prior's sd 1: a ridge NUTS could not cross in the centred
+    parameterisation, whose chains stuck with R-hat above 2 on Table 2's regression). Tolerance:
+    5 Monte Carlo standard errors of the mean and of the sd (from the ESS and the quadrature's
+    kurtosis)."""
+    # Table 2's scales (a ~ 1e5, sigma C ~ 1e5); the trace's signal about a_j is about sqrt(T step_j kappa a_j / 2)
+    data = _linear_trace_statistics(a=np.array([2e5, 2e5]), step=np.array([2.5e-6, 1e-7]), noise_sd=8e4)
+    snr = data["v_prior_mean"] / data["v_prior_sd"]
+    assert snr[0] > 5 and snr[1] < 3  # the design: well and weakly identified
+    traced = sample_trace_model(data, "nuts", draws=2000, warmup=1000, chains=2, seed=3, engine=ENGINE)
+    summary = summary_table({"phi_star": traced["phi_star"]})
+    assert summary["r_hat"].max() < 1.01
+    for j in range(2):
+        draws = traced["phi_star"][..., j].ravel()
+        mean, sd, kurtosis = _quadrature_moments(data, j)
+        ess = summary["ess_bulk"].iloc[j]
+        assert abs(draws.mean() - mean) < 5 * sd / np.sqrt(ess)
+        assert abs(draws.std() / sd - 1) < 5 * np.sqrt((kurtosis - 1) / (4 * ess))
+
+
 def test_dpvi_with_almost_no_noise_reaches_the_meanfield_optimum(exponential):
     """epsilon = 1e5: sigma ~ 0.1 and C = 10 (nothing clipped), so DP-SGD is SGD with noise sd ~ 1
     against gradients of size ~ kappa N = 100. The mean of the post-burn-in iterates against

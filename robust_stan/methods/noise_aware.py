@@ -21,6 +21,15 @@ the engine's NUTS (the paper: 1000 warm-up, 4000 draws) or approximated by
 Laplace at its mode (L-BFGS; the paper uses Adam to find the same mode). The
 noise-aware posterior of theta is the mixture over draws of phi* of q(theta; phi*)
 (eq. 23, A7). Nothing here sees the data.
+
+NUTS samples the model in a non-centred form: v standardised by its prior, and
+phi* written through its exact conditional posterior given a (normal, since the
+likelihood is quadratic in phi*), so that the sampler sees v's marginal posterior
+and an independent standard normal. The posterior is the same; the centred form
+(phi*, v) has a ridge where a is weakly identified (small a lets phi* spread to its
+prior), on which NUTS's chains stuck (R-hat above 2 on Table 2's regression).
+Laplace keeps the centred form, standardised by an affine map, so it is the
+paper's approximation in (phi*, v).
 """
 
 from __future__ import annotations
@@ -83,13 +92,15 @@ def sample_trace_model(stan_data: dict, method: str, draws: int, warmup: int, ch
     if method == "nuts":
         settings = NutsSettings(chains=chains, iter_warmup=warmup, iter_sampling=draws, seed=seed,
                                 show_progress=show_progress)
-        raw = program.sample(stan_data, settings, None)
+        raw = program.sample({**stan_data, "non_centred": 1}, settings, None)
         return {"phi_star": raw.variables["phi_star"], "a": raw.variables["a"]}
-    init = np.concatenate([stan_data["phi_bar"], stan_data["v_prior_mean"]])
-    approx = laplace_approximation(lambda x: program.log_density_gradient(stan_data, x), init)
+    # the paper's Laplace approximation in (phi*, v), here in their standardised form (an affine map)
+    centred = {**stan_data, "non_centred": 0}
+    approx = laplace_approximation(lambda x: program.log_density_gradient(centred, x), np.zeros(2 * d))
     rng = np.random.default_rng(seed)
     joint = approx.draws(chains * draws, rng).reshape(chains, draws, 2 * d)
-    return {"phi_star": joint[..., :d], "a": softplus(joint[..., d:])}
+    v = stan_data["v_prior_mean"] + stan_data["v_prior_sd"] * joint[..., d:]
+    return {"phi_star": stan_data["phi_bar"] + joint[..., :d], "a": softplus(v)}
 
 
 def q_draws(phis: np.ndarray, rng: np.random.Generator, q_scale: str = "variance") -> np.ndarray:
