@@ -104,13 +104,15 @@ def one_run(epsilon: float, repeat: int, args) -> list[dict]:
         "DPVIm": rs.dpvi_baseline(release, "averaged", burn_in, draws=4000, seed=repeat),
     }
     rows = []
+    trace_summary = posteriors["noise-aware NUTS"].trace_summary  # the trace model's convergence (warnings are off)
     for method, posterior in posteriors.items():
         predicted = predictive(posterior, X_test)
         table = rs.calibration_curve(predicted, y_test, bins=10)
         equal_count = rs.calibration_curve(predicted, y_test, bins=10, strategy="quantile")
         rows.append({"epsilon": epsilon, "repeat": repeat, "method": method, "calibration_rmse": rs.calibration_rmse(table),
                      "calibration_rmse_equal_count": rs.calibration_rmse(equal_count),
-                     "dpvi_seconds": fit.seconds, "curve": table.reset_index().to_dict("list")})
+                     "dpvi_seconds": fit.seconds, "trace_r_hat_max": trace_summary["r_hat"].max(),
+                     "trace_ess_bulk_min": trace_summary["ess_bulk"].min(), "curve": table.reset_index().to_dict("list")})
     return rows
 
 
