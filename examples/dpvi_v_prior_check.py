@@ -30,21 +30,19 @@ from dpvi_tarp import ALPHAS, OUT, bootstrap_rmse, simulated_release  # noqa: E4
 
 import robust_stan as rs  # noqa: E402
 from _cluster import add_address_argument, cluster_pool  # noqa: E402
-from robust_stan.methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data  # noqa: E402
+from robust_stan.methods.noise_aware import (burn_in_steps, q_draws, sample_trace_model, trace_model_data,  # noqa: E402
+                                             trace_statistics)
 from robust_stan.results.coverage import tarp_coverage  # noqa: E402
 
 VARIANTS = ("prior from the post-burn-in trace (rs.noise_aware)", "prior from steps T/4..T/2", "last iterate")
 
 
 def slope_prior(release, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-    """|a_hat| and its sampling sd from the regression of g_{t+1} on phi_t over steps start..stop-1,
-    the same formulas as trace_model_data's, on another stretch of the trace."""
-    phis = release.iterates[start:stop]
-    grads = release.noisy_gradients[start:stop]
-    delta = phis - phis.mean(axis=0)
-    sum_dd = np.maximum(np.sum(delta**2, axis=0), 1e-300)
-    kappa = release.accounting.sampling_rate
-    return np.abs(np.sum(grads * delta, axis=0)) / (kappa * sum_dd), release.noise_sd / (kappa * np.sqrt(sum_dd))
+    """|a_hat| and its sampling sd from the regression of g_{t+1} on phi_t over steps start..stop-1:
+    trace_model_data's prior, on another stretch of the trace."""
+    stretch = trace_statistics(release.iterates[start:stop], release.noisy_gradients[start:stop],
+                               release.accounting.sampling_rate, release.noise_sd)
+    return stretch["v_prior_mean"], stretch["v_prior_sd"]
 
 
 def one_data_set(k: int, args) -> dict:

@@ -17,6 +17,12 @@
 //     Then location ~ N(0, 1) exactly and independently of v_std, whose density is v's marginal
 //     posterior: the same posterior of (phi_star, v), without the ridge between phi_star and a that
 //     NUTS cannot cross when a is weakly identified.
+functions {
+  // P(c): the precision of m's conditional posterior given c = kappa a (the prior's 1 plus the likelihood's)
+  vector conditional_precision(vector c, int n_obs, vector noise_var) {
+    return 1 + n_obs * square(c) ./ noise_var;
+  }
+}
 data {
   int<lower=1> d;                      // dimension of phi
   int<lower=1> n_obs;                  // post-burn-in pairs (phi_t, g~_{t+1})
@@ -44,7 +50,7 @@ transformed parameters {
   vector[d] phi_star;
   {
     vector[d] c = kappa * a;
-    vector[d] precision = 1 + n_obs * square(c) ./ noise_var;
+    vector[d] precision = conditional_precision(c, n_obs, noise_var);
     if (non_centred) {
       phi_star = phi_bar - c .* sum_g ./ (noise_var .* precision) + location ./ sqrt(precision);
     } else {
@@ -57,7 +63,7 @@ model {
   v_std ~ std_normal();
   if (non_centred) {
     // v's marginal posterior: m integrated out of the joint in closed form
-    vector[d] precision = 1 + n_obs * square(c) ./ noise_var;
+    vector[d] precision = conditional_precision(c, n_obs, noise_var);
     location ~ std_normal();
     target += -0.5 * sum((sum_gg - 2 * c .* sum_gd + square(c) .* sum_dd) ./ noise_var)
               + 0.5 * sum(square(c .* sum_g ./ noise_var) ./ precision) - 0.5 * sum(log(precision));

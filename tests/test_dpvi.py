@@ -19,11 +19,11 @@ from robust_stan.engines import compile_program
 from robust_stan.gradients.per_example import PerExampleGradients
 from robust_stan.methods.dpvi import (PerExampleObjective, clip_rows, heuristic_step_size, noisy_gradient, poisson_batch,
                                       softplus)
-from robust_stan.methods.noise_aware import sample_trace_model, trace_model_data, trace_model_program
-from robust_stan.results.fit import summary_table
+from robust_stan.methods.noise_aware import sample_trace_model, trace_model_data, trace_model_program, trace_statistics
 from robust_stan.methods.privacy_accounting import epsilon_for, solve_noise_multiplier
 from robust_stan.results.coverage import (calibrated_rmse_reference, calibration_curve, calibration_rmse,
                                           coverage_rmse, tarp_coverage)
+from robust_stan.results.fit import summary_table
 
 from .conftest import ENGINE
 
@@ -212,7 +212,7 @@ def test_trace_model_program_is_the_papers_likelihood(exponential):
 
 # -- statistical behaviour ---------------------------------------------------------------------
 def _linear_trace_statistics(a, step, noise_sd, kappa=0.1, steps=2000, seed=7):
-    """Sufficient statistics of a trace that follows eq. 20 exactly: phi* = 0, one coordinate per
+    """The trace model's data for a trace that follows eq. 20 exactly: phi* = 0, one coordinate per
     entry of ``a`` and ``step``, started at phi* (so there is no burn-in to discard)."""
     rng = np.random.default_rng(seed)
     phi, phis, grads = np.zeros(len(a)), [], []
@@ -221,13 +221,7 @@ def _linear_trace_statistics(a, step, noise_sd, kappa=0.1, steps=2000, seed=7):
         phis.append(phi.copy())
         grads.append(g)
         phi = phi - step * g
-    phis, grads = np.array(phis), np.array(grads)
-    delta = phis - phis.mean(axis=0)
-    sum_gd, sum_dd = (grads * delta).sum(0), (delta**2).sum(0)
-    return {"d": len(a), "n_obs": steps, "kappa": kappa, "noise_sd": np.full(len(a), noise_sd),
-            "phi_bar": phis.mean(0), "sum_g": grads.sum(0), "sum_gg": (grads**2).sum(0), "sum_gd": sum_gd,
-            "sum_dd": sum_dd, "v_prior_mean": np.abs(sum_gd) / (kappa * sum_dd),
-            "v_prior_sd": noise_sd / (kappa * np.sqrt(sum_dd))}
+    return trace_statistics(np.array(phis), np.array(grads), kappa, np.full(len(a), noise_sd))
 
 
 def _quadrature_moments(data: dict, j: int) -> tuple[float, float, float]:

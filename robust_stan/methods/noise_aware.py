@@ -67,18 +67,24 @@ def burn_in_steps(burn_in, steps: int) -> int:
 
 def trace_model_data(release: DPVIRelease, burn_in: int) -> dict:
     """Stan data of the post-processing model: the trace's sufficient statistics and the H.3 priors."""
-    phis = release.iterates[burn_in:release.steps]  # phi_t, t = T*..T-1
-    grads = release.noisy_gradients[burn_in:]       # g~_{t+1}
+    return trace_statistics(release.iterates[burn_in:release.steps],  # phi_t, t = T*..T-1
+                            release.noisy_gradients[burn_in:],        # g~_{t+1}
+                            release.accounting.sampling_rate, release.noise_sd)
+
+
+def trace_statistics(phis: np.ndarray, grads: np.ndarray, kappa: float, noise_sd) -> dict:
+    """The trace model's Stan data from pairs (phi_t, g~_{t+1}) (rows of ``phis`` and ``grads``):
+    sufficient statistics centred at the trace mean, and the H.3 prior of v (the least-squares
+    slope |a_hat| of the gradients on the iterates and its sampling sd)."""
     phi_bar = phis.mean(axis=0)
     delta = phis - phi_bar
     sum_dd = np.sum(delta**2, axis=0)
     sum_gd = np.sum(grads * delta, axis=0)
-    kappa = release.accounting.sampling_rate
     safe_dd = np.maximum(sum_dd, 1e-300)
-    return {"d": phis.shape[1], "n_obs": phis.shape[0], "kappa": kappa, "noise_sd": release.noise_sd,
+    return {"d": phis.shape[1], "n_obs": phis.shape[0], "kappa": kappa, "noise_sd": noise_sd,
             "phi_bar": phi_bar, "sum_g": grads.sum(axis=0), "sum_gg": np.sum(grads**2, axis=0), "sum_gd": sum_gd,
             "sum_dd": sum_dd, "v_prior_mean": np.abs(sum_gd) / (kappa * safe_dd),
-            "v_prior_sd": release.noise_sd / (kappa * np.sqrt(safe_dd))}
+            "v_prior_sd": noise_sd / (kappa * np.sqrt(safe_dd))}
 
 
 def sample_trace_model(stan_data: dict, method: str, draws: int, warmup: int, chains: int, seed: int,
