@@ -42,7 +42,7 @@ from ..common.errors import RobustStanInputError
 from ..common.resources import stan_include_path
 from ..engines import NutsSettings, compile_program
 from .dpvi import DPVIRelease, reparameterised, softplus
-from .laplace import laplace_approximation
+from .laplace import LaplaceApproximation, laplace_approximation
 
 METHODS = ("nuts", "laplace")
 
@@ -100,13 +100,19 @@ def sample_trace_model(stan_data: dict, method: str, draws: int, warmup: int, ch
                                 show_progress=show_progress)
         raw = program.sample({**stan_data, "non_centred": 1}, settings, None)
         return {"phi_star": raw.variables["phi_star"], "a": raw.variables["a"]}
-    # the paper's Laplace approximation in (phi*, v), here in their standardised form (an affine map)
-    centred = {**stan_data, "non_centred": 0}
-    approx = laplace_approximation(lambda x: program.log_density_gradient(centred, x), np.zeros(2 * d))
+    approx = trace_model_laplace(program, stan_data)
     rng = np.random.default_rng(seed)
     joint = approx.draws(chains * draws, rng).reshape(chains, draws, 2 * d)
     v = stan_data["v_prior_mean"] + stan_data["v_prior_sd"] * joint[..., d:]
     return {"phi_star": stan_data["phi_bar"] + joint[..., :d], "a": softplus(v)}
+
+
+def trace_model_laplace(program, stan_data: dict) -> LaplaceApproximation:
+    """The paper's Laplace approximation of the trace model in (phi*, v), in the standardised
+    coordinates (phi* - phi_bar, (v - v_prior_mean) / v_prior_sd) (an affine map) of the compiled
+    trace-model ``program``."""
+    centred = {**stan_data, "non_centred": 0}
+    return laplace_approximation(lambda x: program.log_density_gradient(centred, x), np.zeros(2 * int(stan_data["d"])))
 
 
 def q_draws(phis: np.ndarray, rng: np.random.Generator, q_scale: str = "variance") -> np.ndarray:
