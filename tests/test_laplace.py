@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from robust_stan.common.errors import RobustStanWarning
-from robust_stan.methods.laplace import laplace_approximation
+from robust_stan.methods.laplace import covariance_of_precision, laplace_approximation
 
 
 def gaussian(mean: np.ndarray, covariance: np.ndarray):
@@ -47,3 +47,14 @@ def test_a_flat_direction_is_floored_with_a_warning():
         approx = laplace_approximation(log_density_gradient, np.array([1.0, 3.0]))
     assert approx.covariance[0, 0] == pytest.approx(1.0, rel=1e-6)
     assert approx.covariance[1, 1] > 1e9
+
+
+def test_a_negative_curvature_is_floored_without_unscaling_the_others():
+    """minus the Hessian diag(1e4, 1e-9, -1): the saddle direction is floored with a warning, and the
+    small positive curvature keeps its variance 1e9 (unscaled, it was floored with the rest)."""
+    precision = np.diag([1e4, 1e-9, -1.0])
+    with pytest.warns(RobustStanWarning, match="not negative definite"):
+        covariance, _ = covariance_of_precision(precision)
+    assert covariance[0, 0] == pytest.approx(1e-4, rel=1e-12)
+    assert covariance[1, 1] == pytest.approx(1e9, rel=1e-12)
+    assert covariance[2, 2] > 1e9

@@ -6,8 +6,8 @@ The Hessian there is the central finite difference of the engine's exact
 gradient, column by column (2 d gradient calls), symmetrised; its error is
 O(h^2) times the third derivatives, h = 1e-4 (1 + |theta_j|). The covariance is
 minus its inverse, computed from the precision scaled to unit diagonal, so that
-how each coordinate happens to be scaled cannot make a genuine but small
-curvature look flat (``covariance_of_precision``), and
+the units of a coordinate cannot make a genuine but small curvature look flat
+(``covariance_of_precision``), and
 
     log Z  ~=  log p(mode) + (d / 2) log(2 pi) + (1 / 2) log det(covariance)
 
@@ -57,21 +57,22 @@ def hessian_by_differences(gradient, theta: np.ndarray, relative_step: float = 1
 def covariance_of_precision(precision: np.ndarray) -> tuple[np.ndarray, float]:
     """The inverse of a symmetric ``precision`` matrix and the log of its determinant.
 
-    Where its diagonal is positive, the inverse is taken of the precision scaled to unit diagonal,
-    D^-1/2 P D^-1/2 (D = diag P), whose eigenvalues do not depend on the coordinates' units. An
-    eigenvalue of that matrix at or below 1e-10 times its largest (a flat, improper or saddle
-    direction) is floored there, with a warning. A precision whose diagonal is not positive is
-    floored the same way unscaled. (Flooring the unscaled eigenvalues would flatten a coordinate
-    whose curvature is merely small in its units: the noise-aware trace model's v, at 1e-10 of
-    phi*'s curvature, kept only 0.2-4% of its sd that way.)"""
-    diagonal = np.diag(precision)
-    scale = 1.0 / np.sqrt(diagonal) if np.all(diagonal > 0) else np.ones_like(diagonal)
+    The inverse is taken of the precision scaled by 1 / sqrt|P_jj| (where P_jj is not 0), so that
+    its eigenvalues do not depend on the coordinates' units. An eigenvalue of the scaled matrix at
+    or below 1e-10 times its largest (a flat, improper or saddle direction) is floored there, with
+    a warning. (Flooring the unscaled eigenvalues would flatten a coordinate whose curvature is
+    merely small in its units: the noise-aware trace model's v, at 1e-10 of phi*'s curvature, kept
+    only 0.2-4% of its sd that way. A curvature that is tiny but positive in every direction it
+    touches is taken as genuine.)"""
+    magnitude = np.abs(np.diag(precision))
+    scale = np.where(magnitude > 0, 1.0 / np.sqrt(np.where(magnitude > 0, magnitude, 1.0)), 1.0)
     scaled = precision * np.outer(scale, scale)
     eigenvalues, vectors = np.linalg.eigh(0.5 * (scaled + scaled.T))
     floor = 1e-10 * max(1.0, float(np.max(np.abs(eigenvalues))))
     if np.any(eigenvalues <= floor):
         warnings.warn(f"Laplace approximation: the Hessian at the mode is not negative definite (smallest "
-                      f"curvature {eigenvalues.min():.3g}); floored to {floor:.3g}", RobustStanWarning, stacklevel=4)
+                      f"eigenvalue {eigenvalues.min():.3g} of minus the Hessian scaled to unit diagonal); floored "
+                      f"to {floor:.3g}", RobustStanWarning, stacklevel=4)
         eigenvalues = np.maximum(eigenvalues, floor)
     covariance = ((vectors / eigenvalues) @ vectors.T) * np.outer(scale, scale)
     return covariance, float(np.sum(np.log(eigenvalues)) - 2 * np.sum(np.log(scale)))
