@@ -65,7 +65,8 @@ def covariance_of_precision(precision: np.ndarray) -> tuple[np.ndarray, float]:
     only 0.2-4% of its sd that way. A curvature that is tiny but positive in every direction it
     touches is taken as genuine.)"""
     magnitude = np.abs(np.diag(precision))
-    scale = np.where(magnitude > 0, 1.0 / np.sqrt(np.where(magnitude > 0, magnitude, 1.0)), 1.0)
+    magnitude[magnitude == 0] = 1.0  # a coordinate with no curvature of its own stays unscaled
+    scale = 1.0 / np.sqrt(magnitude)
     scaled = precision * np.outer(scale, scale)
     eigenvalues, vectors = np.linalg.eigh(0.5 * (scaled + scaled.T))
     floor = 1e-10 * max(1.0, float(np.max(np.abs(eigenvalues))))
