@@ -58,3 +58,27 @@ def test_a_negative_curvature_is_floored_without_unscaling_the_others():
     assert covariance[0, 0] == pytest.approx(1e-4, rel=1e-12)
     assert covariance[1, 1] == pytest.approx(1e9, rel=1e-12)
     assert covariance[2, 2] > 1e9
+
+
+def test_a_curvature_made_of_rounding_is_reported():
+    """A coordinate the density does not depend on, whose computed gradient is quantised as rounding
+    quantises it (steps of 1.5e-4 in theta, 1.5e-14 in the gradient): the differenced curvature is a
+    small positive number, 1.5e-10 with the step 1e-4 and 0.75e-10 with twice it, so it is reported
+    (it used to pass as genuine and silently give a variance near 1e10)."""
+    quantum = 1.5e-4
+
+    def log_density_gradient(theta):
+        return -0.5 * theta[0] ** 2, np.array([-theta[0], -1e-10 * quantum * np.round(theta[1] / quantum)])
+    with pytest.warns(RobustStanWarning, match=r"coordinate\(s\) \[1\] is at the rounding level"):
+        approx = laplace_approximation(log_density_gradient, np.array([1.0, 0.0]))
+    assert approx.covariance[0, 0] == pytest.approx(1.0, rel=1e-6)
+
+
+def test_a_small_but_smooth_curvature_is_not_reported():
+    """A genuine curvature 1e-12 of the largest (sds 1e-3 and 1e3) differences alike with both steps:
+    no warning, and its variance is its own."""
+    covariance = np.diag([1e-6, 1e6])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RobustStanWarning)
+        approx = laplace_approximation(gaussian(np.zeros(2), covariance), np.array([1e-3, 1e3]))
+    assert approx.covariance[1, 1] == pytest.approx(1e6, rel=1e-6)

@@ -7,7 +7,10 @@ gradient, column by column (2 d gradient calls), symmetrised; its error is
 O(h^2) times the third derivatives, h = 1e-4 (1 + |theta_j|). The covariance is
 minus its inverse, computed from the precision scaled to unit diagonal, so that
 the units of a coordinate cannot make a genuine but small curvature look flat
-(``covariance_of_precision``), and
+(``covariance_of_precision``). A curvature that small is checked against rounding
+(``curvatures_at_rounding_level``: differenced again with twice the step, a real
+curvature barely moves and one made of rounding does), with a warning where it
+fails. Then
 
     log Z  ~=  log p(mode) + (d / 2) log(2 pi) + (1 / 2) log det(covariance)
 
@@ -54,6 +57,27 @@ def hessian_by_differences(gradient, theta: np.ndarray, relative_step: float = 1
     return 0.5 * (out + out.T)
 
 
+def curvatures_at_rounding_level(gradient, theta: np.ndarray, precision: np.ndarray,
+                                  relative_step: float = 1e-4, small: float = 1e-8) -> list[int]:
+    """The coordinates j whose curvature P_jj (``precision`` = minus the differenced Hessian) is
+    positive but at most ``small`` times the largest diagonal, and changes by more than 10% when
+    differenced with twice the step: there P_jj is rounding in the gradient, not curvature. (A smooth
+    log density's central difference moves by O(h^2) relative to itself; rounding e moves it by
+    e / h.) Two gradient calls per such coordinate."""
+    diagonal = np.diag(precision)
+    suspects = np.flatnonzero((diagonal > 0) & (diagonal <= small * np.max(np.abs(diagonal))))
+    unreliable = []
+    for j in suspects:
+        h = 2 * relative_step * (1.0 + abs(theta[j]))
+        up, down = theta.copy(), theta.copy()
+        up[j] += h
+        down[j] -= h
+        twice_the_step = -(gradient(up)[j] - gradient(down)[j]) / (2 * h)
+        if abs(twice_the_step - diagonal[j]) > 0.1 * diagonal[j]:
+            unreliable.append(int(j))
+    return unreliable
+
+
 def covariance_of_precision(precision: np.ndarray) -> tuple[np.ndarray, float]:
     """The inverse of a symmetric ``precision`` matrix and the log of its determinant.
 
@@ -82,7 +106,8 @@ def covariance_of_precision(precision: np.ndarray) -> tuple[np.ndarray, float]:
 def laplace_approximation(log_density_gradient, init: np.ndarray, max_iterations: int = 2000) -> LaplaceApproximation:
     """Laplace approximation at the mode of ``log_density_gradient`` (theta -> (log p, grad)),
     started from ``init``. A Hessian that is not negative definite (a flat or improper
-    direction) is made so by flooring its eigenvalues, with a warning."""
+    direction) is made so by flooring its eigenvalues, with a warning; so is a curvature made
+    of rounding (``curvatures_at_rounding_level``)."""
     def negative(theta):
         value, grad = log_density_gradient(theta)
         if not np.isfinite(value):
@@ -92,7 +117,13 @@ def laplace_approximation(log_density_gradient, init: np.ndarray, max_iterations
     result = optimize.minimize(negative, np.asarray(init, dtype=float), jac=True, method="L-BFGS-B",
                                options={"maxiter": max_iterations, "gtol": 1e-9, "ftol": 1e-14})
     mode = result.x
-    precision = -hessian_by_differences(lambda t: log_density_gradient(t)[1], mode)
+    gradient = lambda t: log_density_gradient(t)[1]  # noqa: E731
+    precision = -hessian_by_differences(gradient, mode)
+    unreliable = curvatures_at_rounding_level(gradient, mode, precision)
+    if unreliable:
+        warnings.warn(f"Laplace approximation: the curvature at the mode of coordinate(s) {unreliable} is at the "
+                      f"rounding level of the gradient's differences (it changes with the step), so their "
+                      f"variance is not reliable; the density may be flat there", RobustStanWarning, stacklevel=2)
     covariance, log_det_precision = covariance_of_precision(precision)
     cholesky = np.linalg.cholesky(0.5 * (covariance + covariance.T))
     log_normaliser = -float(result.fun) + 0.5 * mode.size * np.log(2 * np.pi) - 0.5 * log_det_precision
