@@ -106,8 +106,8 @@ def covariance_of_precision(precision: np.ndarray) -> tuple[np.ndarray, float]:
 def laplace_approximation(log_density_gradient, init: np.ndarray, max_iterations: int = 2000) -> LaplaceApproximation:
     """Laplace approximation at the mode of ``log_density_gradient`` (theta -> (log p, grad)),
     started from ``init``. A Hessian that is not negative definite (a flat or improper
-    direction) is made so by flooring its eigenvalues, with a warning; so is a curvature made
-    of rounding (``curvatures_at_rounding_level``)."""
+    direction) is made so by flooring its eigenvalues, with a warning. A positive curvature made
+    of rounding (``curvatures_at_rounding_level``) is kept, with a warning."""
     def negative(theta):
         value, grad = log_density_gradient(theta)
         if not np.isfinite(value):
