@@ -20,9 +20,9 @@ Writes examples/results/dpvi_linear_regression_per_coordinate/per_coordinate.csv
 
 ``--experiment coupling`` asks whether a trace model could learn the coupling that biases
 log sigma^2 (w's wander enters sigma^2's gradient as residual variance) from the release
-alone. The loss -log N(y | x'w, sigma) makes the noisy gradient of sigma^2's mean depend on
-w's iterates through D = (w_t - w_hat)' S (w_t - w_hat), S = X'X / N, with slope
--(kappa N / 2) E_q[exp(-log sigma^2)]. On each release the post-burn-in gradients of log
+alone. The loss -log N(y | x'w, sigma) makes the noisy gradient of log sigma^2's mean depend
+on w's iterates through D = (w_t - w_hat)' S (w_t - w_hat), S = Z'Z / N for the design
+Z = [X, 1], with slope -(kappa N / 2) E_q[exp(-log sigma^2)]. On each release the post-burn-in gradients of log
 sigma^2's mean are regressed on (1, log sigma^2's iterate, D); the slope on D, its standard
 error, and the slope the loss implies are written to coupling.csv, with the shift the
 coupling makes in the point where log sigma^2's gradient vanishes, log(1 + mean D / sigma_hat^2).
@@ -87,8 +87,8 @@ def one_data_set(epsilon: float, k: int, args) -> list[dict]:
 
 def coupling_of_one_release(epsilon: float, k: int, args) -> dict:
     """The regression of log sigma^2's noisy gradients on w's squared wander D (module docstring) on
-    dpvi_tarp's data set k, against the slope the loss implies; the data are used to compute D and the
-    implied slope only, to say how large the coupling is."""
+    dpvi_tarp's data set k, against the slope the loss implies (from kappa, N and the iterates); the data
+    are used for D only (w_hat and S), to say how large the coupling is."""
     simulated = simulated_release(NAME, epsilon, 0, k, args)
     release, data = simulated.release, simulated.data
     n = release.dimension

@@ -60,16 +60,18 @@ def test_a_negative_curvature_is_floored_without_unscaling_the_others():
     assert covariance[2, 2] > 1e9
 
 
-def test_a_curvature_made_of_rounding_is_reported():
+@pytest.mark.parametrize("size", [1e-10, 1e-3])
+def test_a_curvature_made_of_rounding_is_reported(size):
     """A coordinate the density does not depend on, whose computed gradient is quantised as rounding
-    quantises it (steps of 1.5e-4 in theta, 1.5e-14 in the gradient): the differenced curvature is a
-    small positive number, 1.5e-10 with the step 1e-4 and 0.75e-10 with twice it, so it is reported
-    (it used to pass as genuine and silently give a variance near 1e10)."""
+    quantises it (steps of 1.5e-4 in theta): the differenced curvature is a positive number, 1.5 size
+    with the step 1e-4 and 0.75 size with twice it, so it is reported. (It used to pass as genuine and
+    silently give a variance of 1 / (1.5 size); a curvature made of rounding need not be small against
+    the others, hence size 1e-3 as well as 1e-10.)"""
     quantum = 1.5e-4
 
     def log_density_gradient(theta):
-        return -0.5 * theta[0] ** 2, np.array([-theta[0], -1e-10 * quantum * np.round(theta[1] / quantum)])
-    with pytest.warns(RobustStanWarning, match=r"coordinate\(s\) \[1\] is at the rounding level"):
+        return -0.5 * theta[0] ** 2, np.array([-theta[0], -size * quantum * np.round(theta[1] / quantum)])
+    with pytest.warns(RobustStanWarning, match=r"coordinate\(s\) \[1\] changes by more than 10%"):
         approx = laplace_approximation(log_density_gradient, np.array([1.0, 0.0]))
     assert approx.covariance[0, 0] == pytest.approx(1.0, rel=1e-6)
 

@@ -7,7 +7,7 @@ gradient, column by column (2 d gradient calls), symmetrised; its error is
 O(h^2) times the third derivatives, h = 1e-4 (1 + |theta_j|). The covariance is
 minus its inverse, computed from the precision scaled to unit diagonal, so that
 the units of a coordinate cannot make a genuine but small curvature look flat
-(``covariance_of_precision``). A curvature that small is checked against rounding
+(``covariance_of_precision``). Each positive curvature is checked against rounding
 (``curvatures_at_rounding_level``: differenced again with twice the step, a real
 curvature barely moves and one made of rounding does), with a warning where it
 fails. Then
@@ -58,16 +58,16 @@ def hessian_by_differences(gradient, theta: np.ndarray, relative_step: float = 1
 
 
 def curvatures_at_rounding_level(gradient, theta: np.ndarray, precision: np.ndarray,
-                                  relative_step: float = 1e-4, small: float = 1e-8) -> list[int]:
+                                  relative_step: float = 1e-4) -> list[int]:
     """The coordinates j whose curvature P_jj (``precision`` = minus the differenced Hessian) is
-    positive but at most ``small`` times the largest diagonal, and changes by more than 10% when
-    differenced with twice the step: there P_jj is rounding in the gradient, not curvature. (A smooth
-    log density's central difference moves by O(h^2) relative to itself; rounding e moves it by
-    e / h.) Two gradient calls per such coordinate."""
+    positive and changes by more than 10% when differenced with twice the step: there P_jj is
+    rounding in the gradient (which moves a central difference by e / h), or the step is too large
+    for how fast the curvature varies (a smooth log density's difference moves by O(h^2) relative to
+    itself). Every positive diagonal is checked: rounding scales with the size of the gradient's
+    terms, which a small P_jj does not reveal. Two gradient calls per coordinate."""
     diagonal = np.diag(precision)
-    suspects = np.flatnonzero((diagonal > 0) & (diagonal <= small * np.max(np.abs(diagonal))))
     unreliable = []
-    for j in suspects:
+    for j in np.flatnonzero(diagonal > 0):
         h = 2 * relative_step * (1.0 + abs(theta[j]))
         up, down = theta.copy(), theta.copy()
         up[j] += h
@@ -121,9 +121,10 @@ def laplace_approximation(log_density_gradient, init: np.ndarray, max_iterations
     precision = -hessian_by_differences(gradient, mode)
     unreliable = curvatures_at_rounding_level(gradient, mode, precision)
     if unreliable:
-        warnings.warn(f"Laplace approximation: the curvature at the mode of coordinate(s) {unreliable} is at the "
-                      f"rounding level of the gradient's differences (it changes with the step), so their "
-                      f"variance is not reliable; the density may be flat there", RobustStanWarning, stacklevel=2)
+        warnings.warn(f"Laplace approximation: the curvature at the mode of coordinate(s) {unreliable} changes by "
+                      f"more than 10% with the differencing step (rounding in the gradient, or a step too large for "
+                      f"the density's shape), so their variance is not reliable; the density may be flat there",
+                      RobustStanWarning, stacklevel=3)
     covariance, log_det_precision = covariance_of_precision(precision)
     cholesky = np.linalg.cholesky(0.5 * (covariance + covariance.T))
     log_normaliser = -float(result.fun) + 0.5 * mode.size * np.log(2 * np.pi) - 0.5 * log_det_precision
