@@ -16,12 +16,13 @@ against KL's. Writes examples/results/select_divergence/{table.csv, curves.csv, 
 
     python examples/select_divergence.py [--rows 200] [--seed 1]
 
-``--replicates K`` runs the two discrete cases only, on K data sets (seeds 1..K, the data of
-seed 1 being the main run's), to show how one data set's error ratio sits among others:
-writes replicates_n<rows>.csv and prints each case's choices and ratio distribution.
+``--replicates K`` chooses (fits="reweight" or the estimated MSE) and scores every case on K
+data sets (seeds 1..K, the data of seed 1 being the main run's), without the full grid, to
+show how one data set's error ratio sits among others: writes replicates_n<rows>.csv and
+prints each case's choices and ratio distribution.
 
     python examples/select_divergence.py --replicates 50
-    python examples/select_divergence.py --replicates 10 --rows 2000
+    python examples/select_divergence.py --replicates 10 --rows 2000 --cases logistic_flips poisson_inflated
 """
 
 from __future__ import annotations
@@ -98,10 +99,33 @@ def discrete_case(case: str, rows: int, seed: int) -> tuple[dict, object]:
     return row, selection
 
 
-def replicate_discrete_cases(replicates: int, rows: int) -> None:
-    """The discrete cases on data sets of seeds 1..``replicates``: replicates_n<rows>.csv and a summary."""
-    table = pd.DataFrame([{**discrete_case(case, rows, seed)[0], "seed": seed, "rows": rows}
-                          for case in DISCRETE for seed in range(1, replicates + 1)])
+PATTERNS = ("clean", "y_outliers", "leverage")
+
+
+def continuous_case(pattern: str, rows: int, seed: int) -> dict:
+    """A linear-regression pattern on the data set of ``seed``: beta chosen by the H-score with
+    fits="reweight", and the coefficient error of the choice against KL and beta fixed at 0.1, 0.3 and
+    0.5, each fitted with its chains started in its posterior's largest mode."""
+    data = simulate(pattern, rows, np.random.default_rng([seed, PATTERNS.index(pattern)]))
+    model = rs.glm("normal")
+    selection = rs.select_divergence(model, data, fits="reweight", seed=seed, **SAMPLE)
+    errors = {name: coefficient_error(model.sample(data, divergence=d, seed=seed, inits="mode",
+                                                   show_progress=False, **SAMPLE))
+              for name, d in FIXED.items()}
+    row = {"pattern": pattern, "criterion": "hscore", "chosen (reweight)": repr(selection.divergence),
+           "fits (reweight)": len(selection.fits), "error (chosen)": coefficient_error(selection.fit),
+           **{f"error ({name})": value for name, value in errors.items()}}
+    row["error ratio to best fixed"] = row["error (chosen)"] / min(errors.values())
+    return row
+
+
+def replicate_cases(replicates: int, rows: int, cases: list[str]) -> None:
+    """``cases`` on data sets of seeds 1..``replicates``: replicates_n<rows>.csv and a summary."""
+    seeds = range(1, replicates + 1)
+    table = pd.DataFrame([{**continuous_case(case, rows, seed), "seed": seed, "rows": rows}
+                          for case in PATTERNS if case in cases for seed in seeds]
+                         + [{**discrete_case(case, rows, seed)[0], "seed": seed, "rows": rows}
+                            for case in DISCRETE if case in cases for seed in seeds])
     table.to_csv(OUT / f"replicates_n{rows}.csv", index=False)
     for case, sub in table.groupby("pattern", sort=False):
         ratio = sub["error ratio to best fixed"]
@@ -115,16 +139,18 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--replicates", type=int, default=0, help="run the discrete cases only, on this many data sets")
+    parser.add_argument("--replicates", type=int, default=0,
+                        help="instead of the full-grid comparison: choose and score --cases on this many data sets")
+    parser.add_argument("--cases", nargs="+", choices=[*PATTERNS, *DISCRETE], default=[*PATTERNS, *DISCRETE])
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     if args.replicates:
-        replicate_discrete_cases(args.replicates, args.rows)
+        replicate_cases(args.replicates, args.rows, args.cases)
         return
     model = rs.glm("normal")
     model.compile()
     rows, curves = [], []
-    for k, pattern in enumerate(("clean", "y_outliers", "leverage")):
+    for k, pattern in enumerate(PATTERNS):
         data = simulate(pattern, args.rows, np.random.default_rng([args.seed, k]))
         runs = {}
         for fits in ("reweight", "full"):
