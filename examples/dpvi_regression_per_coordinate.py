@@ -103,17 +103,24 @@ def one_data_set(epsilon: float, k: int, args) -> list[dict]:
     return rows
 
 
+def log_sigma2_trace(epsilon: float, k: int, args) -> tuple:
+    """dpvi_tarp's data set k and DP-VI's release on it (a SimulatedRelease), the post-burn-in iterates,
+    log sigma^2's noisy gradients there, and the design [X, 1]."""
+    simulated = simulated_release(NAME, epsilon, 0, k, args)
+    release = simulated.release
+    start = burn_in_steps(simulated.burn_in, release.steps)
+    design = np.c_[simulated.data["X"], np.ones(len(simulated.data["y"]))]
+    return (simulated, release.iterates[start:release.steps],
+            release.noisy_gradients[start:, release.dimension - 1], design)
+
+
 def coupling_of_one_release(epsilon: float, k: int, args) -> dict:
     """The regression of log sigma^2's noisy gradients on w's squared wander D (module docstring) on
     dpvi_tarp's data set k, against the slope the loss implies (from kappa, N and the iterates); the data
     are used for D only (w_hat and S), to say how large the coupling is."""
-    simulated = simulated_release(NAME, epsilon, 0, k, args)
+    simulated, phi, gradient, design = log_sigma2_trace(epsilon, k, args)
     release, data = simulated.release, simulated.data
     n = release.dimension
-    start = burn_in_steps(simulated.burn_in, release.steps)
-    phi = release.iterates[start:release.steps]
-    gradient = release.noisy_gradients[start:, n - 1]
-    design = np.c_[data["X"], np.ones(len(data["y"]))]
     w_hat, residuals, *_ = np.linalg.lstsq(design, data["y"], rcond=None)
     sigma2_hat = residuals[0] / len(data["y"])
     deviation = phi[:, :n - 1] - w_hat
@@ -170,13 +177,9 @@ def slope_bias(coupling: pd.DataFrame, args, replicates: int = 400) -> pd.DataFr
 def structural_of_one_release(epsilon: float, k: int, args) -> dict:
     """phi*_s's posterior (flat prior, grid) under the normal likelihood's own trace model for log sigma^2
     (module docstring) on dpvi_tarp's data set k."""
-    simulated = simulated_release(NAME, epsilon, 0, k, args)
+    simulated, phi, gradient, design = log_sigma2_trace(epsilon, k, args)
     release, data = simulated.release, simulated.data
     n = release.dimension
-    start = burn_in_steps(simulated.burn_in, release.steps)
-    phi = release.iterates[start:release.steps]
-    gradient = release.noisy_gradients[start:, n - 1]
-    design = np.c_[data["X"], np.ones(len(data["y"]))]
     s_diagonal = np.einsum("ij,ij->j", design, design) / len(data["y"])
     w, log_sigma2 = phi[:, :n - 1], phi[:, n - 1]
     wander = ((w - w.mean(axis=0)) ** 2 * s_diagonal).sum(axis=1)
