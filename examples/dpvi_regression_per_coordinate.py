@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from dpvi_tarp import OUT, settings_of, simulated_release  # noqa: E402
 
 import robust_stan as rs  # noqa: E402
-from robust_stan.methods.dpvi import q_sd  # noqa: E402
+from robust_stan.methods.dpvi import heuristic_step_size, q_sd  # noqa: E402
 from robust_stan.methods.noise_aware import burn_in_steps  # noqa: E402
 
 NAME = "linear_regression"
@@ -148,11 +148,13 @@ def slope_bias(coupling: pd.DataFrame, args, replicates: int = 400) -> pd.DataFr
     lambda_c = settings["lambda_c"][11]  # log sigma^2's mean, the entry after w's 11 means
     d = len(settings["lambda_c"])  # phi's dimension, in DP-VI's step rule
     rows = []
-    for epsilon, sub in coupling.groupby("epsilon"):
-        a = float((sub.implied_slope.abs() * (sub.sigma2_hat + sub.mean_wander)).median())
+    # log sigma^2's curvature the loss implies: (kappa N / 2) E_q[exp(-log sigma^2)] (sigma_hat^2 + D)
+    implied_a = coupling.implied_slope.abs() * (coupling.sigma2_hat + coupling.mean_wander)
+    for epsilon, sub in coupling.assign(implied_a=implied_a).groupby("epsilon"):
+        a = float(sub.implied_a.median())
         push = float((sub.implied_slope * sub.mean_wander).median())
-        noise = float(sub.gradient_noise_sd.median())
-        step = np.sqrt(2) * lambda_c / (noise * np.sqrt(args.steps * d))
+        noise = float(sub.gradient_noise_sd.median())  # sigma C (beta is 1 for the means)
+        step = heuristic_step_size(lambda_c, noise / settings["clip"], settings["clip"], args.steps, d)
         s = np.zeros(replicates)
         trace, gradients = [], []
         for _ in range(args.steps):
@@ -169,8 +171,7 @@ def slope_bias(coupling: pd.DataFrame, args, replicates: int = 400) -> pd.DataFr
         rows.append({"epsilon": epsilon, "true_a": a, "push": push, "noise_sd": noise, "step": step,
                      "relaxation_steps": 1 / (step * a), "median_slope": np.median(slope), "mean_slope": slope.mean(),
                      "median_slope_over_a": np.median(slope) / a, "median_abs_slope_over_se": np.median(np.abs(slope) / se),
-                     "releases_median_slope_over_a": float((sub.slope_on_log_sigma2 / (sub.implied_slope.abs()
-                                                             * (sub.sigma2_hat + sub.mean_wander))).median())})
+                     "releases_median_slope_over_a": float((sub.slope_on_log_sigma2 / sub.implied_a).median())})
     return pd.DataFrame(rows)
 
 
