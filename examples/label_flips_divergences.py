@@ -125,6 +125,15 @@ def summarise_finite(table: pd.DataFrame) -> pd.DataFrame:
                          "share above 100": grouped.apply(lambda e: float(np.mean(e > 100)))}).round(3)
 
 
+def scores(b: np.ndarray) -> dict:
+    """The posterior draws of b (draws x coefficients) against the truth: the posterior mean's error,
+    the mean posterior sd, and the share of coefficients whose central 90% interval holds b."""
+    low, high = np.quantile(b, [0.05, 0.95], axis=0)
+    return {"coefficient error": float(np.linalg.norm(b.mean(axis=0) - TRUE_B)),
+            "posterior sd (mean over b)": float(b.std(axis=0).mean()),
+            "90% intervals holding b": float(np.mean((low <= TRUE_B) & (TRUE_B <= high)))}
+
+
 def log_density_gap(model, data: dict, divergence, kind: str, value: float, fit) -> float:
     """The largest difference, over DENSITY_CHECKS posterior draws spread over the fit, between the
     library's log density and the NumPy one (the glm's normal priors minus N times the loss), both
@@ -152,15 +161,11 @@ def library(datasets: int) -> pd.DataFrame:
             seconds = time.perf_counter() - start
             b = np.asarray(fit.posterior["b"]).reshape(-1, TRUE_B.size)
             b_numpy = minimiser(data["X"], data["y"].astype(float), kind, value)[1:]
-            low, high = np.quantile(b, [0.05, 0.95], axis=0)
-            rows.append({"seed": seed, "divergence": name, "sampling seconds": seconds,
-                         "coefficient error": float(np.linalg.norm(b.mean(axis=0) - TRUE_B)),
-                         "posterior sd (mean over b)": float(b.std(axis=0).mean()),
+            rows.append({"seed": seed, "divergence": name, "sampling seconds": seconds, **scores(b),
                          "largest |posterior mean - NumPy minimiser|": float(np.max(np.abs(b.mean(axis=0) - b_numpy))),
                          "|posterior mean| - |NumPy minimiser| (norms of b)":
                              float(np.linalg.norm(b.mean(axis=0)) - np.linalg.norm(b_numpy)),
                          "posterior mean - median (mean over b)": float(np.mean(b.mean(axis=0) - np.median(b, axis=0))),
-                         "90% intervals holding b": float(np.mean((low <= TRUE_B) & (TRUE_B <= high))),
                          "log density vs NumPy": log_density_gap(model, data, divergence, kind, value, fit)})
             print(pd.Series(rows[-1]).to_string(), flush=True)
     return pd.DataFrame(rows)
@@ -176,21 +181,18 @@ def flip_model() -> rs.Model:
 
 
 def flip_model_coverage(datasets: int) -> pd.DataFrame:
-    models = {"flip model (KL)": flip_model(), "glm (KL)": rs.glm("bernoulli")}
+    # name: (model, data it needs beyond X and y)
+    models = {"flip model (KL)": (flip_model(), {"P": TRUE_B.size}), "glm (KL)": (rs.glm("bernoulli"), {})}
     rows = []
     for n, seed in [(200, s) for s in range(1, datasets + 1)] + [(2000, s) for s in range(1, datasets // 10 + 1)]:
         data = simulate_discrete("logistic_flips", n, np.random.default_rng([seed, 10]))
-        for name, model in models.items():
-            fit = model.sample({**data, "P": TRUE_B.size} if name.startswith("flip") else data, seed=seed, chains=4,
-                               iter_warmup=500, iter_sampling=1000, show_progress=False)
-            b = np.asarray(fit.posterior["b"]).reshape(-1, TRUE_B.size)
-            low, high = np.quantile(b, [0.05, 0.95], axis=0)
-            summary = fit.summary()
-            rows.append({"rows": n, "seed": seed, "model": name, "coefficient error": float(np.linalg.norm(b.mean(axis=0) - TRUE_B)),
-                         "posterior sd (mean over b)": float(b.std(axis=0).mean()),
-                         "90% intervals holding b": float(np.mean((low <= TRUE_B) & (TRUE_B <= high))),
+        for name, (model, extra) in models.items():
+            fit = model.sample({**data, **extra}, seed=seed, chains=4, iter_warmup=500, iter_sampling=1000,
+                               show_progress=False)
+            rows.append({"rows": n, "seed": seed, "model": name,
+                         **scores(np.asarray(fit.posterior["b"]).reshape(-1, TRUE_B.size)),
                          "e (posterior mean)": float(np.mean(fit.posterior["e"])) if "e" in fit.posterior else np.nan,
-                         "largest R-hat": float(summary["r_hat"].max())})
+                         "largest R-hat": float(fit.summary()["r_hat"].max())})
         print(pd.Series(rows[-2]).to_string(), flush=True)
     return pd.DataFrame(rows)
 
