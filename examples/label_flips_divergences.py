@@ -2,7 +2,7 @@
 estimate remove the flips' attenuation? (Issue 24's ``logistic_flips`` case.)
 
 The case of ``examples/select_divergence.py``: y ~ Bernoulli(logit^-1(0.3 + X b)), X ~ N(0, I_2),
-b = (1.5, -1), and the labels of a tenth of the rows, chosen at random, flipped. Three parts:
+b = (1.5, -1), and the labels of a tenth of the rows, chosen at random, flipped. Four parts (``--parts``):
 
 - ``population``: the minimiser of each divergence's expected loss (N -> infinity). The expectation
   over y is exact (P(y = 1 | x) = 0.1 + 0.8 logit^-1(eta), the share of flipped rows being fixed at a
@@ -41,13 +41,11 @@ from scipy.special import expit, log_expit
 from scipy.stats import norm
 
 import robust_stan as rs
-from select_divergence import DISCRETE, simulate_discrete
+from select_divergence import DISCRETE, LOGISTIC_INTERCEPT, discrete_data
 
 OUT = Path(__file__).parent / "results" / "select_divergence"
 _FAMILY, TRUE_B = DISCRETE["logistic_flips"]
-# as simulate_discrete draws them: logit P(y = 1) = 0.3 + X b, and n // 10 labels flipped
-INTERCEPT = 0.3
-FLIPPED = 0.1
+FLIPPED = 0.1  # as simulate_discrete flips them: n // 10 labels
 
 # (kind, value): beta beyond the selection's default grid (0.05-1) and decomposable gamma up to 100
 POPULATION_GRID = ([("KL", 0.0)] + [("beta", v) for v in (0.1, 0.3, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)]
@@ -81,7 +79,7 @@ def expected_loss(theta: np.ndarray, X: np.ndarray, p_one: np.ndarray, kind: str
 def minimiser(X: np.ndarray, p_one: np.ndarray, kind: str, value: float) -> np.ndarray:
     """The lower of two BFGS optima (from the truth and from zero). Where the loss decreases without
     bound (the original gamma form on some small data sets), this is wherever BFGS stopped."""
-    starts = (np.array([INTERCEPT, *TRUE_B]), np.zeros(1 + TRUE_B.size))
+    starts = (np.array([LOGISTIC_INTERCEPT, *TRUE_B]), np.zeros(1 + TRUE_B.size))
     found = [minimize(expected_loss, s, args=(X, p_one, kind, value), method="BFGS", options={"gtol": 1e-9})
              for s in starts]
     return min(found, key=lambda r: r.fun).x
@@ -93,7 +91,7 @@ def population(x_rows: int) -> pd.DataFrame:
         estimates = []
         for draw in (0, 1):
             X = np.random.default_rng([draw, 77]).normal(size=(x_rows, TRUE_B.size))
-            p_one = FLIPPED + (1 - 2 * FLIPPED) * expit(INTERCEPT + X @ TRUE_B)
+            p_one = FLIPPED + (1 - 2 * FLIPPED) * expit(LOGISTIC_INTERCEPT + X @ TRUE_B)
             estimates.append(minimiser(X, p_one, kind, value))
         b_hat = estimates[0][1:]
         rows.append({"divergence": kind, "value": value, "intercept": estimates[0][0], "b1": b_hat[0], "b2": b_hat[1],
@@ -107,7 +105,7 @@ def finite(replicates: int) -> pd.DataFrame:
     rows = []
     for n in (200, 2000):
         for seed in range(1, replicates + 1):
-            data = simulate_discrete("logistic_flips", n, np.random.default_rng([seed, 10]))
+            data = discrete_data("logistic_flips", n, seed)
             for kind, value in FINITE_GRID:
                 b_hat = minimiser(data["X"], data["y"].astype(float), kind, value)[1:]
                 rows.append({"rows": n, "seed": seed, "divergence": kind, "value": value,
@@ -153,7 +151,7 @@ def library(datasets: int) -> pd.DataFrame:
     model = rs.glm("bernoulli")
     rows = []
     for seed in range(1, datasets + 1):
-        data = simulate_discrete("logistic_flips", 2000, np.random.default_rng([seed, 10]))
+        data = discrete_data("logistic_flips", 2000, seed)
         for name, divergence, kind, value in LIBRARY_GRID:
             start = time.perf_counter()
             fit = model.sample(data, divergence=divergence, seed=seed, chains=4, iter_warmup=500,
@@ -185,7 +183,7 @@ def flip_model_coverage(datasets: int) -> pd.DataFrame:
     models = {"flip model (KL)": (flip_model(), {"P": TRUE_B.size}), "glm (KL)": (rs.glm("bernoulli"), {})}
     rows = []
     for n, seed in [(200, s) for s in range(1, datasets + 1)] + [(2000, s) for s in range(1, datasets // 10 + 1)]:
-        data = simulate_discrete("logistic_flips", n, np.random.default_rng([seed, 10]))
+        data = discrete_data("logistic_flips", n, seed)
         for name, (model, extra) in models.items():
             fit = model.sample({**data, **extra}, seed=seed, chains=4, iter_warmup=500, iter_sampling=1000,
                                show_progress=False)

@@ -62,6 +62,7 @@ def coefficient_error(fit, true_b: np.ndarray = TRUE_B) -> float:
 # discrete outcomes, where the H-score does not apply: beta chosen by criterion="mse"
 DISCRETE = {"logistic_flips": ("bernoulli", np.array([1.5, -1.0])),
             "poisson_inflated": ("poisson", np.array([0.4, -0.3]))}
+LOGISTIC_INTERCEPT = 0.3
 
 
 def simulate_discrete(case: str, n: int, rng: np.random.Generator) -> dict:
@@ -71,7 +72,7 @@ def simulate_discrete(case: str, n: int, rng: np.random.Generator) -> dict:
     family, true_b = DISCRETE[case]
     X = rng.normal(size=(n, true_b.size))
     if family == "bernoulli":
-        y = rng.binomial(1, 1 / (1 + np.exp(-(0.3 + X @ true_b))))
+        y = rng.binomial(1, 1 / (1 + np.exp(-(LOGISTIC_INTERCEPT + X @ true_b))))
         flipped = rng.choice(n, n // 10, replace=False)
         y[flipped] = 1 - y[flipped]
     else:
@@ -80,11 +81,16 @@ def simulate_discrete(case: str, n: int, rng: np.random.Generator) -> dict:
     return {"X": X, "y": y}
 
 
+def discrete_data(case: str, rows: int, seed: int) -> dict:
+    """The data set of ``seed`` for a discrete case, as every script that scores the case draws it."""
+    return simulate_discrete(case, rows, np.random.default_rng([seed, 10 + list(DISCRETE).index(case)]))
+
+
 def discrete_case(case: str, rows: int, seed: int) -> tuple[dict, object]:
     """A discrete case on the data set of ``seed``: beta chosen by the estimated MSE, and the coefficient
     error of the choice against KL and beta fixed at 0.1, 0.3 and 0.5 (the table's row, and the Selection)."""
     family, true_b = DISCRETE[case]
-    data = simulate_discrete(case, rows, np.random.default_rng([seed, 10 + list(DISCRETE).index(case)]))
+    data = discrete_data(case, rows, seed)
     model = rs.glm(family)
     start = time.perf_counter()
     selection = rs.select_divergence(model, data, criterion="mse", seed=seed, **SAMPLE)
