@@ -86,13 +86,13 @@ def minimiser(X: np.ndarray, p_one: np.ndarray, kind: str, value: float) -> np.n
 
 
 def population(x_rows: int) -> pd.DataFrame:
+    samples = []  # two independent x-samples, each with P(y = 1 | x) under the flips
+    for draw in (0, 1):
+        X = np.random.default_rng([draw, 77]).normal(size=(x_rows, TRUE_B.size))
+        samples.append((X, FLIPPED + (1 - 2 * FLIPPED) * expit(LOGISTIC_INTERCEPT + X @ TRUE_B)))
     rows = []
     for kind, value in POPULATION_GRID:
-        estimates = []
-        for draw in (0, 1):
-            X = np.random.default_rng([draw, 77]).normal(size=(x_rows, TRUE_B.size))
-            p_one = FLIPPED + (1 - 2 * FLIPPED) * expit(LOGISTIC_INTERCEPT + X @ TRUE_B)
-            estimates.append(minimiser(X, p_one, kind, value))
+        estimates = [minimiser(X, p_one, kind, value) for X, p_one in samples]
         b_hat = estimates[0][1:]
         rows.append({"divergence": kind, "value": value, "intercept": estimates[0][0], "b1": b_hat[0], "b2": b_hat[1],
                      "coefficient error": float(np.linalg.norm(b_hat - TRUE_B)),
