@@ -247,3 +247,13 @@ def test_a_sample_that_misses_the_order_statistics_falls_back_to_the_partition()
         low, high = _sample_bracket(sample, cut, x.size), _sample_bracket(sample, x.size - cut - 1, x.size)
         bracketed = _column_trimmed_mean(x, cut, low[:, 0], high[:, 0])
         assert (bracketed is None) == (name in ("equal_sample", "narrow_sample", "constant")), name
+
+
+@pytest.mark.parametrize("name", ["trimmed_mean", "lrv", "lrv_once", "median_of_means"])
+@pytest.mark.parametrize("n, d", [(7, 1), (200, 5), (1500, 3)])
+def test_epsilon_zero_is_the_plain_mean(name, n, d):
+    """At epsilon = 0 the estimators that take epsilon keep every row (and median_of_means has one
+    block), so tune_rob_ula's grid point 0 is plain ULA: the same as the plain mean up to the order
+    of summation (1e-12 of the largest value), heavy tails included."""
+    G = np.random.default_rng(n + d).standard_t(2, size=(n, d)) * np.logspace(0, 3, d)
+    np.testing.assert_allclose(get_estimator(name)(G, 0.0).mean, G.mean(axis=0), rtol=0, atol=1e-12 * np.abs(G).max())

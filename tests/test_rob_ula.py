@@ -267,6 +267,27 @@ def test_tuning_scores_each_setting_on_the_held_out_rows(normal_known_sigma):
     assert row["validation_loglik_se"] == pytest.approx(pointwise.std(ddof=1) / np.sqrt(20), rel=1e-10)
 
 
+def test_epsilon_zero_is_plain_ula_and_starts_the_default_grid(normal_known_sigma):
+    """The default grid holds epsilon = 0, where the default estimator (trimmed mean) keeps every
+    row: its draws are plain ULA's with the same seed (up to the order of summation), so its
+    validation score is ULA's and the tuning can choose no robustness."""
+    from robust_stan.api.rob_ula_tuning import DEFAULT_EPSILONS
+
+    rng = np.random.default_rng(8)
+    y = np.concatenate([rng.normal(0.0, 1.0, 90), rng.normal(6.0, 1.0, 10)])
+    options = dict(iters=200, warmup=50, chains=2, seed=3)
+    tuning = rs.tune_rob_ula(normal_known_sigma, {"y": y}, estimators=["auto", "mean"], refit=False, **options)
+    assert DEFAULT_EPSILONS[0] == 0.0
+    assert list(tuning.curve["epsilon"]) == 2 * list(DEFAULT_EPSILONS)
+    at_zero = tuning.curve[tuning.curve["epsilon"] == 0.0].set_index("estimator")["validation_loglik"]
+    assert at_zero["trimmed_mean"] == pytest.approx(at_zero["mean"], rel=1e-9)
+
+    ula = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.0, estimator="mean", show_progress=False, **options)
+    trimmed = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.0, show_progress=False, **options)
+    assert trimmed.settings.estimator == "trimmed_mean"
+    np.testing.assert_allclose(trimmed.draws("mu"), ula.draws("mu"), rtol=0, atol=1e-9)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     ({"epsilons": [0.6]}, r"^epsilons: need values in \[0, 0.5\)"),
     ({"estimators": []}, r"^estimators: need at least one"),

@@ -26,7 +26,7 @@ from ..results.method_fits import RobULAFit
 from .model import Model
 from .rob_ula import rob_ula
 
-DEFAULT_EPSILONS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2)
+DEFAULT_EPSILONS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2)  # 0: plain ULA (see tune_rob_ula)
 
 
 @dataclass
@@ -83,6 +83,10 @@ def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAUL
     A random ``validation_fraction`` of the rows is held out; :func:`rob_ula` runs on the
     rest for every pair in ``estimators`` x ``epsilons`` (same seed each time), and each
     setting is scored by the mean over the held-out rows of log mean_s p(y_i | theta_s).
+    The default grid starts at epsilon = 0, where ``trimmed_mean``, ``lrv``, ``lrv_once`` and
+    ``median_of_means`` are the plain mean (the run is plain ULA), so that the tuning can
+    answer that no robustness is needed (``coordinate_median`` and ``geometric_median`` do
+    not depend on epsilon).
     The best setting is then run on all the rows (``refit=True``), as the paper's
     section 6.2 does. ``rob_ula_options`` go to every run (chains, iters, divergence, ...).
 
@@ -90,6 +94,29 @@ def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAUL
     rows (``validation_loglik_se``: the sd of the pointwise values over sqrt(rows); settings
     closer than about two of these are not told apart), the largest R-hat (the grid's runs do not
     warn about convergence; the refit does) and the seconds taken.
+
+    Parameters
+    ----------
+    model : Model
+        A model robust-stan built (``rs.glm``, ``rs.location``, ...).
+    data : mapping
+        The data, as for :func:`rob_ula`; rows are split at random.
+    epsilons : sequence of float
+        The grid of contamination fractions, each in [0, 0.5).
+    estimators : sequence of str or callable
+        The estimators to try (``"auto"``: the family's default).
+    validation_fraction : float
+        The share of rows held out, in (0, 1).
+    refit : bool
+        Run the best setting on all the rows.
+    seed : int, optional
+        Seed of the split and of every run.
+    **rob_ula_options
+        Passed to every :func:`rob_ula` run.
+
+    Returns
+    -------
+    RobULATuning
     """
     epsilons = [float(e) for e in np.atleast_1d(epsilons)]
     if not epsilons or any(not 0 <= e < 0.5 for e in epsilons):
