@@ -26,7 +26,7 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
     """A NUTS fit of a built-in model (``model.sample``) calibrated; returns a
     :class:`~robust_stan.results.method_fits.CalibratedFit`.
 
-    Both methods use the sandwich matrices J (mean Hessian of the rows' losses) and I (mean
+    ``"lhw"`` and ``"sandwich"`` use the sandwich matrices J (mean Hessian of the rows' losses) and I (mean
     outer product of their gradients) at the loss's minimum theta_hat, on the unconstrained
     scale (prior left out), from the program's per-example gradients and central differences
     of its total gradient:
@@ -46,6 +46,36 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
       by PSIS to other w, and fitted again where k-hat exceeds 0.7; w by bisection on log w to
       1%. Then NUTS at w, as for ``"lhw"``. The coverage trace is ``calibrated.bootstrap_trace``.
       Its Monte Carlo error comes from the resamples: the coverage is a share of ``bootstraps``.
+
+    **What it calibrates towards.** All three methods calibrate the posterior's spread about
+    theta_hat to the sampling variability of theta_hat itself. So the calibrated intervals cover
+    the parameter theta_hat estimates: the minimiser of the chosen loss's expectation over the
+    population that produced the data (the population minimiser of the generalized posterior's
+    loss), contamination included. They cover the clean-data parameter only where that minimiser
+    equals it, that is where the divergence removes the contamination's effect (for gross outliers
+    and a suitable beta, approximately). Where no divergence does (random label flips attenuate
+    every minimiser), the intervals are calibrated and still miss the clean-data parameter; no
+    learning rate fixes a bias.
+
+    Parameters
+    ----------
+    fit : Fit
+        A NUTS fit of a built-in model (``model.sample``), without row weights.
+    method : {"lhw", "sandwich", "bootstrap"}
+        The calibration (above).
+    level : float
+        For ``"bootstrap"``: the credibility whose sets should hold theta_hat in that share of
+        the resamples, in (0, 1).
+    bootstraps : int
+        For ``"bootstrap"``: the number of resamples (at least 2).
+    bootstrap_chains, bootstrap_warmup, bootstrap_draws : int
+        For ``"bootstrap"``: each resample's NUTS chains, warm-up and sampling iterations.
+
+    Returns
+    -------
+    CalibratedFit
+        The calibrated draws, with ``w``, the sandwich matrices and, for ``"bootstrap"``,
+        ``bootstrap_trace``.
     """
     if not isinstance(fit, Fit) or fit.method != "nuts":
         raise RobustStanInputError(f"fit: rs.calibrate takes a NUTS fit of a built-in model (model.sample), got "
