@@ -94,6 +94,7 @@ def one_run(epsilon: float, repeat: int, args) -> list[dict]:
             settings[key] = getattr(args, key)
     X, y, X_test, y_test = adult_h6(settings.pop("scaling"))
     burn_in = settings.pop("burn_in")
+    # seed=repeat makes the table reproducible; a release with a seed written here is not private
     fit = rs.dpvi(model(), {"X": X, "y": y, "prior_scale_b": np.ones(X.shape[1])}, epsilon=epsilon,
                   steps=args.steps, sampling_rate=0.1, seed=repeat, show_progress=False, **settings)
     release = fit.release

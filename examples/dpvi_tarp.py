@@ -183,6 +183,7 @@ def simulated_release(name: str, epsilon: float, repeat: int, k: int, args) -> S
     _, reference = simulate(rng, 1)
     settings = settings_of(name, args)
     burn_in = settings.pop("burn_in")
+    # seed=k makes the study reproducible; a release with a seed written here is not private
     fit = rs.dpvi(model, data, epsilon=epsilon, steps=getattr(args, "steps", 10_000),
                   sampling_rate=getattr(args, "kappa", 0.1), seed=k, show_progress=False, **settings)
     return SimulatedRelease(model, data, truth, reference, fit.release, burn_in, fit.seconds)

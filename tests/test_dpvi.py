@@ -8,6 +8,8 @@ distributions of the sampling and noise steps.
 """
 
 import gc
+import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -17,16 +19,23 @@ import robust_stan as rs
 from robust_stan.building.data import slice_rows, with_switches
 from robust_stan.engines import compile_program
 from robust_stan.gradients.per_example import PerExampleGradients
+from robust_stan.methods import dpvi as dpvi_method
+from robust_stan.methods import private_randomness
 from robust_stan.methods.dpvi import (PerExampleObjective, clip_rows, heuristic_step_size, noisy_gradient, poisson_batch,
                                       softplus)
 from robust_stan.methods.noise_aware import (sample_trace_model, trace_model_data, trace_model_laplace, trace_model_program,
                                             trace_statistics)
 from robust_stan.methods.privacy_accounting import epsilon_for, solve_noise_multiplier
+from robust_stan.methods.private_randomness import SubsampleKey, chacha_generator, is_secure, private_generator
 from robust_stan.results.coverage import (calibrated_rmse_reference, calibration_curve, calibration_rmse,
                                           coverage_rmse, tarp_coverage)
 from robust_stan.results.fit import summary_table
 
 from .conftest import ENGINE
+
+# the tests seed their runs to be reproducible; the warning that seeded releases are not private is
+# tested once, below
+pytestmark = pytest.mark.filterwarnings("ignore:seed. a DP-VI run with a seed:robust_stan.RobustStanWarning")
 
 A, B = 2.0, 2.0  # rate ~ gamma(A, B): conjugate to the exponential likelihood
 
@@ -73,6 +82,97 @@ def test_a_huge_epsilon_falls_back_to_the_rdp_accountant_and_still_holds():
     assert accounting.accountant.startswith("dp-accounting RDP")
     assert accounting.noise_multiplier < 0.3
     assert epsilon_for(accounting.noise_multiplier, 1e-5, 0.1, 100, "rdp") <= 1e5
+
+
+# -- private randomness --------------------------------------------------------------------------
+# ChaCha20's keystream for the all-zero key and nonce, blocks 0 and 1 (RFC 8439, appendix A.1,
+# test vectors 1 and 2): the generator's bits are the cipher's, checked against the published bytes.
+CHACHA20_ZERO_KEY_BLOCKS = {
+    0: "76b8e0ada0f13d90405d6ae55386bd28bdd219b8a08ded1aa836efcc8b770dc7"
+       "da41597c5157488d7724e03fb8d84a376a43b8f41518a11cc387b669b2ee6586",
+    1: "9f07e7be5551387a98ba977c732d080dcb0f29a048e3656912c6533e32ee7aed"
+       "29b721769ce64e43d57133b074d839d531ed1f28510afb45ace10a1f4b794d6f",
+}
+
+
+@pytest.mark.parametrize("block", sorted(CHACHA20_ZERO_KEY_BLOCKS))
+def test_the_private_generator_is_chacha20(block):
+    raw = chacha_generator(0, 16 * block).bit_generator.random_raw(8)  # the counter counts 32-bit words
+    assert raw.astype("<u8").tobytes() == bytes.fromhex(CHACHA20_ZERO_KEY_BLOCKS[block])
+    assert is_secure(private_generator(None)) and not is_secure(private_generator(1))
+    assert is_secure(SubsampleKey(None).generator(3, 1)) and not is_secure(SubsampleKey(1).generator(3, 1))
+
+
+@pytest.fixture
+def recorded_keys(monkeypatch):
+    """Every key the private generators draw, and every generator the mechanism runs on."""
+    keys, generators = [], []
+
+    def recording_fresh_key():
+        keys.append(real_fresh_key())
+        return keys[-1]
+
+    def recording_private_generator(seed):
+        generators.append(real_private_generator(seed))
+        return generators[-1]
+
+    real_fresh_key, real_private_generator = private_randomness.fresh_key, dpvi_method.private_generator
+    monkeypatch.setattr(private_randomness, "fresh_key", recording_fresh_key)
+    monkeypatch.setattr(dpvi_method, "private_generator", recording_private_generator)
+    return keys, generators
+
+
+def _encodings(number: int) -> list[bytes]:
+    """Ways a secret integer could sit in a pickle: its bytes either way round and its digits."""
+    width = max(8, (number.bit_length() + 7) // 8)
+    return [number.to_bytes(width, "little"), number.to_bytes(width, "big"), str(number).encode()]
+
+
+def test_a_release_without_a_seed_is_private_by_default_and_holds_no_key(exponential, recorded_keys):
+    """Without a seed: no warning, the noise and subsamples come from ChaCha20 with a fresh key,
+    two runs on the same data release different noise, and neither the pickled fit nor its
+    release holds the key."""
+    keys, generators = recorded_keys
+    data = data_of(1.5, 200, 4)
+    options = dict(epsilon=1.0, clip=10.0, steps=20, precondition=30, show_progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rs.RobustStanWarning)
+        first, second = rs.dpvi(exponential, data, **options), rs.dpvi(exponential, data, **options)
+    assert len(keys) == 2 and keys[0] != keys[1] and all(is_secure(g) for g in generators)
+    assert not np.array_equal(first.release.noisy_gradients, second.release.noisy_gradients)
+    for fit, key in ((first, keys[0]), (second, keys[1])):
+        for pickled in (pickle.dumps(fit), pickle.dumps(fit.release)):
+            assert not any(encoding in pickled for encoding in _encodings(key))
+    assert "N public" in first.release.accounting.adjacency
+
+
+def test_a_seeded_release_warns_and_holds_no_seed(exponential):
+    """A seed makes the release reproducible, says it is only as private as the seed, and is
+    not in the pickled release."""
+    seed = 2_718_281_828
+    options = dict(epsilon=1.0, clip=10.0, steps=20, precondition=30, show_progress=False, seed=seed)
+    with pytest.warns(rs.RobustStanWarning, match="only as private as the seed is secret"):
+        fit = rs.dpvi(exponential, data_of(1.5, 200, 4), **options)
+    with pytest.warns(rs.RobustStanWarning):
+        again = rs.dpvi(exponential, data_of(1.5, 200, 4), **options)
+    np.testing.assert_array_equal(fit.release.noisy_gradients, again.release.noisy_gradients)
+    pickled = pickle.dumps(fit)
+    assert not any(encoding in pickled for encoding in _encodings(seed))
+
+
+def test_a_releases_noise_multiplier_meets_epsilon_under_both_accountants(exponential):
+    """The sigma a run released is checked again from the release alone: dp-accounting's PLD
+    epsilon at most epsilon, and the paper's PRV accountant's estimate within its own error
+    (1e-3) of it."""
+    prv = pytest.importorskip("prv_accountant")
+    fit = rs.dpvi(exponential, data_of(1.5, 200, 4), epsilon=0.5, clip=10.0, steps=300, show_progress=False)
+    a = fit.release.accounting
+    assert epsilon_for(a.noise_multiplier, a.delta, a.sampling_rate, a.steps) <= a.epsilon == 0.5
+    accountant = prv.PRVAccountant(prvs=[prv.PoissonSubsampledGaussianMechanism(
+        noise_multiplier=a.noise_multiplier, sampling_probability=a.sampling_rate)],
+        max_self_compositions=[a.steps], eps_error=1e-3, delta_error=1e-10)
+    _, estimate, _ = accountant.compute_epsilon(delta=a.delta, num_self_compositions=[a.steps])
+    assert estimate <= a.epsilon + 1e-3
 
 
 # -- the mechanism's pieces -----------------------------------------------------------------------
@@ -600,6 +700,16 @@ def test_partitioned_dpvi_with_almost_no_noise_reaches_the_meanfield_optimum(exp
     y = data_of(1.5, 1000, 9)["y"]
     fit, _, u_contraction = _run_with_almost_no_noise(exponential, _in_partitions(y, 250))
     _assert_near_the_optimum(fit.release.iterates, *meanfield_optimum(y), u_contraction)
+
+
+def test_partitioned_dpvi_without_a_seed_keys_subsamples_and_noise_apart(exponential, recorded_keys):
+    """Rows in partitions, no seed: the subsamples' key (which the partitions hold) and the noise's
+    are two fresh ChaCha20 keys, so whoever holds the partitions cannot remove the noise."""
+    keys, generators = recorded_keys
+    fit = rs.dpvi(exponential, _in_partitions(data_of(1.5, 400, 9)["y"], 100), epsilon=1.0, clip=10.0, steps=5,
+                  show_progress=False)
+    assert len(keys) == 2 and keys[0] != keys[1] and is_secure(generators[0])
+    assert np.all(np.isfinite(fit.release.iterates))
 
 
 def test_partitioned_dpvi_on_a_cluster_equals_the_serial_run(exponential):

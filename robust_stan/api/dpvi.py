@@ -17,6 +17,7 @@ from ..methods.dpvi import (DPVIRelease, DPVISettings, PerExampleObjective, heur
 from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data
 from ..methods.partitioned_dpvi import partitioned_dpvi_setup
 from ..methods.privacy_accounting import check_privacy_arguments, solve_noise_multiplier
+from ..methods.private_randomness import warn_seeded_release
 from ..results.dpvi import DPVIFit, PrivatePosterior
 from .model import Model, require_builtin_model
 
@@ -29,37 +30,76 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     """(epsilon, delta)-differentially private mean-field VI by DP-SGD (noise-aware DPVI paper,
     ``../shared/papers/noise-aware-dpvi.txt``; :mod:`robust_stan.methods.dpvi` has the objective).
 
-    q is a Gaussian on the unconstrained scale with independent coordinates, phi = (mu, u),
-    variances softplus(u) (the paper's section 4.1; ``q_scale="sd"``: sds softplus(u), as in
-    the authors' code, whose published settings were chosen for that form). Each step: a
-    Poisson subsample at rate ``sampling_rate`` (kappa);
-    each row's gradient of its share of the negative ELBO (the prior, Jacobian and entropy
-    terms divided by N and folded in), from ``draws_per_step`` draws of q and one per-example
-    call; u's gradients times ``precondition`` (beta_u; mu's times 1); each row clipped to
-    norm ``clip`` (C); N(0, sigma^2 C^2) noise on the sum; the step lambda_heur =
-    sqrt(2) lambda_c / (sigma C sqrt(T d)) times beta. ``lambda_c`` may be one number per
-    entry of phi (mu's, then u's) and ``precondition`` one per entry of u (appendix H.2 makes
-    the step a vector anyway). sigma is solved for
-    (``epsilon``, ``delta``, ``steps``, kappa) by dp-accounting's PLD accountant
-    (:mod:`robust_stan.methods.privacy_accounting`). ``divergence``: the loss (KL by default;
-    a robust one gives private generalized-Bayes VI). phi_0 is mu = 0, or the unconstrained
-    values of ``init`` (a dict of every parameter's value, e.g. the prior's means), and
-    variances ``initial_variance``. Neither may come from the data: they are released as
-    phi_0. (1 / N, or a typical posterior variance under the prior, is a good guess when the
-    number of rows is public by design; the variances converge slowly from far away.)
+    q is a Gaussian on the unconstrained scale with independent coordinates, phi = (mu, u).
+    Each step: a Poisson subsample at rate ``sampling_rate`` (kappa); each row's gradient of its
+    share of the negative ELBO (the prior, Jacobian and entropy terms divided by N and folded
+    in), from ``draws_per_step`` draws of q and one per-example call; u's gradients times
+    ``precondition`` (beta_u); each row clipped to norm ``clip`` (C); N(0, sigma^2 C^2) noise on
+    the sum; the step lambda_heur = sqrt(2) lambda_c / (sigma C sqrt(T d)) times beta. sigma is
+    solved for (``epsilon``, ``delta``, ``steps``, kappa) by dp-accounting's PLD accountant
+    (:mod:`robust_stan.methods.privacy_accounting`).
 
-    The data must not shape anything released: the model must be built with
-    ``standardize=False``, a glm's ``prior_scale_b`` and a categorical model's ``K`` given
-    in ``data``. ``seed`` is the key to the noise: keep it to yourself (it is not released;
-    without it a fresh one is drawn). Returns a :class:`~robust_stan.results.dpvi.DPVIFit` whose ``release`` is
-    all that leaves: the iterates, the noisy gradients and the public settings.
+    **What is private, and under which assumptions.** The release (``fit.release``) is all that
+    leaves: phi_0..phi_T, the noisy gradients and the public settings, never the seed or the
+    generator's state. Neighbouring data sets differ by adding or removing one row *with the
+    number of rows N public*: every row's clipped term holds the prior, Jacobian and entropy
+    terms divided by N (``release.accounting.adjacency``). Without ``seed`` the subsamples and
+    the noise come from ChaCha20 keyed with 256 bits of the operating system's entropy, which
+    nobody can replay. With ``seed`` the run is reproducible and **only as private as the seed
+    is secret** (a :class:`~robust_stan.RobustStanWarning` says so): anyone who knows or guesses
+    it can redraw the noise and subtract it. The noise is floating-point Gaussian; nothing
+    guards against attacks on its low-order bits (Mironov 2012;
+    :mod:`robust_stan.methods.private_randomness`). The data must not shape anything released:
+    the model must be built with ``standardize=False``, a glm's ``prior_scale_b`` and a
+    categorical model's ``K`` given in ``data``, and phi_0 chosen without the data.
 
-    Rows held in partitions (``data`` values that are Dask arrays split into row chunks, Dask
-    DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths): each partition draws its
-    rows of a step's subsample and sums their clipped gradients where it lives (on ``cluster``'s workers, an :class:`rs.Cluster`; here
-    without one); only the sums travel, and the noise is added here
-    (:mod:`robust_stan.methods.partitioned_dpvi`). The guarantee is the same, with this process
-    and the workers as the trusted curator (they see the data and the sums before the noise).
+    Parameters
+    ----------
+    model : Model
+        A built-in model (``rs.glm``, ``rs.location``, ``rs.custom``) with ``standardize=False``.
+    data : mapping
+        The rows, as for the model; or rows held in partitions (Dask arrays split into row
+        chunks, Dask DataFrames or Series, or lists of ``.npy`` / ``.parquet`` paths): each
+        partition then draws its rows of a step's subsample and sums their clipped gradients
+        where it lives, only the sums travel and the noise is added here
+        (:mod:`robust_stan.methods.partitioned_dpvi`); this process and the workers are the
+        trusted curator.
+    epsilon, delta : float
+        The guarantee.
+    clip : float
+        C, the bound on each row's (preconditioned) gradient norm.
+    steps : int
+        T, the number of DP-SGD steps.
+    sampling_rate : float
+        kappa, each row's probability of joining a step.
+    lambda_c : float or array
+        The step's constant: one number, or one per entry of phi (mu's, then u's).
+    precondition : float or array, optional
+        beta_u, u's gradient multiplier (mu's is 1): one number or one per entry of u.
+    draws_per_step : int
+        Draws of q per step.
+    initial_variance : float
+        q's variances at phi_0.
+    divergence : optional
+        The loss (KL by default; a robust one gives private generalized-Bayes VI).
+    seed : int, optional
+        None (the default) for a private run. An integer only for tests and examples: the
+        release is then only as private as the seed is secret.
+    show_progress : bool
+        A progress bar over the steps.
+    cluster : rs.Cluster, optional
+        Where partitioned rows are processed.
+    init : mapping, optional
+        Every parameter's value for phi_0's mean (e.g. the prior's means), not from the data.
+    q_scale : {"variance", "sd"}
+        What softplus(u) is: q's variance (the paper's section 4.1) or its sd (the authors' code,
+        whose published settings were chosen for that form).
+
+    Returns
+    -------
+    DPVIFit
+        Its ``release`` is everything the mechanism released; posteriors come from it alone
+        (:func:`robust_stan.noise_aware`, :func:`robust_stan.dpvi_baseline`).
     """
     require_builtin_model(model, "rs.dpvi")
     epsilon, delta, sampling_rate, steps = check_privacy_arguments(epsilon, delta, sampling_rate, steps)
@@ -68,7 +108,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     initial_variance = require_positive("initial_variance", initial_variance)
     q_scale = require_q_scale(q_scale)
     seed = require_seed(seed)
-    seed = int(np.random.default_rng().integers(0, 2**31 - 1)) if seed is None else seed
+    warn_seeded_release(seed, stacklevel=2)
     _refuse_data_dependent_settings(model, data)
     divergence = as_divergence(divergence)
     placed = make_batches = None

@@ -34,12 +34,16 @@ sqrt(2) lambda_c / (sigma C sqrt(T d)) (eq. A55/A58, d = dim phi).
 
 The mechanism's output, and all that is released, is phi_0..phi_T and
 g~_1..g~_T with the public settings (:class:`DPVIRelease`). Nothing computed
-from the data (batch sizes, clipped counts, losses) is kept. The noise comes
-from NumPy's generator, which is not cryptographically secure and samples
-floating-point Gaussians (Mironov 2012 on the attacks that allows): fine for
-research and evaluation, not for a hostile deployment. The seed is the key to the
-noise: it stays with the curator and is not part of the release (with it, the noise
-could be drawn again and taken off).
+from the data (batch sizes, clipped counts, losses) is kept. The subsamples and the
+noise come from ChaCha20 keyed from the operating system's entropy, or, with a seed,
+from NumPy's PCG64 (reproducible, and only as private as the seed is secret); neither
+the seed nor the key is part of the release (:mod:`.private_randomness`, which also
+says what is assumed of floating-point noise).
+
+Neighbouring data sets differ by adding or removing one row, with N public: every
+row's clipped term holds the prior, Jacobian and entropy terms divided by N, so the
+analysis treats N as a public constant of the mechanism
+(:data:`~robust_stan.methods.privacy_accounting.ADJACENCY`, recorded in ``release.accounting``).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from ..building.data import Scaling, with_switches
 from ..common.errors import RobustStanInputError
 from ..gradients.per_example import PerExampleGradients
 from .privacy_accounting import PrivacyAccounting
+from .private_randomness import private_generator
 
 
 def softplus(x):
@@ -201,7 +206,7 @@ class DPVISettings:
     step_size: float | np.ndarray
     precondition: np.ndarray
     draws_per_step: int
-    seed: int
+    seed: int | None  # None: ChaCha20 with a fresh key (private); an integer: PCG64 (reproducible)
     show_progress: bool = True
     initial_variance: float = 1.0
     initial_mean: np.ndarray | None = None
@@ -250,7 +255,7 @@ def run_dp_sgd(objective: PerExampleObjective, settings: DPVISettings,
     if objective.q_scale != settings.q_scale:
         raise RobustStanInputError(f"q_scale: the objective's ({objective.q_scale!r}) and the settings' "
                                    f"({settings.q_scale!r}) differ")
-    rng = np.random.default_rng(settings.seed)
+    rng = private_generator(settings.seed)
     n = objective.dimension
     beta = settings.precondition
     batches = batches or in_memory_batches(objective, settings)

@@ -2,9 +2,9 @@
 gradients clipped and summed, where the rows live; only each partition's clipped sum travels.
 
 Step t: every partition k draws its rows of the subsample itself, each row independently with
-probability kappa, from a generator seeded by (a subsample key, t, k), the key derived from the
-seed by SeedSequence (the workers are not given the seed, which is the key to the noise
-added here); it computes those rows' per-example
+probability kappa, from a generator of (a subsample key, t, k) (:class:`SubsampleKey`: a fresh
+ChaCha20 key, or one derived from the seed; the workers are never given the noise's key or the
+seed); it computes those rows' per-example
 phi-gradients at this process's draws eps (the prior, entropy and Jacobian terms divided by the
 total N, as in memory), preconditions and clips each, and returns their sum (2 n numbers; not
 its batch size, which is not public). Here the sums are added and the Gaussian noise is drawn.
@@ -24,18 +24,19 @@ from ..building.divergences import Divergence
 from ..common.cluster import Cluster
 from ..gradients.program import RobustProgram
 from .dpvi import DPVISettings, PerExampleObjective, poisson_batch
+from .private_randomness import SubsampleKey
 from .partitioned import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned
 
 
 def partition_clipped_sum(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
-                          divergence: Divergence, n_rows: int, rows_here: int, key: np.ndarray, step: int,
+                          divergence: Divergence, n_rows: int, rows_here: int, key: SubsampleKey, step: int,
                           sampling_rate: float, phi: np.ndarray, eps: np.ndarray, beta: np.ndarray,
                           clip: float, q_scale: str) -> np.ndarray:
     """Partition ``index``'s share of step ``step``: its Poisson subsample's clipped, preconditioned
     phi-gradients summed (run where the partition is; its objective is kept for the run)."""
     objective = kept_on_worker(run, index, lambda: PerExampleObjective.of_program(
         program, partition_stan_data(program, part, shared, divergence, 1.0), n_rows, q_scale))
-    rows = poisson_batch(np.random.default_rng([*key, step, index]), rows_here, sampling_rate)
+    rows = poisson_batch(key.generator(step, index), rows_here, sampling_rate)
     return objective.clipped_sum(phi, eps, rows, beta, clip)
 
 
@@ -47,7 +48,7 @@ class PartitionedBatches:
                  dimension: int, settings: DPVISettings):
         self.program, self.placed, self.divergence = program, placed, divergence
         self.dimension, self.settings = dimension, settings
-        self.key = np.random.SeedSequence([settings.seed, 1]).generate_state(4)  # the subsamples' key
+        self.key = SubsampleKey(settings.seed)
 
     def __call__(self, rng: np.random.Generator, t: int, phi: np.ndarray) -> np.ndarray:
         s, placed = self.settings, self.placed

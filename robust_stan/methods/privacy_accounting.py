@@ -7,7 +7,8 @@ Wutschitz 2021 that the noise-aware DPVI paper uses, and like it a pessimistic
 bound), and the looser Renyi-DP accountant used as a cross-check. (The paper's
 ``prv-accountant`` package has had no release since 2022; the tests compare with
 it.) Neighbouring data sets differ by adding or removing one example, the relation
-under which Poisson subsampling is analysed.
+under which Poisson subsampling is analysed, with the number of rows N public
+(:data:`ADJACENCY` says why).
 
 The noise multiplier sigma (noise sd = sigma C for clipping bound C) is solved
 from (epsilon, delta, T, kappa) by the library's own calibration, and checked:
@@ -25,13 +26,37 @@ from ..common.errors import RobustStanInputError
 
 ACCOUNTANTS = ("pld", "rdp")
 
+#: The neighbouring relation the guarantee holds for (recorded in every :class:`PrivacyAccounting`).
+ADJACENCY = ("add or remove one row, with the number of rows N public: each row's clipped term holds the "
+             "prior, Jacobian and entropy terms divided by N, so N is a constant of the mechanism that is "
+             "not protected (a data set with one row more or less but the same N is the neighbour analysed)")
+
 
 @dataclass(frozen=True)
 class PrivacyAccounting:
     """The public privacy settings of a DP-SGD run and the accounting behind them.
 
     ``noise_multiplier`` is sigma (the noise sd divided by the clipping bound);
-    ``epsilon_spent`` is ``accountant``'s epsilon for it at ``delta`` (<= ``epsilon``)."""
+    ``epsilon_spent`` is ``accountant``'s epsilon for it at ``delta`` (<= ``epsilon``);
+    ``adjacency`` the neighbouring relation the guarantee is for (:data:`ADJACENCY`).
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        The guarantee asked for.
+    sampling_rate : float
+        kappa, each row's probability of joining a step's Poisson subsample.
+    steps : int
+        T, the number of noisy steps.
+    noise_multiplier : float
+        sigma.
+    epsilon_spent : float
+        The accountant's epsilon for ``noise_multiplier`` at ``delta``.
+    accountant, accountant_version : str
+        Which accountant gave ``epsilon_spent``, and its package's version.
+    adjacency : str
+        The neighbouring relation.
+    """
 
     epsilon: float
     delta: float
@@ -41,6 +66,7 @@ class PrivacyAccounting:
     epsilon_spent: float
     accountant: str
     accountant_version: str
+    adjacency: str = ADJACENCY
 
 
 def check_privacy_arguments(epsilon, delta, sampling_rate, steps) -> tuple[float, float, float, int]:
