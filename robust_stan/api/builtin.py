@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from ..building.families import get_family
+from ..building.families import FAMILIES, get_family
 from ..building.spec import Argument, LinearPredictor, ModelSpec, ParameterDeclaration, split_statements
 from ..common.errors import RobustStanInputError
 from .model import Model
@@ -22,6 +22,7 @@ from .model import Model
 _SCALE_PRIOR = "exponential(1)"
 _NU_PRIOR = "gamma(2, 0.1)"  # Juarez and Steel (2010)
 _STANDARDIZE = {"normal": "affine", "student_t": "affine", "exponential": "scale"}
+FLIP_RATE = "flip_rate"  # the mislabelling likelihood's parameter (glm's mislabel=True)
 
 
 def _merge_priors(defaults: dict[str, str], priors: dict[str, str] | None, names: list[str]) -> str:
@@ -169,6 +170,7 @@ def glm(
     family: str,
     *,
     link: str | None = None,
+    mislabel: bool = False,
     priors: dict[str, str] | None = None,
     standardize: bool = True,
     engine: str = "auto",
@@ -183,11 +185,45 @@ def glm(
     b_j ~ normal(0, prior_scale_b[j]) with prior_scale_b[j] = 2.5 / sd(X[:, j])
     unless data['prior_scale_b'] is given; sigma, tau ~ exponential(1);
     nu ~ gamma(2, 0.1); L_Omega ~ lkj_corr_cholesky(2).
+
+    Parameters
+    ----------
+    family : str
+        The likelihood: "normal", "student_t", "bernoulli", "binomial", "poisson",
+        "categorical", "multi_normal" or "exponential".
+    link : str, optional
+        The link function; the family's default (above) when omitted.
+    mislabel : bool, default False
+        bernoulli and categorical only: the mislabelling likelihood. Each observed
+        label is the true one with probability 1 - flip_rate and each of the other
+        K - 1 classes with probability flip_rate / (K - 1), so with s = softmax(eta)
+        p(y = k) = (1 - flip_rate) s_k + flip_rate / (K - 1) (1 - s_k); for bernoulli
+        p(y = 1) = flip_rate + (1 - 2 flip_rate) inv_logit(alpha + x' b). Use it when
+        labels are flipped at random: random flips are a misspecification rather than
+        outliers, and no beta or gamma removes the attenuation they cause. The
+        parameter ``flip_rate`` lies below its identification bound (1/2 for bernoulli,
+        (K - 1)/K for categorical) with the prior flip_rate ~ uniform(0, bound);
+        replace it through ``priors``, e.g. ``{"flip_rate": "beta(1, 9)"}`` when flips
+        are believed rare. The mislabelled probabilities enter the density, the beta
+        and gamma integral terms, ``log_lik`` and ``y_rep`` alike, so every divergence
+        and method applies.
+    priors : dict of str, optional
+        Replacement priors by parameter name, e.g. ``{"alpha": "normal(0, 1)"}``.
+    standardize : bool, default True
+        Standardise a continuous outcome before fitting (results on the original scale).
+    engine : str, default "auto"
+        "cmdstan" or "httpstan"; "auto" takes $ROBUST_STAN_ENGINE, else the one installed.
     """
     fam = get_family(family)
     link = link or fam.default_link
     if link not in fam.links:
         raise RobustStanInputError(f"link: the {fam.name} family supports {list(fam.links)}, not {link!r}")
+    if not isinstance(mislabel, bool):
+        raise RobustStanInputError(f"mislabel: must be True or False, got {mislabel!r}")
+    if mislabel and not fam.mislabel_bound:
+        supported = sorted(name for name, f in FAMILIES.items() if f.mislabel_bound)
+        raise RobustStanInputError(f"mislabel: the mislabelling likelihood is for the {' and '.join(supported)} "
+                                   f"families (labels), not {fam.name}")
     data = "int<lower=0> P; matrix[N, P] X; vector<lower=0>[P] prior_scale_b"
     rescale: dict[str, str] = {}
     b_prior = "normal(0, prior_scale_b)"
@@ -236,8 +272,18 @@ def glm(
         else:
             args = {"eta": Argument("eta", linear, linear_vec)}
             linear_predictor = LinearPredictor("eta")
-    return _builtin_model("glm", fam, data, decls, defaults, priors, args, rescale, standardize, engine,
-                          f"robust-stan glm, family {fam.name}, link {link}",
+    title = f"robust-stan glm, family {fam.name}, link {link}"
+    if mislabel:
+        decls.append(f"real<lower=0, upper={fam.mislabel_bound}> {FLIP_RATE}")
+        defaults[FLIP_RATE] = f"uniform(0, {fam.mislabel_bound})"
+        args = {name: Argument(name, fam.mislabelled(arg.per_observation, FLIP_RATE),
+                               arg.vectorised and fam.mislabelled(arg.vectorised, FLIP_RATE))
+                for name, arg in args.items()}
+        if linear_predictor is not None:
+            linear_predictor = LinearPredictor(linear_predictor.argument,
+                                               fam.mislabelled(linear_predictor.of_eta, "{" + FLIP_RATE + "}"))
+        title += ", mislabelled labels"
+    return _builtin_model("glm", fam, data, decls, defaults, priors, args, rescale, standardize, engine, title,
                           linear_predictor=linear_predictor)
 
 

@@ -48,12 +48,15 @@ def _render_argument(spec: ModelSpec, fam_arg) -> RenderedArgument:
 def _linear_predictor_call(spec: ModelSpec) -> list[str]:
     """The family arguments of mode 3's one vectorised call over the batch rows."""
     lp = spec.linear_predictor
+    # of_eta names eta and any other parameter in braces; each becomes its per-row copies
+    copies = {p.name: f"to_vector({p.name}_copies)" for p in spec.parameters if p.name != lp.coefficients}
+    copies["eta"] = copies.pop(lp.intercept)
     call = []
     for fam_arg in spec.family.args:
         if fam_arg.data_only:
             call.append(f"{fam_arg.name}[batch]")
         elif fam_arg.name == lp.argument:
-            call.append(lp.of_eta.format(eta=f"to_vector({lp.intercept}_copies)"))
+            call.append(lp.of_eta.format(**copies))
         else:  # a real parameter (checked by the spec), one copy per row
             call.append(f"to_vector({spec.args[fam_arg.name].per_observation.strip()}_copies)")
     return call

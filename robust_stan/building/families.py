@@ -62,6 +62,11 @@ class Family:
     # the library has robust_<stan_name>_pointwise_y_score (d/dy and d^2/dy^2 of log p, for the
     # H-score): a univariate density on the whole real line
     y_score: bool = False
+    # the mislabelling likelihood (rs.glm(..., mislabel=True)): the library has
+    # rs_<stan_name>_mislabel(eta, e), the logits of the observed label's probabilities when each label
+    # is replaced by one of the other classes with probability e; this is the Stan expression of
+    # e's identification bound (empty: the family has no such likelihood)
+    mislabel_bound: str = ""
 
     # --- facts used by the library template -------------------------------
     @property
@@ -113,6 +118,11 @@ class Family:
                 }
             )
         return out
+
+    def mislabelled(self, argument: str, rate: str) -> str:
+        """The family argument of the mislabelling likelihood: ``argument`` (the Stan expression of the
+        clean labels' logits) with labels flipped at the rate ``rate`` (a Stan expression)."""
+        return f"rs_{self.stan_name}_mislabel({argument}, {rate})"
 
     def check_outcome(self, y: np.ndarray, data: dict) -> np.ndarray:
         """Validate the outcome against the family's support; return it typed."""
@@ -177,6 +187,7 @@ _register(
         links=("logit",),
         continuous=False,
         native=True,
+        mislabel_bound="0.5",
     )
 )
 _register(
@@ -230,6 +241,7 @@ _register(
         links=("softmax", "logit"),
         continuous=False,
         extra_data=("K",),
+        mislabel_bound="(K - 1.0) / K",
     )
 )
 _register(

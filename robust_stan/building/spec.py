@@ -150,7 +150,9 @@ class LinearPredictor:
     the intercept, holding that row's whole eta, and of every other parameter, and no
     copy of the coefficients. The coefficients' per-example gradients follow by the chain
     rule, dl_i/deta_i * x_i (:mod:`robust_stan.gradients.per_example`). ``of_eta`` writes the
-    family argument in terms of ``{eta}``, e.g. ``"exp(-({eta}))"`` for a rate.
+    family argument in terms of ``{eta}``, e.g. ``"exp(-({eta}))"`` for a rate, and of any other
+    real parameter by its name in braces (filled with that parameter's per-row copies), e.g.
+    ``"rs_bernoulli_logit_mislabel({eta}, {flip_rate})"``.
     """
 
     argument: str
