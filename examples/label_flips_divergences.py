@@ -85,11 +85,14 @@ def minimiser(X: np.ndarray, p_one: np.ndarray, kind: str, value: float) -> np.n
     return min(found, key=lambda r: r.fun).x
 
 
+def population_sample(x_rows: int, draw: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """x-sample ``draw`` of the population part (``x_rows`` rows of X) and P(y = 1 | x) under the flips."""
+    X = np.random.default_rng([draw, 77]).normal(size=(x_rows, TRUE_B.size))
+    return X, FLIPPED + (1 - 2 * FLIPPED) * expit(LOGISTIC_INTERCEPT + X @ TRUE_B)
+
+
 def population(x_rows: int) -> pd.DataFrame:
-    samples = []  # two independent x-samples, each with P(y = 1 | x) under the flips
-    for draw in (0, 1):
-        X = np.random.default_rng([draw, 77]).normal(size=(x_rows, TRUE_B.size))
-        samples.append((X, FLIPPED + (1 - 2 * FLIPPED) * expit(LOGISTIC_INTERCEPT + X @ TRUE_B)))
+    samples = [population_sample(x_rows, draw) for draw in (0, 1)]  # independent, to show the Monte Carlo error
     rows = []
     for kind, value in POPULATION_GRID:
         estimates = [minimiser(X, p_one, kind, value) for X, p_one in samples]
