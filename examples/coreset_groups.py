@@ -1,7 +1,17 @@
 """beta-Cores group selection (beta-Cores paper, section 4.4), on Adult instead of the paper's hospital data.
 
-The paper's HospitalReadmissions data are not available; Adult stands in, with groups
-formed from age band (<30, 30-39, 40-49, 50-59, 60+) x race x sex. Each group gets 0%,
+The paper's HospitalReadmissions data are not available; Adult stands in. Two ways to form
+the groups (``--protocol``):
+
+- ``demographic``: every training row, in groups by age band (<30, 30-39, 40-49, 50-59, 60+)
+  x race x sex (49 groups of 5 to 5150 rows);
+- ``paper``: the paper's "groups of roughly equal size", as the authors' code forms Adult's
+  (``examples/data/preproc_adult.py`` of github.com/dionman/beta-cores): age (0, 25], (25, 30],
+  (30, 35], (35, 40], (40, 45], (45, 55], over 55 x the four races other than "Other" x sex,
+  each group its first 50 rows in table order (56 groups, 36 of them full; 2306 rows, which are
+  then the whole training set).
+
+Each group gets 0%,
 10% or 20% of its rows replaced by crafted outliers (assigned to groups at random, so
 about 10% of all rows), half by feature noise and half by flipped labels, as in
 section 4.2. beta-Cores on groups (Laplace sampler, inner="beta") runs 10 iterations;
@@ -11,7 +21,7 @@ number of groups drawn at random, each row weighted N / (rows chosen).
 
 Writes examples/results/coreset_groups/{runs.csv, summary.csv, accuracy.png, chosen_groups.csv}.
 
-    python examples/coreset_groups.py [--trials 5] [--beta 0.6] [--workers 2 | --address ADDR]
+    python examples/coreset_groups.py [--protocol paper] [--trials 5] [--beta 0.6] [--workers 2 | --address ADDR]
 """
 
 from __future__ import annotations
@@ -29,16 +39,26 @@ import robust_stan as rs
 OUT = Path(__file__).parent / "results" / "coreset_groups"
 NUTS = {"chains": 2, "iter_warmup": 500, "iter_sampling": 500, "show_progress": False}
 AGE_BANDS = [0, 30, 40, 50, 60, 200]
+PAPER_AGE_BANDS = [0, 25, 30, 35, 40, 45, 55, 200]  # the authors' (a, b] bands for Adult
+PAPER_GROUP_CAP = 50
 
 
-def adult_with_groups():
-    """Adult on 10 principal components, with each training row's group label."""
+def adult_with_groups(protocol: str = "demographic"):
+    """Adult on 10 principal components (of every training row), the training rows of the
+    protocol and each one's group label (see the module docstring)."""
     train, test = adult_frames()
-    band = pd.cut(train["age"], AGE_BANDS, right=False, labels=["<30", "30-39", "40-49", "50-59", "60+"])
+    if protocol == "paper":
+        band = pd.cut(train["age"], PAPER_AGE_BANDS, right=True).astype(str)
+    else:
+        band = pd.cut(train["age"], AGE_BANDS, right=False, labels=["<30", "30-39", "40-49", "50-59", "60+"])
     groups = (band.astype(str) + " | " + train["race"] + " | " + train["sex"]).to_numpy()
     y_train = (train.pop("income") == ">50K").to_numpy(int)
     y_test = (test.pop("income") == ">50K").to_numpy(int)
     X_train, X_test = principal_components(*_one_hot(train, test), 10)
+    if protocol == "paper":
+        in_group = pd.Series(groups)[(train["race"] != "Other").to_numpy()]
+        kept = np.sort(in_group.groupby(in_group, sort=False).head(PAPER_GROUP_CAP).index.to_numpy())
+        X_train, y_train, groups = X_train[kept], y_train[kept], groups[kept]
     return X_train, y_train, X_test, y_test, groups
 
 
@@ -68,7 +88,7 @@ def one_trial(trial: int, args) -> tuple[list[dict], list[dict]]:
     import warnings
 
     warnings.simplefilter("ignore", rs.RobustStanWarning)
-    X_train, y_train, X_test, y_test, groups = adult_with_groups()
+    X_train, y_train, X_test, y_test, groups = adult_with_groups(args.protocol)
     model = rs.glm("bernoulli", standardize=False)
     rows, chosen_rows = [], []
     rng = np.random.default_rng(trial)
@@ -84,13 +104,12 @@ def one_trial(trial: int, args) -> tuple[list[dict], list[dict]]:
         current = coreset.at_step(step)
         chosen = np.flatnonzero(current.unit_weights)
         fit = current.sample("classical", seed=trial, **NUTS)
-        rows.append({"trial": trial, "method": "beta_cores", "iteration": step + 1, "groups": chosen.size,
-                     "rows": current.indices.size, "outlier_share": float(corrupted[current.indices].mean()),
+        rows.append({"protocol": args.protocol, "trial": trial, "method": "beta_cores", "iteration": step + 1,
+                     "groups": chosen.size, "rows": current.indices.size, "outlier_share": float(corrupted[current.indices].mean()),
                      "accuracy": accuracy(fit, X_eval, y_eval)})
-    for label, weight in zip(labels, coreset.unit_weights):
-        if weight > 0:
-            chosen_rows.append({"trial": trial, "group": label, "weight": weight, "outlier_level": levels[label],
-                                "rows": int(np.sum(groups == label))})
+    for label, weight in zip(labels, coreset.unit_weights):  # every group, chosen or not
+        chosen_rows.append({"protocol": args.protocol, "trial": trial, "group": label, "chosen": bool(weight > 0),
+                            "weight": weight, "outlier_level": levels[label], "rows": int(np.sum(groups == label))})
     for count in range(1, args.iterations + 1):
         picked = rng.choice(labels, count, replace=False)
         in_picked = np.isin(groups, picked)
@@ -98,8 +117,8 @@ def one_trial(trial: int, args) -> tuple[list[dict], list[dict]]:
         kept = np.flatnonzero(weights)
         fit = model.sample({"X": X[kept], "y": y[kept], "prior_scale_b": np.ones(X.shape[1])},
                            weights=weights[kept], seed=trial, **NUTS)
-        rows.append({"trial": trial, "method": "random groups", "iteration": count, "groups": count,
-                     "rows": kept.size, "outlier_share": float(corrupted[kept].mean()),
+        rows.append({"protocol": args.protocol, "trial": trial, "method": "random groups", "iteration": count,
+                     "groups": count, "rows": kept.size, "outlier_share": float(corrupted[kept].mean()),
                      "accuracy": accuracy(fit, X_eval, y_eval)})
     print(f"trial {trial}: beta-Cores chose {np.count_nonzero(coreset.unit_weights)} groups, outlier levels "
           f"{sorted(levels[g] for g in labels[coreset.unit_weights > 0])}; accuracy "
@@ -109,6 +128,8 @@ def one_trial(trial: int, args) -> tuple[list[dict], list[dict]]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--protocol", choices=("demographic", "paper"), default="demographic",
+                        help="how the groups are formed (module docstring)")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--beta", type=float, default=0.6)
