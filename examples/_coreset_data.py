@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
@@ -96,9 +97,22 @@ def balanced(X: np.ndarray, y: np.ndarray, rng: np.random.Generator):
     return X[rows], y[rows]
 
 
-def accuracy(fit, X_test: np.ndarray, y_test: np.ndarray) -> float:
-    """Test accuracy of a logistic glm fit: the posterior mean probability above 1/2."""
+def predictive_probability(fit, X_test: np.ndarray) -> np.ndarray:
+    """The posterior mean of P(y = 1 | x) under a logistic glm fit, for each test row."""
     alpha = fit.posterior["alpha"].reshape(-1)
     b = fit.posterior["b"].reshape(-1, X_test.shape[1])
-    probability = (1 / (1 + np.exp(-(alpha[:, None] + b @ X_test.T)))).mean(axis=0)
-    return float(np.mean((probability > 0.5) == y_test))
+    return (1 / (1 + np.exp(-(alpha[:, None] + b @ X_test.T)))).mean(axis=0)
+
+
+def accuracy(fit, X_test: np.ndarray, y_test: np.ndarray) -> float:
+    """Test accuracy of a logistic glm fit: the posterior mean probability above 1/2."""
+    return float(np.mean((predictive_probability(fit, X_test) > 0.5) == y_test))
+
+
+def auc(scores: np.ndarray, y: np.ndarray) -> float:
+    """Area under the ROC curve: the share of (positive, negative) pairs whose positive scores
+    higher, ties counted one half (the Mann-Whitney U over n_1 n_0, from mid-ranks)."""
+    ranks = stats.rankdata(scores)
+    positive = np.asarray(y) == 1
+    n_1, n_0 = int(positive.sum()), int((~positive).sum())
+    return float((ranks[positive].sum() - n_1 * (n_1 + 1) / 2) / (n_1 * n_0))

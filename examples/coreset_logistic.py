@@ -6,12 +6,16 @@ corrupted as in the paper (a random F N rows with a fixed random half of the fea
 replaced by N(0, 5^2) noise, another random F N rows with flipped labels). Coresets by
 beta-Cores (Laplace sampler, inner="beta"), SparseVI and uniform subsampling; each is
 evaluated as in the paper by the classical posterior on its weighted rows (NUTS), and
-scored by accuracy on a class-balanced test set (posterior mean probability > 1/2).
-The full-data classical and beta posteriors (NUTS) are the horizontal references.
+scored by accuracy on a class-balanced test set (posterior mean probability > 1/2)
+and by the test AUC of that probability. The full-data classical and beta posteriors
+(NUTS) are the horizontal references. Each row also names the feature columns the
+trial's noise replaced and whether the most predictive principal component (largest
+|AUC - 1/2| of the column alone on the clean training rows) is among them.
 
 Writes examples/results/coreset_logistic/{runs.csv, summary.csv, accuracy.png}.
 
     python examples/coreset_logistic.py [--datasets adult phishing] [--fractions 0 0.1 0.2 0.3] [--trials 10]
+        [--first-trial 0] [--methods beta_cores sparse_vi uniform]
         [--workers 2 | --address tcp://HOST:8786]   # every (data set, fraction, trial) is a task on an rs.Cluster
 """
 
@@ -24,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from _cluster import add_address_argument, cluster_pool
-from _coreset_data import accuracy, balanced, contaminate, load_adult, load_phishing
+from _coreset_data import auc, balanced, contaminate, load_adult, load_phishing, predictive_probability
 
 import robust_stan as rs
 
@@ -34,6 +38,10 @@ OUT = Path(__file__).parent / "results" / "coreset_logistic"
 NUTS = {"chains": 2, "iter_warmup": 500, "iter_sampling": 500, "show_progress": False}
 
 
+def scores(fit, X_eval: np.ndarray, y_eval: np.ndarray) -> dict:
+    """Balanced test accuracy (posterior mean probability > 1/2) and the AUC of that probability."""
+    probability = predictive_probability(fit, X_eval)
+    return {"accuracy": float(np.mean((probability > 0.5) == y_eval)), "auc": auc(probability, y_eval)}
 
 
 def one_trial(name: str, fraction: float, trial: int, args) -> list[dict]:
@@ -48,13 +56,16 @@ def one_trial(name: str, fraction: float, trial: int, args) -> list[dict]:
     X, y, corrupted = contaminate(X_train, y_train, fraction, rng)
     X_eval, y_eval = balanced(X_test, y_test, rng)
     data = {"X": X, "y": y, "prior_scale_b": np.ones(X.shape[1])}
+    noisy = np.flatnonzero(np.any(X != X_train, axis=0))
+    top = int(np.argmax([abs(auc(column, y_train) - 0.5) for column in X_train.T]))
+    columns = {"noisy_columns": " ".join(map(str, noisy)), "top_pc": top, "top_pc_noisy": bool(top in noisy)}
     rows = []
     for reference, div in (("full classical", rs.KL()), ("full beta", divergence)):
         fit = model.sample(data, divergence=div, seed=trial, **NUTS)
         rows.append({"dataset": name, "F": fraction, "trial": trial, "method": reference,
                      "size": len(y), "outlier_share": float(corrupted.mean()),
-                     "accuracy": accuracy(fit, X_eval, y_eval), "seconds": np.nan})
-    for method in METHODS:
+                     **scores(fit, X_eval, y_eval), "seconds": np.nan, **columns})
+    for method in args.methods:
         largest = None
         start = time.perf_counter()
         if method != "uniform":
@@ -73,7 +84,7 @@ def one_trial(name: str, fraction: float, trial: int, args) -> list[dict]:
             fit = coreset.sample("classical", seed=trial, **NUTS)
             rows.append({"dataset": name, "F": fraction, "trial": trial, "method": method, "size": size,
                          "coreset_rows": kept.size, "outlier_share": float(corrupted[kept].mean()),
-                         "accuracy": accuracy(fit, X_eval, y_eval), "seconds": seconds})
+                         **scores(fit, X_eval, y_eval), "seconds": seconds, **columns})
     return rows
 
 
@@ -82,6 +93,8 @@ def main(argv=None) -> None:
     parser.add_argument("--datasets", nargs="+", default=["adult", "phishing"])
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3])
     parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--first-trial", type=int, default=0, help="trials run first-trial, first-trial + 1, ...")
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 20, 50, 100])
     parser.add_argument("--beta", type=float, default=0.5)
     parser.add_argument("--iters", type=int, default=100, help="weight steps per added point (T)")
@@ -97,19 +110,21 @@ def main(argv=None) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     rs.glm("bernoulli", standardize=False).compile()  # once, before the workers load the cache
     tasks = [(name, fraction, trial) for name in args.datasets for fraction in args.fractions
-             for trial in range(args.trials)]
+             for trial in range(args.first_trial, args.first_trial + args.trials)]
     rows = []
     with cluster_pool(args.workers, args.address) as pool:
         for task_rows in pool.map(one_trial, *zip(*tasks), [args] * len(tasks)):
             rows.extend(task_rows)
             last = task_rows[-1]
             print(f"{last['dataset']} F = {last['F']:.2f} trial {last['trial']}: accuracy at size "
-                  f"{last['size']} ({last['method']}) {last['accuracy']:.3f}, outlier share "
+                  f"{last['size']} ({last['method']}) {last['accuracy']:.3f}, AUC {last['auc']:.3f}, outlier share "
                   f"{last['outlier_share']:.2f}", flush=True)
     pd.DataFrame(rows).to_csv(OUT / "runs.csv", index=False)
     runs = pd.DataFrame(rows)
-    summary = (runs.groupby(["dataset", "F", "method", "size"])["accuracy"].quantile([0.25, 0.5, 0.75]).unstack()
-               .rename(columns={0.25: "q25", 0.5: "median", 0.75: "q75"}).reset_index())
+    quartiles = runs.groupby(["dataset", "F", "method", "size"])[["accuracy", "auc"]].quantile([0.25, 0.5, 0.75])
+    summary = quartiles["accuracy"].unstack().rename(columns={0.25: "q25", 0.5: "median", 0.75: "q75"})
+    summary = summary.join(quartiles["auc"].unstack().rename(columns={0.25: "auc_q25", 0.5: "auc_median",
+                                                                      0.75: "auc_q75"})).reset_index()
     summary.to_csv(OUT / "summary.csv", index=False)
     plot(runs, summary)
     report_targets(summary, max(args.sizes))
