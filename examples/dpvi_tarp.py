@@ -63,7 +63,9 @@ from robust_stan.results.coverage import calibrated_rmse_reference, coverage_cur
 
 OUT = Path(__file__).parent / "results"
 ALPHAS = np.linspace(0.0, 1.0, 101)
-METHODS = ("noise-aware NUTS", "noise-aware Laplace", "last iterate", "DPVIm")
+# the noise-aware methods' names by phi*'s prior (rs.noise_aware's phi_star_prior): eq. A61's unit sd keeps
+# the names of the earlier results
+PHI_STAR_PRIOR_LABELS = {"unit": "", "trace_sd": " (trace-sd prior)"}
 EXPERIMENTS = {"exponential_families": ("gamma_exponential", "beta_bernoulli", "dirichlet_categorical"),
                "linear_regression": ("linear_regression",)}
 # Besides TARP on every coordinate (the paper's), TARP on a model's named subsets of the unconstrained
@@ -194,20 +196,23 @@ def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
     warnings.simplefilter("ignore")
     simulated = simulated_release(name, epsilon, repeat, k, args)
     release, burn_in = simulated.release, simulated.burn_in
-    nuts = rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=k)
-    draws = {
-        "noise-aware NUTS": nuts,
-        "noise-aware Laplace": rs.noise_aware(release, burn_in, method="laplace", draws=4000, seed=k),
-        "last iterate": rs.dpvi_baseline(release, "last_iterate", draws=4000, seed=k),
-        "DPVIm": rs.dpvi_baseline(release, "averaged", burn_in, draws=4000, seed=k),
-    }
+    draws, convergence = {}, {}
+    for prior in getattr(args, "phi_star_priors", ["unit"]):
+        suffix = PHI_STAR_PRIOR_LABELS[prior]
+        nuts = rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=k, phi_star_prior=prior)
+        draws["noise-aware NUTS" + suffix] = nuts
+        draws["noise-aware Laplace" + suffix] = rs.noise_aware(release, burn_in, method="laplace", draws=4000, seed=k,
+                                                               phi_star_prior=prior)
+        convergence.update({"trace_r_hat_max" + suffix: float(nuts.trace_summary["r_hat"].max()),
+                            "trace_ess_bulk_min" + suffix: float(nuts.trace_summary["ess_bulk"].min())})
+    draws["last iterate"] = rs.dpvi_baseline(release, "last_iterate", draws=4000, seed=k)
+    draws["DPVIm"] = rs.dpvi_baseline(release, "averaged", burn_in, draws=4000, seed=k)
     dimension = release.iterates.shape[1] // 2
     post_burn_in = release.iterates[burn_in_steps(burn_in, release.steps):release.steps]
     trace_mean = post_burn_in[:, :dimension].mean(axis=0)  # DPVIm's mean
     return {"model": name, "epsilon": epsilon, "repeat": repeat, "k": k, "truth": release.unconstrain(simulated.truth),
             "reference": release.unconstrain(simulated.reference), "trace_mean": trace_mean,
-            "seconds": simulated.seconds, "trace_r_hat_max": float(nuts.trace_summary["r_hat"].max()),
-            "trace_ess_bulk_min": float(nuts.trace_summary["ess_bulk"].min()),
+            "seconds": simulated.seconds, **convergence,
             "draws": {m: d.unconstrained.reshape(-1, d.unconstrained.shape[-1]) for m, d in draws.items()}}
 
 
@@ -254,6 +259,10 @@ def main(argv=None) -> None:
     parser.add_argument("--q-scale", choices=("variance", "sd"), default=None,
                         help="what softplus(u) is: q's variance (the paper's text, robust-stan's default) or sd "
                              "(the authors' code)")
+    parser.add_argument("--phi-star-priors", nargs="+", choices=sorted(PHI_STAR_PRIOR_LABELS), default=["unit"],
+                        help="phi*'s prior sd in the noise-aware posterior (rs.noise_aware's phi_star_prior): 'unit' "
+                             "(eq. A61 as printed) and/or 'trace_sd' (the authors' code); each is scored on the "
+                             "same releases")
     parser.add_argument("--workers", type=int, default=2)
     add_address_argument(parser)
     parser.add_argument("--out", default=None, help="folder under examples/results")
@@ -284,7 +293,7 @@ def main(argv=None) -> None:
     rows, curves = [], []
     for (name, eps, repeat), group in pd.DataFrame(results).groupby(["model", "epsilon", "repeat"], sort=False):
         truths, prior_references = np.stack(group["truth"]), np.stack(group["reference"])
-        for method in METHODS:
+        for method in group["draws"].iloc[0]:
             draws = np.stack([d[method] for d in group["draws"]])
             trace_means = np.stack(group["trace_mean"])
             references = {"prior": [prior_references],
@@ -335,10 +344,13 @@ def main(argv=None) -> None:
     print(table.to_string(index=False))
     plot(pd.concat(curves).query("repeat == 0 and coordinates == 'all'"), out)
     marginal_checks(results, out)
-    convergence = pd.DataFrame(results)[["model", "epsilon", "repeat", "k", "trace_r_hat_max", "trace_ess_bulk_min"]]
+    convergence = pd.DataFrame(results).drop(columns=["truth", "reference", "trace_mean", "seconds", "draws"])
     convergence.to_csv(out / "convergence.csv", index=False)  # the trace model's NUTS, per data set
-    print("trace model's NUTS: R-hat above 1.01 on", int((convergence["trace_r_hat_max"] > 1.01).sum()), "of",
-          len(convergence), "data sets; smallest bulk ESS", round(convergence["trace_ess_bulk_min"].min()))
+    for prior in args.phi_star_priors:
+        suffix = PHI_STAR_PRIOR_LABELS[prior]
+        r_hat, ess = convergence["trace_r_hat_max" + suffix], convergence["trace_ess_bulk_min" + suffix]
+        print(f"trace model's NUTS{suffix}: R-hat above 1.01 on", int((r_hat > 1.01).sum()), "of",
+              len(convergence), "data sets; smallest bulk ESS", round(ess.min()))
 
 
 def marginal_checks(results: list[dict], out: Path) -> pd.DataFrame:
@@ -392,7 +404,7 @@ def plot(curves: pd.DataFrame, out: Path) -> None:
                              squeeze=False)
     for row, reference in enumerate(references):
         for ax, (name, eps) in zip(axes[row], cells):
-            for method in METHODS:
+            for method in curves["method"].unique():
                 sub = curves[(curves.model == name) & (curves.epsilon == eps) & (curves.method == method)
                              & (curves.reference == reference)]
                 ax.plot(1 - sub["alpha"], sub["coverage"], label=method)

@@ -11,7 +11,7 @@ from ._version import __version__  # noqa: F401
 from .api.builtin import custom, glm, location
 from .api.calibrate import calibrate
 from .api.coreset import coreset
-from .api.dpvi import dpvi, dpvi_baseline, noise_aware
+from .api.dpvi import check_trace_model, dpvi, dpvi_baseline, noise_aware
 from .api.influence import influence
 from .api.model import Model
 from .api.neural_network import mlp, network_output
@@ -54,6 +54,7 @@ __all__ = [
     "StanProgramModel",
     "dpvi",
     "dpvi_baseline",
+    "check_trace_model",
     "noise_aware",
     "DPVIFit",
     "PrivatePosterior",

@@ -284,21 +284,25 @@ def test_the_release_is_the_mechanism_output_and_enough_without_the_data(exponen
         rs.noise_aware({"y": np.ones(3)})
 
 
-def test_trace_model_program_is_the_papers_likelihood(exponential):
+@pytest.mark.parametrize("phi_star_prior", ["unit", "trace_sd"])
+def test_trace_model_program_is_the_papers_likelihood(exponential, phi_star_prior):
     """The Stan program's log density (sufficient statistics, standardised parameters, the centred
     form that Laplace uses) against the per-step normal likelihood of eq. 20 and the H.3 priors
-    written out in NumPy, as differences between points. (The non-centred form that NUTS samples
-    is checked against quadrature of this density below.)"""
+    written out in NumPy, as differences between points, with phi*'s prior sd 1 (eq. A61) or the
+    iterates' own sd (the authors' code). (The non-centred form that NUTS samples is checked
+    against quadrature of this density below.)"""
     rng = np.random.default_rng(7)
     fit = rs.dpvi(exponential, data_of(1.0, 300, 8), epsilon=2.0, clip=10.0, steps=200, seed=1, show_progress=False)
     release = fit.release
-    data = {**trace_model_data(release, 50), "non_centred": 0}
+    data = {**trace_model_data(release, 50, phi_star_prior), "non_centred": 0}
     program = compile_program(trace_model_program(), ENGINE, show_progress=False)
     phis, grads = release.iterates[50:200], release.noisy_gradients[50:]
+    prior_sd = 1.0 if phi_star_prior == "unit" else phis.std(axis=0)
 
     def numpy_log_density(phi_star, v):
         mean = data["kappa"] * softplus(v) * (phis - phi_star)
-        return (stats.norm.logpdf(grads, mean, release.noise_sd).sum() + stats.norm.logpdf(phi_star, data["phi_bar"], 1).sum()
+        return (stats.norm.logpdf(grads, mean, release.noise_sd).sum()
+                + stats.norm.logpdf(phi_star, phis.mean(axis=0), prior_sd).sum()
                 + stats.norm.logpdf(v, data["v_prior_mean"], data["v_prior_sd"]).sum())
 
     points = [rng.normal(0, [0.1, 0.1, 1, 1]) for _ in range(3)]  # (phi* - phi_bar, standardised v)
@@ -312,7 +316,7 @@ def test_trace_model_program_is_the_papers_likelihood(exponential):
 
 
 # -- statistical behaviour ---------------------------------------------------------------------
-def _linear_trace_statistics(a, step, noise_sd, kappa=0.1, steps=2000, seed=7):
+def _linear_trace_statistics(a, step, noise_sd, kappa=0.1, steps=2000, seed=7, phi_star_prior="unit"):
     """The trace model's data for a trace that follows eq. 20 exactly: phi* = 0, one coordinate per
     entry of ``a`` and ``step``, started at phi* (so there is no burn-in to discard)."""
     rng = np.random.default_rng(seed)
@@ -322,17 +326,18 @@ def _linear_trace_statistics(a, step, noise_sd, kappa=0.1, steps=2000, seed=7):
         phis.append(phi.copy())
         grads.append(g)
         phi = phi - step * g
-    return trace_statistics(np.array(phis), np.array(grads), kappa, np.full(len(a), noise_sd))
+    return trace_statistics(np.array(phis), np.array(grads), kappa, np.full(len(a), noise_sd), phi_star_prior)
 
 
 def _quadrature_moments(data: dict, j: int) -> tuple[float, float, float]:
     """Mean, sd and kurtosis of phi*_j under the trace model, by a 2-D grid over (v_j, phi*_j) of the
     joint density (eq. 20's likelihood through its sufficient statistics, the H.3 priors)."""
     kappa, n, s2 = data["kappa"], data["n_obs"], data["noise_sd"][j] ** 2
+    prior_sd = data["phi_star_prior_sd"][j]
     v = data["v_prior_mean"][j] + data["v_prior_sd"][j] * np.linspace(-9, 9, 1801)
-    m = np.linspace(-6, 6, 60001)  # phi* - phi_bar
+    m = prior_sd * np.linspace(-6, 6, 60001)  # phi* - phi_bar
     c = kappa * softplus(v)[:, None]
-    log_joint = (-0.5 * ((v[:, None] - data["v_prior_mean"][j]) / data["v_prior_sd"][j]) ** 2 - 0.5 * m**2
+    log_joint = (-0.5 * ((v[:, None] - data["v_prior_mean"][j]) / data["v_prior_sd"][j]) ** 2 - 0.5 * (m / prior_sd)**2
                  - 0.5 / s2 * (-2 * c * (data["sum_gd"][j] - m * data["sum_g"][j])
                                + c**2 * (data["sum_dd"][j] + n * m**2)))
     weights = np.exp(log_joint - log_joint.max()).sum(axis=0)
@@ -342,7 +347,8 @@ def _quadrature_moments(data: dict, j: int) -> tuple[float, float, float]:
     return data["phi_bar"][j] + mean, np.sqrt(variance), np.sum(weights * (m - mean) ** 4) / variance**2
 
 
-def test_noise_aware_nuts_draws_the_trace_models_posterior_where_a_is_weakly_identified():
+@pytest.mark.parametrize("phi_star_prior", ["unit", "trace_sd"])
+def test_noise_aware_nuts_draws_the_trace_models_posterior_where_a_is_weakly_identified(phi_star_prior):
     """NUTS on the trace model against quadrature, on a trace of eq. 20 with one well identified
     coordinate and one whose curvature a the trace barely identifies (its posterior puts mass near
     a = 0, where phi* spreads to its prior's sd 1: a ridge NUTS could not cross in the centred
@@ -350,7 +356,8 @@ def test_noise_aware_nuts_draws_the_trace_models_posterior_where_a_is_weakly_ide
     5 Monte Carlo standard errors of the mean and of the sd (from the ESS and the quadrature's
     kurtosis)."""
     # Table 2's scales (a ~ 1e5, sigma C ~ 1e5); the trace's signal about a_j is about sqrt(T step_j kappa a_j / 2)
-    data = _linear_trace_statistics(a=np.array([2e5, 2e5]), step=np.array([2.5e-6, 1e-7]), noise_sd=8e4)
+    data = _linear_trace_statistics(a=np.array([2e5, 2e5]), step=np.array([2.5e-6, 1e-7]), noise_sd=8e4,
+                                    phi_star_prior=phi_star_prior)
     snr = data["v_prior_mean"] / data["v_prior_sd"]
     assert snr[0] > 5 and snr[1] < 3  # the design: well and weakly identified
     traced = sample_trace_model(data, "nuts", draws=2000, warmup=1000, chains=2, seed=3, engine=ENGINE)

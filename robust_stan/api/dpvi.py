@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
+import pandas as pd
 
 from ..building.data import Scaling, zero_row_data
 from ..building.divergences import as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
-from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
+from ..common.errors import RobustStanInputError, RobustStanWarning, require_count, require_positive, require_seed
 from ..methods.dpvi import (DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, require_q_scale,
                             run_dp_sgd)
-from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data
+from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data, trace_predictive_check
 from ..methods.partitioned_dpvi import partitioned_dpvi_setup
 from ..methods.privacy_accounting import check_privacy_arguments, solve_noise_multiplier
 from ..methods.private_randomness import warn_seeded_release
@@ -175,15 +177,37 @@ def _release_of(release) -> DPVIRelease:
 
 
 def noise_aware(release, burn_in=0.5, method: str = "nuts", draws: int = 4000, warmup: int = 1000,
-                chains: int = 2, seed: int = 0, show_progress: bool = False) -> PrivatePosterior:
+                chains: int = 2, seed: int = 0, show_progress: bool = False,
+                phi_star_prior: str = "unit") -> PrivatePosterior:
     """The noise-aware posterior from a DP-VI release alone (paper section 3.3, eq. 20-23; the
-    model and priors are in :mod:`robust_stan.methods.noise_aware`).
+    model and priors are in :mod:`robust_stan.methods.noise_aware`). Each draw of phi* gives one
+    draw of theta from q(theta; phi*). There is no data argument: nothing here can see the data.
 
-    ``burn_in``: T*, an iteration count or a fraction of T (default half). ``method``:
-    ``"nuts"`` (the engine's NUTS on the Stan program ``noise_aware_dpvi.stan``, ``chains``
-    chains of ``warmup`` + ``draws / chains`` iterations: the paper's 1000 + 4000 by default)
-    or ``"laplace"`` (Gaussian at the mode, ``draws`` draws). Each draw of phi* gives one draw
-    of theta from q(theta; phi*). There is no data argument: nothing here can see the data.
+    Parameters
+    ----------
+    release : DPVIFit or DPVIRelease
+        What :func:`robust_stan.dpvi` released.
+    burn_in : int or float
+        T*, an iteration count or a fraction of T (default half).
+    method : {"nuts", "laplace"}
+        The engine's NUTS on the Stan program ``noise_aware_dpvi.stan`` (``chains`` chains of
+        ``warmup`` + ``draws / chains`` iterations: the paper's 1000 + 4000 by default), or a
+        Gaussian at the mode (``draws`` draws).
+    draws, warmup, chains : int
+        The sampler's settings.
+    seed : int
+        Seed of the sampler and of the draws from q (post-processing: not part of the privacy).
+    show_progress : bool
+        Progress bars.
+    phi_star_prior : {"unit", "trace_sd"}
+        phi*'s prior N(phi_bar, s^2) around the post-burn-in iterates' mean: s = 1, as the
+        paper's eq. A61 prints it, or s = the iterates' own sd per coordinate, as the authors'
+        code has it.
+
+    Returns
+    -------
+    PrivatePosterior
+        Draws of the model's parameters, and of phi* and A in ``trace_draws``.
     """
     release = _release_of(release)
     t_star = burn_in_steps(burn_in, release.steps)
@@ -191,10 +215,60 @@ def noise_aware(release, burn_in=0.5, method: str = "nuts", draws: int = 4000, w
     if draws % chains:
         raise RobustStanInputError(f"draws: must be a multiple of chains ({chains}), got {draws}")
     rng = np.random.default_rng(require_seed(seed))
-    traced = sample_trace_model(trace_model_data(release, t_star), method, draws // chains, warmup, chains,
-                                seed, release.model.engine, show_progress)
+    traced = sample_trace_model(trace_model_data(release, t_star, phi_star_prior), method, draws // chains, warmup,
+                                chains, seed, release.model.engine, show_progress)
     thetas = q_draws(traced["phi_star"], rng, release.q_scale)
-    return PrivatePosterior(release, "noise_aware", thetas, {"phi_star": traced["phi_star"], "a": traced["a"]}, method)
+    return PrivatePosterior(release, "noise_aware", thetas, {"phi_star": traced["phi_star"], "a": traced["a"]}, method,
+                            burn_in=t_star)
+
+
+def check_trace_model(posterior: PrivatePosterior, blocks: int = 20, level: float = 0.01) -> pd.DataFrame:
+    """Check the noise-aware posterior's trace model against its own release, coordinate by
+    coordinate of phi: a posterior predictive check for drift in the released gradients that the
+    linear model kappa A (phi_t - phi*) cannot explain (the statistic and its exact predictive
+    p-value are in :func:`robust_stan.methods.noise_aware.trace_predictive_check`).
+
+    A small p-value says the trace model's assumptions fail for that coordinate, and its
+    noise-aware marginal may be miscalibrated. It needs only the release.
+
+    Parameters
+    ----------
+    posterior : PrivatePosterior
+        A result of :func:`robust_stan.noise_aware`.
+    blocks : int
+        Consecutive blocks the post-burn-in trace is cut into (the test looks at drift on the
+        scale of a block).
+    level : float
+        The family-wise level: a :class:`~robust_stan.RobustStanWarning` names every coordinate
+        whose p-value is below ``level`` divided by the number of coordinates (Bonferroni).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per entry of phi (``mu[j]`` and ``u[j]`` for the j-th unconstrained parameter):
+        ``p_value``, ``excess`` (the statistic over its expectation; about 1 where the model holds)
+        and ``flagged``.
+    """
+    if not isinstance(posterior, PrivatePosterior) or posterior.kind != "noise_aware":
+        raise RobustStanInputError(f"posterior: expected the result of rs.noise_aware, got {posterior!r:.80}")
+    blocks = require_count("blocks", blocks, 2)
+    if not 0 < level < 1:
+        raise RobustStanInputError(f"level: must lie in (0, 1), got {level!r}")
+    release = posterior.release
+    check = trace_predictive_check(release, posterior.burn_in, posterior.trace_draws["phi_star"],
+                                   posterior.trace_draws["a"], blocks)
+    n = release.dimension
+    names = [f"mu[{j}]" for j in range(n)] + [f"u[{j}]" for j in range(n)]
+    table = pd.DataFrame({"p_value": check["p_value"], "excess": check["excess"]}, index=pd.Index(names, name="phi"))
+    table["flagged"] = table["p_value"] < level / len(names)
+    if table["flagged"].any():
+        flagged = ", ".join(f"{name} (p = {p:.2g}, excess {e:.2f})"
+                            for name, p, e in table.loc[table["flagged"], ["p_value", "excess"]].itertuples())
+        warnings.warn(f"the trace model does not explain the released gradients of {flagged}: they drift in a way "
+                      f"kappa A (phi_t - phi*) cannot follow, so the noise-aware posterior of those coordinates "
+                      f"may be miscalibrated (mu[j] and u[j] are q's mean and scale of unconstrained parameter j)",
+                      RobustStanWarning, stacklevel=2)
+    return table
 
 
 def dpvi_baseline(release, kind: str = "last_iterate", burn_in=0.5, draws: int = 4000,

@@ -45,10 +45,12 @@ class PrivatePosterior:
     their convergence figures (a warning is given when they are poor)."""
 
     def __init__(self, release: DPVIRelease, kind: str, unconstrained: np.ndarray,
-                 trace_draws: dict[str, np.ndarray] | None = None, method: str | None = None):
+                 trace_draws: dict[str, np.ndarray] | None = None, method: str | None = None,
+                 burn_in: int | None = None):
         self.release = release
         self.kind = kind
         self.method = method
+        self.burn_in = burn_in  # T*, for the noise-aware posterior
         self.unconstrained = unconstrained
         self.trace_draws = trace_draws
         self.parameter_names = release.model.spec.parameter_names
