@@ -24,7 +24,7 @@ from robust_stan.methods import private_randomness
 from robust_stan.methods.dpvi import (PerExampleObjective, clip_rows, heuristic_step_size, noisy_gradient, poisson_batch,
                                       softplus)
 from robust_stan.methods.noise_aware import (sample_trace_model, trace_model_data, trace_model_laplace, trace_model_program,
-                                            trace_statistics)
+                                            trace_predictive_check, trace_statistics)
 from robust_stan.methods.privacy_accounting import epsilon_for, solve_noise_multiplier
 from robust_stan.methods.private_randomness import SubsampleKey, chacha_generator, is_secure, private_generator
 from robust_stan.results.coverage import (calibrated_rmse_reference, calibration_curve, calibration_rmse,
@@ -369,6 +369,42 @@ def test_noise_aware_nuts_draws_the_trace_models_posterior_where_a_is_weakly_ide
         ess = summary["ess_bulk"].iloc[j]
         assert abs(draws.mean() - mean) < 5 * sd / np.sqrt(ess)
         assert abs(draws.std() / sd - 1) < 5 * np.sqrt((kurtosis - 1) / (4 * ess))
+
+
+def _simulated_release(a, step, noise_sd, kappa=0.1, steps=4000, seed=0, drift=0.0):
+    """A release-like trace of eq. 20 with phi* = 0 (the iterates and noisy gradients, kappa and
+    the noise sd), plus ``drift`` times a random walk of unit steps in the gradients (a slow
+    drift the linear model cannot explain)."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    phi, phis, grads = np.zeros(len(a)), [], []
+    wander = np.cumsum(rng.standard_normal((steps, len(a))), axis=0)
+    for t in range(steps):
+        g = kappa * a * phi + noise_sd * rng.standard_normal(len(a)) + drift * wander[t]
+        phis.append(phi.copy())
+        grads.append(g)
+        phi = phi - step * g
+    return SimpleNamespace(iterates=np.array(phis + [phi]), noisy_gradients=np.array(grads), steps=steps,
+                           accounting=SimpleNamespace(sampling_rate=kappa), noise_sd=np.full(len(a), noise_sd))
+
+
+def test_trace_predictive_p_values_are_uniform_where_the_model_holds_and_small_under_drift():
+    """At the true (phi*, a) of traces that follow eq. 20, the block statistic is chi-square with
+    B degrees of freedom, so its p-values are uniform (a KS test over 400 traces at level 1e-3);
+    a drift of a random walk in the gradients drives them to 0."""
+    a, step, noise_sd = np.array([2e5, 5e4]), np.array([2.5e-6, 1e-6]), 8e4
+    p_values = []
+    for seed in range(400):
+        release = _simulated_release(a, step, noise_sd, steps=400, seed=seed)
+        check = trace_predictive_check(release, 0, np.zeros((1, 2)), a[None], blocks=10)
+        p_values.append(check["p_value"])
+    p_values = np.array(p_values)
+    for j in range(2):
+        assert stats.kstest(p_values[:, j], "uniform").pvalue > 1e-3
+    drifting = _simulated_release(a, step, noise_sd, steps=4000, seed=1, drift=0.05 * noise_sd)
+    check = trace_predictive_check(drifting, 0, np.zeros((1, 2)), a[None], blocks=20)
+    assert np.all(check["p_value"] < 1e-6) and np.all(check["excess"] > 2)
 
 
 def _analytic_laplace(data: dict, j: int) -> tuple[np.ndarray, np.ndarray]:
