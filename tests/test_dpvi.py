@@ -105,7 +105,8 @@ def test_the_private_generator_is_chacha20(block):
 
 @pytest.fixture
 def recorded_keys(monkeypatch):
-    """Every key the private generators draw, and every generator the mechanism runs on."""
+    """Every key the private generators draw, every generator the mechanism runs on, and how many
+    normals each noise value sums."""
     keys, generators = [], []
 
     def recording_fresh_key():
@@ -116,10 +117,17 @@ def recorded_keys(monkeypatch):
         generators.append(real_private_generator(seed))
         return generators[-1]
 
+    def recording_private_normal(rng, size, draws):
+        normal_draws.add(draws)
+        return real_private_normal(rng, size, draws)
+
+    normal_draws = set()
     real_fresh_key, real_private_generator = private_randomness.fresh_key, dpvi_method.private_generator
+    real_private_normal = dpvi_method.private_normal
     monkeypatch.setattr(private_randomness, "fresh_key", recording_fresh_key)
     monkeypatch.setattr(dpvi_method, "private_generator", recording_private_generator)
-    return keys, generators
+    monkeypatch.setattr(dpvi_method, "private_normal", recording_private_normal)
+    return keys, generators, normal_draws
 
 
 def _encodings(number: int) -> list[bytes]:
@@ -130,15 +138,16 @@ def _encodings(number: int) -> list[bytes]:
 
 def test_a_release_without_a_seed_is_private_by_default_and_holds_no_key(exponential, recorded_keys):
     """Without a seed: no warning, the noise and subsamples come from ChaCha20 with a fresh key,
-    two runs on the same data release different noise, and neither the pickled fit nor its
+    each noise value sums 4 normals, two runs on the same data release different noise, and neither the pickled fit nor its
     release holds the key."""
-    keys, generators = recorded_keys
+    keys, generators, normal_draws = recorded_keys
     data = data_of(1.5, 200, 4)
     options = dict(epsilon=1.0, clip=10.0, steps=20, precondition=30, show_progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", rs.RobustStanWarning)
         first, second = rs.dpvi(exponential, data, **options), rs.dpvi(exponential, data, **options)
     assert len(keys) == 2 and keys[0] != keys[1] and all(is_secure(g) for g in generators)
+    assert normal_draws == {4}  # Holohan and Braghin's sum of normals against floating-point attacks
     assert not np.array_equal(first.release.noisy_gradients, second.release.noisy_gradients)
     for fit, key in ((first, keys[0]), (second, keys[1])):
         for pickled in (pickle.dumps(fit), pickle.dumps(fit.release)):
@@ -252,10 +261,13 @@ def test_poisson_batches_have_binomial_sizes_and_uniform_rows():
     assert stats.chi2.sf(chi2, n) > 1e-4
 
 
-def test_noise_has_sd_sigma_c_over_beta():
-    rng = np.random.default_rng(5)
+@pytest.mark.parametrize("normal_draws", [1, 4])
+def test_noise_has_sd_sigma_c_over_beta(normal_draws):
+    """One normal per value (a seeded run) or the private run's sum of 4 normals halved, on ChaCha20:
+    the same N(0, sigma^2 C^2 / beta^2) noise (sd within 4 standard errors, and a KS test)."""
+    rng = np.random.default_rng(5) if normal_draws == 1 else chacha_generator(5)
     beta = np.array([1.0, 1.0, 4.0, 4.0])
-    draws = np.array([noisy_gradient(np.zeros(4), 3.0, beta, rng) for _ in range(20_000)])
+    draws = np.array([noisy_gradient(np.zeros(4), 3.0, beta, rng, normal_draws) for _ in range(20_000)])
     scaled = draws * beta / 3.0
     assert np.allclose(draws.std(axis=0), 3.0 / beta, rtol=4 * np.sqrt(1 / (2 * 20_000)))
     for j in range(4):
@@ -748,7 +760,7 @@ def test_partitioned_dpvi_with_almost_no_noise_reaches_the_meanfield_optimum(exp
 def test_partitioned_dpvi_without_a_seed_keys_subsamples_and_noise_apart(exponential, recorded_keys):
     """Rows in partitions, no seed: the subsamples' key (which the partitions hold) and the noise's
     are two fresh ChaCha20 keys, so whoever holds the partitions cannot remove the noise."""
-    keys, generators = recorded_keys
+    keys, generators, _ = recorded_keys
     fit = rs.dpvi(exponential, _in_partitions(data_of(1.5, 400, 9)["y"], 100), epsilon=1.0, clip=10.0, steps=5,
                   show_progress=False)
     assert len(keys) == 2 and keys[0] != keys[1] and is_secure(generators[0])

@@ -49,9 +49,9 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     the noise come from ChaCha20 keyed with 256 bits of the operating system's entropy, which
     nobody can replay. With ``seed`` the run is reproducible and **only as private as the seed
     is secret** (a :class:`~robust_stan.RobustStanWarning` says so): anyone who knows or guesses
-    it can redraw the noise and subtract it. The noise is floating-point Gaussian; nothing
-    guards against attacks on its low-order bits (Mironov 2012;
-    :mod:`robust_stan.methods.private_randomness`). The data must not shape anything released:
+    it can redraw the noise and subtract it. Against attacks on floating-point noise (Mironov
+    2012) a private run sums 4 normals per noise value, a mitigation, not a proof
+    (:mod:`robust_stan.methods.private_randomness`). The data must not shape anything released:
     the model must be built with ``standardize=False``, a glm's ``prior_scale_b`` and a
     categorical model's ``K`` given in ``data``, and phi_0 chosen without the data.
 

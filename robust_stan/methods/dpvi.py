@@ -38,7 +38,7 @@ from the data (batch sizes, clipped counts, losses) is kept. The subsamples and 
 noise come from ChaCha20 keyed from the operating system's entropy, or, with a seed,
 from NumPy's PCG64 (reproducible, and only as private as the seed is secret); neither
 the seed nor the key is part of the release (:mod:`.private_randomness`, which also
-says what is assumed of floating-point noise).
+says how floating-point noise is drawn and what is assumed of it).
 
 Neighbouring data sets differ by adding or removing one row, with N public: every
 row's clipped term holds the prior, Jacobian and entropy terms divided by N, so the
@@ -58,7 +58,7 @@ from ..building.data import Scaling, with_switches
 from ..common.errors import RobustStanInputError
 from ..gradients.per_example import PerExampleGradients
 from .privacy_accounting import PrivacyAccounting
-from .private_randomness import private_generator
+from .private_randomness import PRIVATE_NORMAL_DRAWS, private_generator, private_normal
 
 
 def softplus(x):
@@ -234,9 +234,12 @@ def poisson_batch(rng: np.random.Generator, n_rows: int, sampling_rate: float) -
     return np.flatnonzero(rng.random(n_rows) < sampling_rate)
 
 
-def noisy_gradient(clipped_sum: np.ndarray, noise_sd: float, beta: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The released g~ = (sum of clipped, preconditioned gradients + N(0, noise_sd^2 I)) / beta (eq. A59)."""
-    return (clipped_sum + noise_sd * rng.standard_normal(clipped_sum.size)) / beta
+def noisy_gradient(clipped_sum: np.ndarray, noise_sd: float, beta: np.ndarray, rng: np.random.Generator,
+                   normal_draws: int = 1) -> np.ndarray:
+    """The released g~ = (sum of clipped, preconditioned gradients + N(0, noise_sd^2 I)) / beta (eq. A59),
+    each coordinate's noise the sum of ``normal_draws`` normals scaled to sd ``noise_sd``
+    (:func:`~.private_randomness.private_normal`)."""
+    return (clipped_sum + noise_sd * private_normal(rng, clipped_sum.size, normal_draws)) / beta
 
 
 def in_memory_batches(objective: PerExampleObjective, settings: DPVISettings) -> Callable:
@@ -256,6 +259,8 @@ def run_dp_sgd(objective: PerExampleObjective, settings: DPVISettings,
         raise RobustStanInputError(f"q_scale: the objective's ({objective.q_scale!r}) and the settings' "
                                    f"({settings.q_scale!r}) differ")
     rng = private_generator(settings.seed)
+    # a seeded run keeps one normal per coordinate, so that earlier seeded releases are drawn again exactly
+    normal_draws = PRIVATE_NORMAL_DRAWS if settings.seed is None else 1
     n = objective.dimension
     beta = settings.precondition
     batches = batches or in_memory_batches(objective, settings)
@@ -264,6 +269,6 @@ def run_dp_sgd(objective: PerExampleObjective, settings: DPVISettings,
     phi = iterates[0] = initial_phi(n, settings.initial_variance, settings.initial_mean, settings.q_scale)
     for t in tqdm(range(settings.steps), desc="DP-VI", unit="step", disable=not settings.show_progress):
         clipped_sum = batches(rng, t, phi)
-        noisy[t] = noisy_gradient(clipped_sum, settings.noise_multiplier * settings.clip, beta, rng)
+        noisy[t] = noisy_gradient(clipped_sum, settings.noise_multiplier * settings.clip, beta, rng, normal_draws)
         phi = iterates[t + 1] = phi - settings.step_size * beta * noisy[t]
     return iterates, noisy

@@ -18,12 +18,15 @@ A user seed makes a run reproducible (tests, examples, papers' tables): the gene
 then NumPy's PCG64 seeded from it, as before, and the release is only as private as the
 seed is secret (:func:`warn_seeded_release`).
 
-Floating-point noise: the Gaussian noise is NumPy's floating-point sampler (ziggurat) on
-ChaCha's bits. Mironov (2012) showed for the Laplace mechanism, and later work for the
-Gaussian, that the low-order bits of x + Z in floating point can reveal x. Nothing here
-snaps or discretises the noise (Mironov's snapping, or a discrete Gaussian): the guarantee
-is the real-valued Gaussian mechanism's, under the assumption that an attacker cannot
-exploit the floating-point representation of the noisy sums.
+Floating-point noise: Mironov (2012) showed for the Laplace mechanism, and Jin et al. (2022)
+for Gaussian samplers, that the low-order bits of x + Z in floating point can reveal x.
+A private run draws each noise value as the sum of 4 standard normals halved
+(:func:`private_normal`), Holohan and Braghin's (2021) defence, which Opacus' secure mode
+uses too: the sum is exactly N(0, 1) in real arithmetic and smears the floating-point
+artefacts that the attacks read. It is a mitigation, not a proof: nothing here snaps or
+discretises the noise (Mironov's snapping, or a discrete Gaussian), and the guarantee is
+the real-valued Gaussian mechanism's. A seeded run keeps one normal per value, so seeded
+releases made before this defence are drawn again exactly.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import numpy as np
 from ..common.errors import RobustStanWarning
 
 KEY_BYTES = 32  # ChaCha20's key: 256 bits
+PRIVATE_NORMAL_DRAWS = 4  # normals summed per noise value in a private run (Holohan and Braghin 2021)
 CHACHA_ROUNDS = 20
 
 SEEDED_RELEASE_WARNING = ("seed: a DP-VI run with a seed is only as private as the seed is secret: anyone who "
@@ -98,6 +102,25 @@ def warn_seeded_release(seed: int | None, stacklevel: int = 2) -> None:
     """
     if seed is not None:
         warnings.warn(SEEDED_RELEASE_WARNING, RobustStanWarning, stacklevel=stacklevel + 1)
+
+
+def private_normal(rng: np.random.Generator, size: int, draws: int = PRIVATE_NORMAL_DRAWS) -> np.ndarray:
+    """``size`` standard normals, each the sum of ``draws`` independent standard normals divided by
+    sqrt(``draws``) (exactly N(0, 1); with several draws, Holohan and Braghin's defence against
+    floating-point attacks on the Gaussian mechanism).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The generator (ChaCha20 in a private run).
+    size : int
+        How many values.
+    draws : int
+        Normals summed per value (1: a plain draw).
+    """
+    if draws == 1:
+        return rng.standard_normal(size)
+    return rng.standard_normal((draws, size)).sum(axis=0) / np.sqrt(draws)
 
 
 class SubsampleKey:
