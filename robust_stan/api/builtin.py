@@ -89,6 +89,8 @@ def location(
     every value): with the outcome standardised, sigma is divided by the same
     scale as y. Giving the same name in the data too is an error.
     ``priors`` replaces defaults by parameter name, e.g. ``{"mu": "normal(0, 1)"}``.
+    The mislabelling likelihood (:func:`glm`'s ``mislabel``) is not offered here: with
+    one probability shared by every row, the flip rate and alpha are not identified.
     """
     fam = get_family(family)
     known = _checked_known(known)
