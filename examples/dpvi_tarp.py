@@ -205,6 +205,8 @@ def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
                                                                phi_star_prior=prior)
         convergence.update({"trace_r_hat_max" + suffix: float(nuts.trace_summary["r_hat"].max()),
                             "trace_ess_bulk_min" + suffix: float(nuts.trace_summary["ess_bulk"].min())})
+        check = rs.check_trace_model(nuts)  # the per-coordinate predictive check a user can run on the release
+        convergence.update({f"check_p{suffix}[{name}]": p for name, p in check["p_value"].items()})
     draws["last iterate"] = rs.dpvi_baseline(release, "last_iterate", draws=4000, seed=k)
     draws["DPVIm"] = rs.dpvi_baseline(release, "averaged", burn_in, draws=4000, seed=k)
     dimension = release.iterates.shape[1] // 2

@@ -419,6 +419,27 @@ def test_trace_predictive_p_values_are_uniform_where_the_model_holds_and_small_u
     assert np.all(check["p_value"] < 1e-6) and np.all(check["excess"] > 2)
 
 
+def test_check_trace_model_on_a_release_where_the_model_holds(exponential):
+    """rs.check_trace_model on a real release whose iterates have settled (the Gamma-exponential
+    model, burn-in half of T): a row per entry of phi, p-values in (0, 1), no warning (its
+    family-wise level is 1%); bad arguments are refused by name."""
+    y = np.random.default_rng(4).exponential(1 / 1.5, 1000)
+    fit = rs.dpvi(exponential, {"y": y}, epsilon=1.0, clip=10.0, steps=2000, precondition=30, seed=1,
+                  initial_variance=1e-3, show_progress=False)
+    posterior = rs.noise_aware(fit, draws=2000, warmup=500, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rs.RobustStanWarning)
+        table = rs.check_trace_model(posterior)
+    assert list(table.index) == ["mu[0]", "u[0]"] and not table["flagged"].any()
+    assert np.all((table["p_value"] > 0) & (table["p_value"] < 1))
+    with pytest.raises(rs.RobustStanInputError, match="^posterior: expected the result of rs.noise_aware"):
+        rs.check_trace_model(rs.dpvi_baseline(fit))
+    with pytest.raises(rs.RobustStanInputError, match="^blocks: the post-burn-in trace has 1000 steps"):
+        rs.check_trace_model(posterior, blocks=600)
+    with pytest.raises(rs.RobustStanInputError, match="^level: "):
+        rs.check_trace_model(posterior, level=1.5)
+
+
 def _analytic_laplace(data: dict, j: int) -> tuple[np.ndarray, np.ndarray]:
     """Mode and covariance of coordinate j's (phi* - phi_bar, standardised v) under the trace model:
     the mode by profiling phi* out in closed form (given v the density is quadratic in it) and a
