@@ -21,8 +21,11 @@ uniform(0, 0.5)). Two parts (``--parts``):
 
     python examples/label_flips_mislabel.py [--parts coverage table6] [--datasets 100]
         [--large-datasets 10] [--beta-datasets 50] [--splits 5] [--variants uniform_n200 ...]
+        [--first-seed 1] [--first-split 0] [--iter-warmup 500] [--iter-sampling 1000]
 
-Writes examples/results/label_flips_mislabel/coverage_<variant>.csv, table6_runs.csv and table6.csv.
+Writes examples/results/label_flips_mislabel/coverage_<variant>[_from<first seed>].csv and
+table6_runs[_from<first split>].csv; ``summary`` gathers every such file into coverage_summary.csv
+and table6.csv.
 """
 
 from __future__ import annotations
@@ -50,14 +53,15 @@ PAPER = {("spam", 0.0): (93.2, 93.4), ("spam", 0.1): (92.9, 93.0), ("spam", 0.2)
 VI = dict(family="meanfield", draws=200, batch_size=200, iter=3000, show_progress=False)
 
 
-def variants(datasets: int, large_datasets: int, beta_datasets: int) -> dict:
-    """name: (model, divergence, rows, seeds); the models are built on first use."""
-    return {"uniform_n200": ("mislabel glm (KL, uniform prior)", {}, rs.KL(), 200, range(1, datasets + 1)),
-            "uniform_n2000": ("mislabel glm (KL, uniform prior)", {}, rs.KL(), 2000, range(1, large_datasets + 1)),
+def variants(datasets: int, large_datasets: int, beta_datasets: int, first: int = 1) -> dict:
+    """name: (model, priors, divergence, rows, seeds)."""
+    return {"uniform_n200": ("mislabel glm (KL, uniform prior)", {}, rs.KL(), 200, range(first, first + datasets)),
+            "uniform_n2000": ("mislabel glm (KL, uniform prior)", {}, rs.KL(), 2000,
+                              range(first, first + large_datasets)),
             "beta19_n200": ("mislabel glm (KL, beta(1, 9) prior)", {"flip_rate": "beta(1, 9)"}, rs.KL(), 200,
-                            range(1, datasets + 1)),
+                            range(first, first + datasets)),
             "betad_n200": ("mislabel glm (beta 0.5, uniform prior)", {}, rs.BetaD(0.5), 200,
-                           range(1, beta_datasets + 1))}
+                           range(first, first + beta_datasets))}
 
 
 def coverage(name: str, priors: dict, divergence, n: int, seeds, iterations: dict) -> pd.DataFrame:
@@ -75,13 +79,13 @@ def coverage(name: str, priors: dict, divergence, n: int, seeds, iterations: dic
     return pd.DataFrame(rows)
 
 
-def table6(splits: int) -> pd.DataFrame:
+def table6(splits) -> pd.DataFrame:
     models = {"KL": rs.glm("bernoulli", standardize=False),
               "KL(epsilon)": rs.glm("bernoulli", mislabel=True, standardize=False)}
     rows = []
     for name in ("spam", "eeg"):
         for contamination in (0.0, 0.1, 0.2):
-            for split in range(splits):
+            for split in splits:
                 train, test = prepare(name, contamination, split, "logistic")
                 for method, model in models.items():
                     start = time.perf_counter()
@@ -102,32 +106,64 @@ def table6_summary(runs: pd.DataFrame) -> pd.DataFrame:
     return table.round(3)
 
 
+def coverage_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (rows, model): data sets, the share of 90% intervals holding b with its binomial se over
+    the 2 x data sets intervals, and the means of the other scores; beside it, from
+    label_flips_divergences.py's flip_model CSV, the plain glm and the rs.custom flip model on the
+    same data sets (seeds)."""
+    earlier = pd.read_csv(Path(__file__).parent / "results" / "select_divergence" / "label_flips_flip_model.csv")
+    earlier = earlier.rename(columns={"e (posterior mean)": "flip_rate (posterior mean)"})
+    parts = []
+    for (n, model), sub in runs.groupby(["rows", "model"], sort=False):
+        same = earlier[(earlier["rows"] == n) & earlier["seed"].isin(sub["seed"])]
+        parts += [sub] + [rows.assign(model=f"{name}, same data sets as {model}")
+                          for name, rows in same.groupby("model")]
+    table = pd.concat(parts).groupby(["rows", "model"], sort=False)
+    out = table.mean(numeric_only=True).drop(columns=["seed"])
+    out.insert(0, "data sets", table.size())
+    share = out["90% intervals holding b"]
+    out.insert(2, "se (binomial)", np.sqrt(share * (1 - share) / (2 * out["data sets"])))
+    out["fits with R-hat > 1.01"] = table["largest R-hat"].apply(lambda r: int(np.sum(r > 1.01)))
+    return out.round(3)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--parts", nargs="+", choices=["coverage", "table6"], default=["coverage", "table6"])
+    parser.add_argument("--parts", nargs="+", choices=["coverage", "table6", "summary"],
+                        default=["coverage", "table6", "summary"])
     parser.add_argument("--variants", nargs="+", choices=list(variants(0, 0, 0)), default=list(variants(0, 0, 0)),
                         help="the coverage part's runs")
     parser.add_argument("--datasets", type=int, default=100)
     parser.add_argument("--large-datasets", type=int, default=10)
     parser.add_argument("--beta-datasets", type=int, default=50)
+    parser.add_argument("--first-seed", type=int, default=1, help="the coverage part's first data set")
     parser.add_argument("--splits", type=int, default=5)
+    parser.add_argument("--first-split", type=int, default=0)
     parser.add_argument("--iter-warmup", type=int, default=500)
     parser.add_argument("--iter-sampling", type=int, default=1000)
     args = parser.parse_args(argv)
     iterations = {"iter_warmup": args.iter_warmup, "iter_sampling": args.iter_sampling}
     OUT.mkdir(parents=True, exist_ok=True)
     if "coverage" in args.parts:
-        for variant, settings in variants(args.datasets, args.large_datasets, args.beta_datasets).items():
+        suffix = f"_from{args.first_seed}" if args.first_seed != 1 else ""
+        for variant, settings in variants(args.datasets, args.large_datasets, args.beta_datasets,
+                                          args.first_seed).items():
             if variant in args.variants:
                 table = coverage(*settings, iterations)
-                table.to_csv(OUT / f"coverage_{variant}.csv", index=False)
+                table.to_csv(OUT / f"coverage_{variant}{suffix}.csv", index=False)
                 print(table.mean(numeric_only=True).round(3).to_string())
     if "table6" in args.parts:
-        runs = table6(args.splits)
-        runs.to_csv(OUT / "table6_runs.csv", index=False)
-        summary = table6_summary(runs)
-        summary.to_csv(OUT / "table6.csv")
-        print(summary.to_string())
+        suffix = f"_from{args.first_split}" if args.first_split else ""
+        table6(range(args.first_split, args.first_split + args.splits)).to_csv(OUT / f"table6_runs{suffix}.csv",
+                                                                             index=False)
+    if "summary" in args.parts:  # every run written so far
+        runs = pd.concat(pd.read_csv(f) for f in sorted(OUT.glob("coverage_*.csv")) if "summary" not in f.name)
+        summary = coverage_summary(runs)
+        summary.to_csv(OUT / "coverage_summary.csv")
+        table = table6_summary(pd.concat(pd.read_csv(f) for f in sorted(OUT.glob("table6_runs*.csv"))))
+        table.to_csv(OUT / "table6.csv")
+        with pd.option_context("display.width", 250, "display.max_columns", 20):
+            print(summary.to_string(), table.to_string(), sep="\n\n")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ bernoulli: p(1) = e + (1 - 2 e) inv_logit(eta). Two programs (bernoulli; categor
   only the mislabelled logits; e's gradient reaches it through the chain rule. Checked against the
   Stan functions (``tests/test_native_losses.check_native_against_stan``: value, gradient, and the
   per-example gradients through the linear predictor, which copy e per row) and against central
-  differences of the NumPy value.
+  differences of the NumPy value; the same identities on the categorical program (pointwise
+  losses, per-example gradients by copies).
 - the label-flip case of examples/select_divergence.py: coverage of the true coefficients by the
   90% intervals, mislabel glm against the plain glm.
 - bad input names the argument.
@@ -117,6 +118,11 @@ def bernoulli_data(seed: int = 0) -> dict:
     return {"X": design(seed), "y": rng.integers(0, 2, N), "prior_scale_b": np.full(P, PRIOR_SCALE)}
 
 
+def categorical_data(seed: int = 1) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"X": design(seed), "y": rng.integers(1, K + 1, N), "K": K, "prior_scale_b": np.full(P, PRIOR_SCALE)}
+
+
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
 def test_bernoulli_log_density_is_the_mislabelled_likelihood(bernoulli_mislabel, divergence):
     assert_log_density_matches(bernoulli_mislabel, bernoulli_data(), bernoulli_reference, divergence)
@@ -124,9 +130,7 @@ def test_bernoulli_log_density_is_the_mislabelled_likelihood(bernoulli_mislabel,
 
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
 def test_categorical_log_density_is_the_mislabelled_likelihood(categorical_mislabel, divergence):
-    rng = np.random.default_rng(1)
-    data = {"X": design(1), "y": rng.integers(1, K + 1, N), "K": K, "prior_scale_b": np.full(P, PRIOR_SCALE)}
-    assert_log_density_matches(categorical_mislabel, data, categorical_reference, divergence)
+    assert_log_density_matches(categorical_mislabel, categorical_data(), categorical_reference, divergence)
 
 
 @pytest.mark.parametrize("divergence", [rs.KL(), rs.BetaD(0.3), rs.GammaD(0.4)], ids=["KL", "beta", "gamma"])
@@ -136,6 +140,15 @@ def test_the_native_loss_and_per_example_gradients_carry_the_flip_rate(bernoulli
     weights = np.random.default_rng(2).uniform(0.2, 2.0, N)
     assert "rs_native_bernoulli_logit_total_loss" in bernoulli_mislabel.stan_code
     check_native_against_stan(bernoulli_mislabel, data, theta, divergence, weights, f"mislabel {divergence}")
+
+
+@pytest.mark.parametrize("divergence", [rs.KL(), rs.BetaD(0.3)], ids=["KL", "beta"])
+def test_the_categorical_pointwise_losses_and_per_example_gradients_agree(categorical_mislabel, divergence):
+    """The same identities on the categorical program (its generated quantities and per-example mode)."""
+    data = categorical_data()
+    theta = np.r_[np.random.default_rng(5).normal(0, 1, 6), 0.5]
+    weights = np.random.default_rng(2).uniform(0.2, 2.0, N)
+    check_native_against_stan(categorical_mislabel, data, theta, divergence, weights, f"categorical {divergence}")
 
 
 def test_the_gradient_matches_differences_of_the_numpy_density(bernoulli_mislabel):
