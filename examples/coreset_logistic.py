@@ -147,13 +147,14 @@ def main(argv=None) -> None:
              for trial in range(args.first_trial, args.first_trial + args.trials)]
     rows = []
     with cluster_pool(args.workers, args.address) as pool:
-        for task_rows in pool.map(one_trial, *zip(*tasks), [args] * len(tasks)):
+        for job in [pool.submit(one_trial, *task, args) for task in tasks]:
+            task_rows = job.result()
             rows.extend(task_rows)
+            pd.DataFrame(rows).to_csv(OUT / "runs.csv", index=False)  # after every task: a stopped run keeps its part
             last = task_rows[-1]
             print(f"{last['dataset']} F = {last['F']:.2f} trial {last['trial']}: accuracy at size "
                   f"{last['size']} ({last['method']}) {last['accuracy']:.3f}, AUC {last['auc']:.3f}, outlier share "
                   f"{last['outlier_share']:.2f}", flush=True)
-    pd.DataFrame(rows).to_csv(OUT / "runs.csv", index=False)
     runs = pd.DataFrame(rows)
     quartiles = runs.groupby(["dataset", "F", "method", "size"])[["accuracy", "auc"]].quantile([0.25, 0.5, 0.75])
     summary = quartiles["accuracy"].unstack().rename(columns={0.25: "q25", 0.5: "median", 0.75: "q75"})
