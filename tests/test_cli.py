@@ -21,7 +21,7 @@ def test_demo_runs_and_writes_its_files(tmp_path, capsys):
     for name in ("demo_posteriors.png", "demo_table.csv", "demo_kl.nc", "demo_beta.nc"):
         assert (out / name).stat().st_size > 0, name
     idata = az.from_netcdf(str(out / "demo_beta.nc"))
-    assert {"posterior", "log_likelihood", "posterior_predictive", "observed_data"} <= set(group_names(idata))
+    assert {"posterior", "model_log_likelihood", "posterior_predictive", "observed_data"} <= set(group_names(idata))
     table = pd.read_csv(out / "demo_table.csv", index_col=0)
     assert list(table.index) == ["alpha", "b[1]", "b[2]", "b[3]"]
 

@@ -256,7 +256,8 @@ def test_cmdstan_sampling_returns_the_same_kind_of_fit():
     summary = fit.summary()
     assert {"mean", "sd", "5%", "95%", "ess_bulk", "ess_tail", "r_hat"} <= set(summary.columns)
     idata = fit.to_arviz()
-    assert {"posterior", "sample_stats", "log_likelihood", "posterior_predictive", "observed_data"} <= set(group_names(idata))
+    assert {"posterior", "sample_stats", "model_log_likelihood", "posterior_predictive",
+            "observed_data"} <= set(group_names(idata))   # a beta fit: not ArviZ's log_likelihood
     assert fit.outlier_scores().shape == (40,)
 
 

@@ -33,17 +33,19 @@ def test_draws_and_summary(beta_fit):
 def test_to_arviz_groups_and_dims(beta_fit):
     fit, data = beta_fit
     idata = fit.to_arviz()
-    assert {"posterior", "sample_stats", "log_likelihood", "posterior_predictive", "observed_data",
+    # a beta fit: log p(y_i | theta) in model_log_likelihood, not log_likelihood (tests/test_loo.py)
+    assert {"posterior", "sample_stats", "model_log_likelihood", "posterior_predictive", "observed_data",
             "constant_data", "robust_loss"} <= set(group_names(idata))
     assert idata.posterior["b"].dims == ("chain", "draw", "predictor")
-    assert idata.log_likelihood["y"].dims == ("chain", "draw", "obs")
+    assert idata["model_log_likelihood"]["y"].dims == ("chain", "draw", "obs")
     assert idata.observed_data["y"].shape == (80,)
     assert idata.sample_stats["diverging"].dtype == bool
     np.testing.assert_allclose(idata.observed_data["y"].values, data["y"])
 
 
 def test_to_arviz_is_the_installed_arviz_own_object_and_arviz_works_on_it(beta_fit):
-    """InferenceData on ArviZ 0.x, DataTree on ArviZ 1.x; LOO, summary and trace plots run on it."""
+    """InferenceData on ArviZ 0.x, DataTree on ArviZ 1.x; summary and trace plots run on it, and
+    ArviZ's compare on fit.loo() (arviz.loo refuses a robust fit's object, tests/test_loo.py)."""
     import arviz as az
     import matplotlib
     import xarray as xr
@@ -55,12 +57,13 @@ def test_to_arviz_is_the_installed_arviz_own_object_and_arviz_works_on_it(beta_f
     fit, _ = beta_fit
     idata = fit.to_arviz()
     assert isinstance(idata, xr.DataTree if arviz_major() >= 1 else az.InferenceData)
-    loo = az.loo(idata)
+    loo = fit.loo()
     elpd, se = (loo.elpd, loo.se) if arviz_major() >= 1 else (loo["elpd_loo"], loo["se"])
-    # plain importance-sampling LOO from the same log_lik: PSIS differs from it only by its smoothed tails
-    log_lik = fit.draws("log_lik").reshape(-1, 80)
-    plain = float(np.sum(-(logsumexp(-log_lik, axis=0) - np.log(log_lik.shape[0]))))
+    # plain importance-sampling LOO with the same ratios exp(l_i): PSIS differs from it only by its smoothed tails
+    log_lik, loss = (fit.draws(name).reshape(-1, 80) for name in ("log_lik", "robust_loss"))
+    plain = float(np.sum(logsumexp(loss + log_lik, axis=0) - logsumexp(loss, axis=0)))
     assert abs(elpd - plain) < se
+    assert len(az.compare({"beta": loo, "again": fit.loo()})) == 2
     summary = az.summary(idata, var_names=["b"])
     np.testing.assert_allclose(np.asarray(summary["mean"], dtype=float), fit.draws("b").mean(axis=(0, 1)), atol=1e-2)
     az.plot_trace(idata, var_names=["b"])

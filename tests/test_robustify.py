@@ -141,7 +141,7 @@ def test_fit_object_and_arviz_groups():
     fit = robust.sample(data, divergence=rs.BetaD(0.3), chains=2, iter_warmup=500, iter_sampling=300, seed=2,
                         show_progress=False)
     groups = group_names(fit.to_arviz())
-    for group in ("posterior", "sample_stats", "log_likelihood", "observed_data", "constant_data", "robust_loss"):
+    for group in ("posterior", "sample_stats", "model_log_likelihood", "observed_data", "constant_data", "robust_loss"):
         assert group in groups
     assert fit.log_lik["y"].shape == (2, 300, N)
     # the rewritten log likelihood is the program's own log_lik, draw for draw
@@ -151,13 +151,13 @@ def test_fit_object_and_arviz_groups():
         {"X": data["X"], "y": data["y"]}, divergence=rs.BetaD(0.3), chains=2, iter_warmup=500, iter_sampling=300,
         seed=2, show_progress=False).to_arviz()
     assert set(groups) | {"posterior_predictive"} == set(group_names(builtin))   # the program has no y_rep
-    for group in ("log_likelihood", "observed_data"):
+    for group in ("model_log_likelihood", "observed_data"):   # beta: not ArviZ's log_likelihood (test_loo.py)
         assert list(fit.to_arviz()[group].data_vars) == list(builtin[group].data_vars) == ["y"]
     # from_stan: the program's own log_lik, named after its outcome, gives the log_likelihood group
     plain = original.sample(data, chains=2, iter_warmup=500, iter_sampling=300, seed=2, show_progress=False)
     assert type(plain) is type(fit)
     assert set(group_names(plain.to_arviz())) == set(group_names(builtin)) - {"constant_data", "robust_loss"} \
-        - {"posterior_predictive"}
+        - {"posterior_predictive", "model_log_likelihood"} | {"log_likelihood"}   # as written: ordinary Bayes
     np.testing.assert_array_equal(plain.to_arviz()["log_likelihood"]["y"], plain.draws("log_lik"))
     # the program as written is what from_stan compiles, and robust-stan's VI runs on it
     assert original.stan_code == _program("linear_regression").read_text()
@@ -196,7 +196,7 @@ def test_from_stan_gives_every_program_the_fit_object_and_groups_of_the_built_in
     robust_groups = set(group_names(robust.sample(data, divergence=rs.BetaD(0.3), chains=1, iter_warmup=200,
                                                   iter_sampling=50, seed=5, adapt_delta=adapt_delta,
                                                   show_progress=False).to_arviz()))
-    assert robust_groups == (expected - {"log_likelihood"}) | {"log_likelihood", "constant_data", "robust_loss"}
+    assert robust_groups == (expected - {"log_likelihood"}) | {"model_log_likelihood", "constant_data", "robust_loss"}
 
 
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 20 draws: only their values matter

@@ -13,6 +13,8 @@ from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data, scalar_diagnostics
+from .loo import (MODEL_LOG_LIKELIHOOD, MODEL_LOG_LIKELIHOOD_NOTE, generalized_log_ratios, generalized_loo,
+                  ordinary_loo_applies)
 
 #: Convergence limits of :meth:`Fit.warn_if_not_converged` (Vehtari, Gelman, Simpson, Carpenter
 #: and Buerkner 2021): R-hat at most 1.01, bulk and tail ESS at least 100.
@@ -215,11 +217,47 @@ class Fit:
         """
         return outlier_scores(self.draws("log_lik"), self.divergence, beta)
 
+    def loo(self):
+        """Leave-one-out cross-validation of this posterior by PSIS, as the installed ArviZ's own
+        ELPD result (``arviz.ELPDData`` on ArviZ 0.x, ``arviz_stats.ELPDDataLOO`` on 1.x), with
+        the pointwise elpd and Pareto k; ``arviz.compare`` takes it.
+
+        Leaving row i out of pi(theta) propto prior * exp(-w sum_i v_i l_i(theta)) multiplies
+        the posterior by exp(w v_i l_i(theta)): these are the importance ratios, smoothed by
+        ArviZ's PSIS, and the density predicted is the model's p(y_i | theta), so
+        elpd_i = log sum_s W_is p(y_i | theta_s). For KL with w = 1 and weights 1 this is
+        ``arviz.loo(fit.to_arviz())``. A RobustStanWarning names the rows whose Pareto k-hat
+        is above ArviZ's limit, min(1 - 1 / log10(S), 0.7) for S draws.
+
+        The elpd scores every row, the contaminated ones too: on contaminated data, comparing
+        divergences by elpd favours the fit that predicts the outliers. To choose beta or
+        gamma, use :func:`robust_stan.select_divergence`.
+
+        Refused for draws that are not NUTS draws of the posterior (variational, Rob-ULA,
+        Stan's approximations, the sandwich calibration) and for the original gamma form,
+        whose loss is not a sum over rows.
+        """
+        if self.method != "nuts":
+            raise RobustStanInputError(f"fit: loo needs NUTS draws of the posterior; this is a {self.method} fit, "
+                                       "whose draws come from an approximation of it")
+        if self.divergence.code == 3:
+            raise RobustStanInputError("fit: the original gamma form is not a sum over rows, so leaving one row "
+                                       "out has no per-row importance ratio; use GammaD(gamma) (decomposable)")
+        ratios = generalized_log_ratios(self.robust_loss, self.stan_data["weights"], self.learning_rate)
+        return generalized_loo(self.log_lik, ratios, self.posterior, "y", ["obs"])
+
     def to_arviz(self):
         """The fit as the installed ArviZ's object (InferenceData on ArviZ 0.x, DataTree on 1.x)
         with groups posterior, sample_stats, log_likelihood, posterior_predictive,
         observed_data, constant_data (weights) and robust_loss, and named dims
-        (computing the per-observation quantities if no call has yet)."""
+        (computing the per-observation quantities if no call has yet).
+
+        ``log_likelihood`` is there only when ``arviz.loo`` on it is this posterior's LOO: KL with
+        learning rate times every weight equal to 1. Otherwise (a robust divergence, tempering,
+        row weights) log p(y_i | theta) is in the group ``model_log_likelihood`` instead, so that
+        ArviZ's loo, waic, compare and loo_pit, which would weight the draws by 1 / p(y_i | theta),
+        refuse rather than give a wrong number; :meth:`loo` gives this posterior's LOO.
+        """
         return native_inference_data(self._arviz_groups())
 
     def _draw_groups(self) -> tuple[dict, dict]:
@@ -238,7 +276,11 @@ class Fit:
         if not self.rows_here:
             return groups
         obs_dims = {"y": ["obs"] + (["outcome_dim"] if self.y.ndim > 1 else [])}
-        groups["log_likelihood"] = draws_dataset({"y": self.log_lik}, obs_dims, attrs)
+        if ordinary_loo_applies(self.divergence, self.learning_rate, [self.stan_data["weights"]]):
+            groups["log_likelihood"] = draws_dataset({"y": self.log_lik}, obs_dims, attrs)
+        else:
+            groups[MODEL_LOG_LIKELIHOOD] = draws_dataset({"y": self.log_lik}, obs_dims,
+                                                         {**attrs, "note": MODEL_LOG_LIKELIHOOD_NOTE})
         groups["posterior_predictive"] = draws_dataset({"y": self.y_rep}, obs_dims, attrs)
         groups["observed_data"] = draws_dataset({"y": self.y}, obs_dims, attrs, sample_dims=())
         groups["constant_data"] = draws_dataset({"weights": self.stan_data["weights"]}, {"weights": ["obs"]},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..common.errors import RobustStanInputError
 from ..methods.variational import GaussianQ
 from .arviz_output import pareto_khat
 from .fit import Fit
@@ -126,6 +127,16 @@ class CalibratedFit(Fit):
         super().__init__(*args, **kwargs)
         self.calibration, self.w, self.bootstrap_trace = calibration, float(w), bootstrap_trace
         self.curvature, self.information, self.sandwich_covariance = curvature, information, sandwich_covariance
+
+    def loo(self):
+        """As :meth:`Fit.loo`, for the NUTS draws at the calibrated w ("lhw", "bootstrap"); the
+        sandwich calibration's draws are the original draws moved, not draws of a posterior,
+        and are refused."""
+        if self.calibration == "sandwich":
+            raise RobustStanInputError("fit: the sandwich calibration moves the original draws to the sandwich "
+                                       "covariance; they are not draws of a posterior that leaving a row out "
+                                       "reweights, so loo is not available (calibrate by 'lhw' or 'bootstrap')")
+        return super().loo()
 
     def _arviz_groups(self) -> dict:
         groups = super()._arviz_groups()

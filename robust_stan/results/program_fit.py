@@ -13,6 +13,8 @@ from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data
+from .loo import (MODEL_LOG_LIKELIHOOD, MODEL_LOG_LIKELIHOOD_NOTE, generalized_log_ratios, generalized_loo,
+                  ordinary_loo_applies)
 from .fit import nuts_diagnostics, outlier_scores, sample_stats_dataset, summary_table, warn_if_poor_convergence
 
 # robustify's per-observation quantities and its weight parameters (size 0 outside per-example work)
@@ -114,23 +116,73 @@ class ProgramFit:
         p(y_i | theta)^beta relative to its median over observations, as the built-in fits give it.
         Low scores mark observations the robust loss down-weights; ``beta`` defaults to the fit's
         beta or gamma (a KL fit needs it given)."""
+        outcome = self._outcome(outcome, "outlier_scores", "to score")
+        return outlier_scores(self.log_lik[outcome], self.divergence, beta)
+
+    def _outcome(self, outcome: str | None, caller: str, purpose: str) -> str:
+        """``outcome`` checked against the fit's log_lik variables (default: the only one)."""
         log_lik = self.log_lik
         if not log_lik:
-            raise RobustStanInputError("outlier_scores: the program has no log_lik generated quantity and no "
-                                       "robustified likelihood, so there is no p(y_i | theta) to score")
+            raise RobustStanInputError(f"{caller}: the program has no log_lik generated quantity and no "
+                                       f"robustified likelihood, so there is no p(y_i | theta) {purpose}")
         if outcome is None:
             if len(log_lik) != 1:
                 raise RobustStanInputError(f"outcome: the fit has several outcomes {sorted(log_lik)}; name one")
             outcome = next(iter(log_lik))
         if outcome not in log_lik:
             raise RobustStanInputError(f"outcome: {outcome!r} is not one of {sorted(log_lik)}")
-        return outlier_scores(log_lik[outcome], self.divergence, beta)
+        return outcome
+
+    def _ordinary_loo_applies(self) -> bool:
+        """Whether ArviZ's loo on log_lik is this posterior's LOO (see :func:`.loo.ordinary_loo_applies`)."""
+        outcomes = self.model.outcomes
+        return ordinary_loo_applies(self.divergence if outcomes else None, self.learning_rate,
+                                    [self.stan_data[f"rs_weights_{y}"] for y in outcomes])
+
+    def _log_lik_dims(self) -> dict[str, list[str]]:
+        """Names of the observation axes of each log_lik variable that belongs to an observed outcome."""
+        return {y: [f"{y}_obs"] for y in self.log_lik if y in self.model.observed}
+
+    def loo(self, outcome: str | None = None):
+        """Leave-one-out cross-validation of this posterior by PSIS, one row of ``outcome`` (default:
+        the only one) at a time, as the installed ArviZ's own ELPD result; ``arviz.compare`` takes it.
+
+        For a robustified program the importance ratios are exp(w v_i l_i(theta)) and the density
+        predicted is p(y_i | theta), as for the built-in models (:meth:`robust_stan.Fit.loo`,
+        which says what the elpd of a robust posterior measures). For a program fitted as written
+        (:func:`robust_stan.from_stan`) it is ordinary PSIS-LOO on its ``log_lik``, as
+        ``arviz.loo(fit.to_arviz())`` is: that assumes, as ArviZ does, that the program's posterior
+        is the prior times the product of exp(log_lik). Refused for draws other than NUTS's,
+        for the original gamma form and for a program without a log likelihood.
+
+        Parameters
+        ----------
+        outcome : str, optional
+            The outcome whose rows are left out, one at a time (needed when there are several).
+        """
+        if self.method != "nuts":
+            raise RobustStanInputError(f"fit: loo needs NUTS draws of the posterior; this is a {self.method} fit, "
+                                       "whose draws come from an approximation of it")
+        outcome = self._outcome(outcome, "loo", "to predict")
+        log_lik = self.log_lik[outcome]
+        if self.model.outcomes:
+            if self.divergence.code == 3:
+                raise RobustStanInputError("fit: the original gamma form is not a sum over rows, so leaving one "
+                                           "row out has no per-row importance ratio; use GammaD(gamma)")
+            ratios = generalized_log_ratios(self.robust_loss[outcome], self.stan_data[f"rs_weights_{outcome}"],
+                                            self.learning_rate)
+        else:
+            ratios = -log_lik
+        return generalized_loo(log_lik, ratios, self.posterior, outcome, self._log_lik_dims().get(outcome))
 
     def to_arviz(self):
         """The fit as the installed ArviZ's object, with groups posterior, sample_stats and, where the
         program has them, log_likelihood, observed_data (the data variables of its likelihood
         statements), posterior_predictive (from a generated quantity ``<outcome>_rep`` of the
-        outcome's shape) and, for a robustified program, constant_data (weights) and robust_loss."""
+        outcome's shape) and, for a robustified program, constant_data (weights) and robust_loss.
+        As for the built-in models, log p(y_i | theta) is in ``model_log_likelihood`` instead of
+        ``log_likelihood`` when ArviZ's loo on it would not be this posterior's LOO (a robust
+        divergence, a learning rate other than 1, row weights other than 1); :meth:`loo` gives it."""
         attrs = {"divergence": repr(self.divergence), "learning_rate": self.learning_rate,
                  "engine": self.model.engine, "inference_library": "robust-stan", "method": self.method}
         groups = {
@@ -140,8 +192,11 @@ class ProgramFit:
         outcomes, observed_names = self.model.outcomes, self.model.observed
         dims = {y: [f"{y}_obs"] for y in observed_names}
         if self.log_lik:
-            log_lik = self.log_lik
-            groups["log_likelihood"] = draws_dataset(log_lik, {y: dims[y] for y in log_lik if y in dims}, attrs)
+            if self._ordinary_loo_applies():
+                groups["log_likelihood"] = draws_dataset(self.log_lik, self._log_lik_dims(), attrs)
+            else:
+                groups[MODEL_LOG_LIKELIHOOD] = draws_dataset(self.log_lik, self._log_lik_dims(),
+                                                             {**attrs, "note": MODEL_LOG_LIKELIHOOD_NOTE})
         if observed_names:
             observed = {y: np.asarray(self.stan_data[y]) for y in observed_names}
             observed_dims = {y: [f"{y}_obs"] + [f"{y}_dim_{i}" for i in range(1, observed[y].ndim)]
