@@ -193,6 +193,8 @@ def interval_coverage(model, data_sets) -> float:
     return float(np.mean(held))
 
 
+# short chains on the (b, flip_rate) ridge often warn of R-hat just above 1.01; coverage is what is tested
+@pytest.mark.filterwarnings("ignore:nuts. the chains have not converged:robust_stan.RobustStanWarning")
 def test_the_mislabel_glm_covers_the_truth_on_random_label_flips(bernoulli_mislabel):
     """30 data sets of N = 200, a tenth of the labels flipped. A calibrated 90% interval holds b with
     probability 0.9; the two coefficients of one data set may be correlated, so the share over 2 x 30
