@@ -14,7 +14,7 @@ from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data, scalar_diagnostics
 from .loo import (MODEL_LOG_LIKELIHOOD, MODEL_LOG_LIKELIHOOD_NOTE, generalized_log_ratios, generalized_loo,
-                  ordinary_loo_applies)
+                  ordinary_loo_applies, require_loo_draws)
 
 #: Convergence limits of :meth:`Fit.warn_if_not_converged` (Vehtari, Gelman, Simpson, Carpenter
 #: and Buerkner 2021): R-hat at most 1.01, bulk and tail ESS at least 100.
@@ -237,12 +237,7 @@ class Fit:
         Stan's approximations, the sandwich calibration) and for the original gamma form,
         whose loss is not a sum over rows.
         """
-        if self.method != "nuts":
-            raise RobustStanInputError(f"fit: loo needs NUTS draws of the posterior; this is a {self.method} fit, "
-                                       "whose draws come from an approximation of it")
-        if self.divergence.code == 3:
-            raise RobustStanInputError("fit: the original gamma form is not a sum over rows, so leaving one row "
-                                       "out has no per-row importance ratio; use GammaD(gamma) (decomposable)")
+        require_loo_draws(self.method, self.divergence)
         ratios = generalized_log_ratios(self.robust_loss, self.stan_data["weights"], self.learning_rate)
         return generalized_loo(self.log_lik, ratios, self.posterior, "y", ["obs"])
 

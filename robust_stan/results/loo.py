@@ -58,6 +58,25 @@ def ordinary_loo_applies(divergence, learning_rate: float, weights: Sequence[np.
     return all(np.all(learning_rate * np.asarray(v, dtype=float) == 1.0) for v in weights)
 
 
+def require_loo_draws(method: str, divergence) -> None:
+    """Refuse, with the reason, a fit whose draws :func:`generalized_loo` cannot use: draws that are
+    not NUTS draws of the posterior, or the original gamma form (its loss is not a sum over rows).
+
+    Parameters
+    ----------
+    method : str
+        The fit's method ("nuts", "variational", "rob_ula", ...).
+    divergence : Divergence or None
+        The fit's divergence.
+    """
+    if method != "nuts":
+        raise RobustStanInputError(f"fit: loo needs NUTS draws of the posterior; this is a {method} fit, whose "
+                                   "draws come from an approximation of it")
+    if divergence is not None and divergence.code == 3:
+        raise RobustStanInputError("fit: the original gamma form is not a sum over rows, so leaving one row out "
+                                   "has no per-row importance ratio; use GammaD(gamma) (decomposable)")
+
+
 def generalized_log_ratios(robust_loss: np.ndarray, weights: np.ndarray, learning_rate: float) -> np.ndarray:
     """PSIS-LOO's log importance ratios of a generalized posterior, w * v_i * l_i(theta) of every draw.
 

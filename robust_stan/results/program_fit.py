@@ -13,9 +13,9 @@ from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data
-from .loo import (MODEL_LOG_LIKELIHOOD, MODEL_LOG_LIKELIHOOD_NOTE, generalized_log_ratios, generalized_loo,
-                  ordinary_loo_applies)
 from .fit import nuts_diagnostics, outlier_scores, sample_stats_dataset, summary_table, warn_if_poor_convergence
+from .loo import (MODEL_LOG_LIKELIHOOD, MODEL_LOG_LIKELIHOOD_NOTE, generalized_log_ratios, generalized_loo,
+                  ordinary_loo_applies, require_loo_draws)
 
 # robustify's per-observation quantities and its weight parameters (size 0 outside per-example work)
 _POINTWISE_PREFIXES = ("rs_log_lik_", "rs_robust_loss_", WEIGHT_PARAMETERS)
@@ -160,15 +160,10 @@ class ProgramFit:
         outcome : str, optional
             The outcome whose rows are left out, one at a time (needed when there are several).
         """
-        if self.method != "nuts":
-            raise RobustStanInputError(f"fit: loo needs NUTS draws of the posterior; this is a {self.method} fit, "
-                                       "whose draws come from an approximation of it")
+        require_loo_draws(self.method, self.divergence)
         outcome = self._outcome(outcome, "loo", "to predict")
         log_lik = self.log_lik[outcome]
         if self.model.outcomes:
-            if self.divergence.code == 3:
-                raise RobustStanInputError("fit: the original gamma form is not a sum over rows, so leaving one "
-                                           "row out has no per-row importance ratio; use GammaD(gamma)")
             ratios = generalized_log_ratios(self.robust_loss[outcome], self.stan_data[f"rs_weights_{outcome}"],
                                             self.learning_rate)
         else:
