@@ -268,3 +268,8 @@ def test_multi_normal_2d_matches_grid(divergence, record_property):
     mu = fit.draws("mu")
     draws = {name: mu[..., case.column[name]] for name in reference}
     assert_matches_grid("multi_normal", draws, reference, record_property)
+    # ArviZ output of a matrix outcome: a row's log density has one value, its outcome D
+    idata = fit.to_arviz()
+    assert idata["model_log_likelihood"]["y"].dims == ("chain", "draw", "obs")  # robust: not for az.loo
+    assert idata["observed_data"]["y"].dims == ("obs", "outcome_dim")
+    assert idata["posterior_predictive"]["y"].dims == ("chain", "draw", "obs", "outcome_dim")

@@ -271,10 +271,11 @@ class Fit:
         if not self.rows_here:
             return groups
         obs_dims = {"y": ["obs"] + (["outcome_dim"] if self.y.ndim > 1 else [])}
+        row_dims = {"y": ["obs"]}  # log p(y_i | theta): one value per row, whatever y_i's shape
         if ordinary_loo_applies(self.divergence, self.learning_rate, [self.stan_data["weights"]]):
-            groups["log_likelihood"] = draws_dataset({"y": self.log_lik}, obs_dims, attrs)
+            groups["log_likelihood"] = draws_dataset({"y": self.log_lik}, row_dims, attrs)
         else:
-            groups[MODEL_LOG_LIKELIHOOD] = draws_dataset({"y": self.log_lik}, obs_dims,
+            groups[MODEL_LOG_LIKELIHOOD] = draws_dataset({"y": self.log_lik}, row_dims,
                                                          {**attrs, "note": MODEL_LOG_LIKELIHOOD_NOTE})
         groups["posterior_predictive"] = draws_dataset({"y": self.y_rep}, obs_dims, attrs)
         groups["observed_data"] = draws_dataset({"y": self.y}, obs_dims, attrs, sample_dims=())
