@@ -14,7 +14,7 @@ the groups (``--protocol``):
 Each group gets 0%,
 10% or 20% of its rows replaced by crafted outliers (assigned to groups at random, so
 about 10% of all rows), half by feature noise and half by flipped labels, as in
-section 4.2. beta-Cores on groups (Laplace sampler, inner="beta") runs 10 iterations;
+section 4.2. beta-Cores on groups (Laplace sampler, inner="beta" or --inner) runs 10 iterations;
 after each, the classical posterior on the chosen groups' rows (group weights as
 data, NUTS) is scored by accuracy on a class-balanced test set. Baseline: the same
 number of groups drawn at random, each row weighted N / (rows chosen).
@@ -98,7 +98,7 @@ def one_trial(trial: int, args) -> tuple[list[dict], list[dict]]:
     coreset = rs.coreset(model, data, size=args.iterations, method="beta_cores", divergence=rs.BetaD(args.beta),
                          groups=groups, draws=args.draws, iters_per_point=args.iters,
                          select_batch=len(np.unique(groups)), opt_batch=args.opt_batch, sampler="laplace",
-                         seed=trial, show_progress=False)
+                         inner=args.inner, seed=trial, show_progress=False)
     labels = coreset.group_labels
     for step in range(len(coreset.path)):
         current = coreset.at_step(step)
@@ -135,6 +135,8 @@ def main(argv=None) -> None:
     parser.add_argument("--beta", type=float, default=0.6)
     parser.add_argument("--iters", type=int, default=50, help="weight steps per added group (T)")
     parser.add_argument("--draws", type=int, default=50)
+    parser.add_argument("--inner", choices=("beta", "classical"), default="beta",
+                        help="the posterior drawn inside the loop (the authors' code: classical)")
     parser.add_argument("--opt-batch", type=int, default=8, help="groups per weight step")
     parser.add_argument("--workers", type=int, default=2, help="local worker processes (one trial per task)")
     add_address_argument(parser)
