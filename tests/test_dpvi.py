@@ -328,17 +328,29 @@ def test_trace_model_program_is_the_papers_likelihood(exponential, phi_star_prio
 
 
 # -- statistical behaviour ---------------------------------------------------------------------
-def _linear_trace_statistics(a, step, noise_sd, kappa=0.1, steps=2000, seed=7, phi_star_prior="unit"):
-    """The trace model's data for a trace that follows eq. 20 exactly: phi* = 0, one coordinate per
-    entry of ``a`` and ``step``, started at phi* (so there is no burn-in to discard)."""
+def _simulated_release(a, step, noise_sd, kappa=0.1, steps=4000, seed=0, drift=0.0):
+    """A release-like trace of eq. 20 with phi* = 0 (the iterates and noisy gradients, kappa and
+    the noise sd), started at phi* (so there is no burn-in to discard), plus ``drift`` times a
+    random walk of unit steps in the gradients (a slow drift the linear model cannot explain; its
+    steps come from a generator of their own, so the noise is the same with and without it)."""
+    from types import SimpleNamespace
+
     rng = np.random.default_rng(seed)
+    wander = drift * np.cumsum(np.random.default_rng([seed, 1]).standard_normal((steps, len(a))), axis=0)
     phi, phis, grads = np.zeros(len(a)), [], []
-    for _ in range(steps):
-        g = kappa * a * phi + noise_sd * rng.standard_normal(len(a))
+    for t in range(steps):
+        g = kappa * a * phi + noise_sd * rng.standard_normal(len(a)) + wander[t]
         phis.append(phi.copy())
         grads.append(g)
         phi = phi - step * g
-    return trace_statistics(np.array(phis), np.array(grads), kappa, np.full(len(a), noise_sd), phi_star_prior)
+    return SimpleNamespace(iterates=np.array(phis + [phi]), noisy_gradients=np.array(grads), steps=steps,
+                           accounting=SimpleNamespace(sampling_rate=kappa), noise_sd=np.full(len(a), noise_sd))
+
+
+def _linear_trace_statistics(a, step, noise_sd, kappa=0.1, steps=2000, seed=7, phi_star_prior="unit"):
+    """The trace model's data for a trace that follows eq. 20 exactly (:func:`_simulated_release`)."""
+    release = _simulated_release(a, step, noise_sd, kappa, steps, seed)
+    return trace_statistics(release.iterates[:-1], release.noisy_gradients, kappa, release.noise_sd, phi_star_prior)
 
 
 def _quadrature_moments(data: dict, j: int) -> tuple[float, float, float]:
@@ -381,24 +393,6 @@ def test_noise_aware_nuts_draws_the_trace_models_posterior_where_a_is_weakly_ide
         ess = summary["ess_bulk"].iloc[j]
         assert abs(draws.mean() - mean) < 5 * sd / np.sqrt(ess)
         assert abs(draws.std() / sd - 1) < 5 * np.sqrt((kurtosis - 1) / (4 * ess))
-
-
-def _simulated_release(a, step, noise_sd, kappa=0.1, steps=4000, seed=0, drift=0.0):
-    """A release-like trace of eq. 20 with phi* = 0 (the iterates and noisy gradients, kappa and
-    the noise sd), plus ``drift`` times a random walk of unit steps in the gradients (a slow
-    drift the linear model cannot explain)."""
-    from types import SimpleNamespace
-
-    rng = np.random.default_rng(seed)
-    phi, phis, grads = np.zeros(len(a)), [], []
-    wander = np.cumsum(rng.standard_normal((steps, len(a))), axis=0)
-    for t in range(steps):
-        g = kappa * a * phi + noise_sd * rng.standard_normal(len(a)) + drift * wander[t]
-        phis.append(phi.copy())
-        grads.append(g)
-        phi = phi - step * g
-    return SimpleNamespace(iterates=np.array(phis + [phi]), noisy_gradients=np.array(grads), steps=steps,
-                           accounting=SimpleNamespace(sampling_rate=kappa), noise_sd=np.full(len(a), noise_sd))
 
 
 def test_trace_predictive_p_values_are_uniform_where_the_model_holds_and_small_under_drift():

@@ -171,8 +171,8 @@ def trace_predictive_check(release: DPVIRelease, burn_in: int, phi_star: np.ndar
     Returns
     -------
     dict
-        ``p_value`` (d,), the posterior mean of ``T / blocks`` (``excess``: about 1 where the model
-        holds) and ``blocks``.
+        ``p_value`` (d,) and the posterior mean of ``T / blocks`` (``excess`` (d,): about 1 where
+        the model holds).
     """
     from scipy import stats
 
@@ -190,5 +190,4 @@ def trace_predictive_check(release: DPVIRelease, burn_in: int, phi_star: np.ndar
     m = phi_star.reshape(-1, d)
     residual_sums = block_g[None] - c[:, None, :] * (block_phi[None] - lengths[None] * m[:, None, :])
     statistic = np.sum(residual_sums**2 / (lengths[None] * np.asarray(release.noise_sd) ** 2), axis=1)  # (S, d)
-    return {"p_value": stats.chi2.sf(statistic, blocks).mean(axis=0), "excess": statistic.mean(axis=0) / blocks,
-            "blocks": blocks}
+    return {"p_value": stats.chi2.sf(statistic, blocks).mean(axis=0), "excess": statistic.mean(axis=0) / blocks}

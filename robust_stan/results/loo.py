@@ -107,7 +107,7 @@ def relative_efficiency(posterior: Mapping[str, np.ndarray]) -> float:
         return 1.0
     dataset = draws_dataset(posterior)
     if arviz_major() >= 1:
-        import arviz_stats  # noqa: F401  (registers the azstats accessor)
+        import arviz_stats  # noqa: F401  (registers the azstats accessor; a requirement of ArviZ 1.x itself)
 
         ess = dataset.azstats.ess(method="mean")
     else:
