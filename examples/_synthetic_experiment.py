@@ -3,8 +3,9 @@
 A *problem* module (rob_ula_mean_estimation.py, rob_ula_linear_regression.py)
 supplies ``model(prior)``, ``simulate(d, n_clean, eps, rng)`` returning
 ``(theta, data, held_out)`` and ``held_out_loglik(held_out, theta_hat)``. This
-module runs Rob-ULA with the paper's estimator (``lrv``) and with the library's default
-(``trimmed_mean``), and ULA (``mean``), on each simulated data set, with the library's
+module runs Rob-ULA with the paper's estimator (``lrv``), its truncation once (``lrv_once``),
+the coordinate-wise trimmed mean (``trimmed_mean``, the default before issue 51), the library's
+default (``row_trimmed_mean``), and ULA (``mean``), on each simulated data set, with the library's
 default warmup (start at the mode, dense metric) and the given burn-in and draws;
 optionally the NUTS beta posterior too; in parallel processes; and writes runs.csv,
 summary.csv and a figure. Under the flat prior, ``clean_posterior_mean(data, n_clean)`` of
@@ -28,7 +29,7 @@ from _cluster import add_address_argument, cluster_pool
 
 
 SAMPLERS = (("Rob-ULA lrv", "lrv"), ("Rob-ULA lrv_once", "lrv_once"), ("Rob-ULA trimmed_mean", "trimmed_mean"),
-            ("ULA", "mean"))
+            ("Rob-ULA row_trimmed_mean", "row_trimmed_mean"), ("ULA", "mean"))
 
 
 WARMUPS = {
@@ -38,8 +39,9 @@ WARMUPS = {
 
 
 def run_once(problem_name: str, prior: str, d: int, n_clean: int, eps: float, warmup: int, iters: int,
-             nuts_beta: float | None, seed: int, warmup_protocol: str = "library") -> list[dict]:
-    """One simulated data set; a row per sampler."""
+             nuts_beta: float | None, seed: int, warmup_protocol: str = "library",
+             estimators: tuple[str, ...] | None = None) -> list[dict]:
+    """One simulated data set; a row per sampler (those of ``estimators`` only, when given)."""
     problem = importlib.import_module(problem_name)
     model = problem.model(prior)  # compiled by main(); loads from the cache here
     rng = np.random.default_rng(seed)
@@ -53,6 +55,8 @@ def run_once(problem_name: str, prior: str, d: int, n_clean: int, eps: float, wa
 
     rows = []
     for sampler, estimator in SAMPLERS:
+        if estimators is not None and estimator not in estimators:
+            continue
         start = time.perf_counter()
         fit = rs.rob_ula(model, data, epsilon=eps, estimator=estimator, iters=iters, warmup=warmup, chains=1,
                          **WARMUPS[warmup_protocol],
@@ -99,6 +103,8 @@ def main(problem_name: str, description: str, warmup: int, iters: int, argv=None
     parser.add_argument("--warmup-protocol", choices=tuple(WARMUPS), default="library",
                         help="library: start at the mode with a dense metric (rob_ula's default); paper: a random "
                              "start and the unit metric, as the paper runs it")
+    parser.add_argument("--estimators", nargs="+", choices=[e for _, e in SAMPLERS], default=[e for _, e in SAMPLERS],
+                        help="run only these samplers (by estimator; mean = ULA)")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel processes")
     add_address_argument(parser)
     parser.add_argument("--out", default=problem_name)
@@ -112,13 +118,14 @@ def main(problem_name: str, description: str, warmup: int, iters: int, argv=None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     importlib.import_module(problem_name).model(args.prior).compile()
-    tasks = [(problem_name, args.prior, d, n, e, args.warmup, args.iters, args.nuts_beta, run, args.warmup_protocol)
+    tasks = [(problem_name, args.prior, d, n, e, args.warmup, args.iters, args.nuts_beta, run, args.warmup_protocol,
+              tuple(args.estimators))
              for d, n, e in settings_to_run(args) for run in range(args.runs)]
     rows = []
     with cluster_pool(args.jobs, args.address) as pool:
         for task, result in zip(tasks, pool.map(run_once, *zip(*tasks))):
             rows += result
-            print(f"d {task[2]}, n_clean {task[3]}, eps {task[4]}, run {task[-2] + 1}: "
+            print(f"d {task[2]}, n_clean {task[3]}, eps {task[4]}, run {task[8] + 1}: "
                   + ", ".join(f"{r['sampler']} error {r['error']:.3f}" for r in result), flush=True)
     table = pd.DataFrame(rows)
     table.to_csv(out / "runs.csv", index=False)
@@ -131,7 +138,9 @@ def main(problem_name: str, description: str, warmup: int, iters: int, argv=None
               f"{summary}")
     errors = table.pivot_table(index=keys[:3], columns="sampler", values="error", aggfunc="mean")
     for setting, row in errors.iterrows():
-        for sampler, _ in SAMPLERS[:-1]:
+        for sampler, estimator in SAMPLERS[:-1]:
+            if estimator not in args.estimators or "ULA" not in row:
+                continue
             print(f"RATIO {sampler} error / ULA error at (d, n_clean, eps) = {setting}: "
                   f"{row[sampler] / row['ULA']:.3f}")
     plot(table, args, out / "errors.png")

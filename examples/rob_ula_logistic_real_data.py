@@ -16,9 +16,10 @@ draws, the refit has the defaults). Samplers, all with the library's default
 warmup, chains and draws:
 
 - Rob-ULA with the paper's estimator (``lrv``), epsilon tuned;
-- Rob-ULA with the library's default estimator (``trimmed_mean``), epsilon tuned;
-- Rob-ULA ``lrv`` and ``trimmed_mean`` with epsilon fixed to the flip rate (0.05 on
-  the clean sets);
+- Rob-ULA with the library's default estimator (``row_trimmed_mean``), and with the
+  default before issue 51 (``trimmed_mean``), epsilon tuned;
+- Rob-ULA ``lrv``, ``trimmed_mean`` and ``row_trimmed_mean`` with epsilon fixed to the
+  flip rate (0.05 on the clean sets);
 - ULA (the plain mean of the per-example gradients);
 - NUTS on the beta posterior (--beta, default 0.5).
 
@@ -116,7 +117,8 @@ def model():
     return rs.glm("bernoulli", priors={"alpha": "normal(0, 1)", "b": "normal(0, 1)"}, standardize=False)
 
 
-SAMPLERS = ("lrv_tuned", "trimmed_mean_tuned", "lrv_flip_rate", "trimmed_mean_flip_rate", "ula", "nuts")
+SAMPLERS = ("lrv_tuned", "trimmed_mean_tuned", "row_trimmed_mean_tuned", "lrv_flip_rate", "trimmed_mean_flip_rate",
+            "row_trimmed_mean_flip_rate", "ula", "nuts")
 
 
 def run_dataset(name: str, data_dir: Path, seed: int, epsilons: list[float], beta: float,
@@ -130,8 +132,9 @@ def run_dataset(name: str, data_dir: Path, seed: int, epsilons: list[float], bet
     glm = model()
     options = dict(seed=seed, show_progress=False, log_density=False)
     fits, curves = {}, []
-    for label, estimator in (("Rob-ULA lrv (paper), tuned", "lrv"), ("Rob-ULA trimmed_mean (default), tuned",
-                                                                      "trimmed_mean")):
+    for label, estimator in (("Rob-ULA lrv (paper), tuned", "lrv"),
+                             ("Rob-ULA trimmed_mean (the default before issue 51), tuned", "trimmed_mean"),
+                             ("Rob-ULA row_trimmed_mean (default), tuned", "row_trimmed_mean")):
         if f"{estimator}_tuned" not in samplers:
             continue
         start = time.perf_counter()
@@ -143,6 +146,7 @@ def run_dataset(name: str, data_dir: Path, seed: int, epsilons: list[float], bet
     fixed = flip_rate if flip_rate > 0 else 0.05
     for label, estimator, epsilon in (("Rob-ULA lrv, epsilon = flip rate", "lrv", fixed),
                                       ("Rob-ULA trimmed_mean, epsilon = flip rate", "trimmed_mean", fixed),
+                                      ("Rob-ULA row_trimmed_mean, epsilon = flip rate", "row_trimmed_mean", fixed),
                                       ("ULA", "mean", 0.0)):
         if estimator != "mean" and f"{estimator}_flip_rate" not in samplers:
             continue

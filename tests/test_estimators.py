@@ -5,7 +5,7 @@ import itertools
 
 import numpy as np
 import pytest
-from scipy import optimize
+from scipy import optimize, stats
 
 import robust_stan as rs
 from robust_stan.methods.estimators import (
@@ -20,7 +20,8 @@ from robust_stan.methods.estimators import (
     trimmed_mean,
 )
 
-ROBUST = ["lrv", "lrv_once", "coordinate_median", "trimmed_mean", "median_of_means", "geometric_median"]
+ROBUST = ["lrv", "lrv_once", "coordinate_median", "trimmed_mean", "row_trimmed_mean", "median_of_means",
+          "geometric_median"]
 
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
@@ -81,6 +82,50 @@ def test_lrv_once_is_the_literal_recursion_without_deeper_truncation():
     np.testing.assert_allclose(result.mean, G[kept].mean(axis=0), rtol=1e-12, atol=1e-12)
     assert result.kept_fraction == pytest.approx(kept.mean())
     assert not np.allclose(result.mean, lrv(G, 0.2).mean)  # the literal version truncates again
+
+
+@pytest.mark.parametrize("n, d, epsilon, ties", [(300, 4, 0.1, False), (301, 1, 0.2, False), (57, 30, 0.05, False),
+                                                  (10, 3, 0.3, False), (200, 3, 0.1, True)])
+def test_row_trimmed_mean_drops_the_rows_farthest_from_the_median(n, d, epsilon, ties):
+    """Against a row-by-row reference: the coordinate-wise median, each row's squared distance
+    to it summed term by term, the rows in order of distance (ties in row order) and the first
+    n - floor(epsilon n) kept. ``ties``: small integers, so many rows share the distance at the cut."""
+    from robust_stan.methods.estimators import row_trimmed_mean
+
+    rng = np.random.default_rng(n + d)
+    G = rng.integers(-2, 3, size=(n, d)).astype(float) if ties else rng.standard_t(3, size=(n, d))
+    centre = [sorted(G[:, j])[n // 2] if n % 2 else sum(sorted(G[:, j])[n // 2 - 1:n // 2 + 1]) / 2
+              for j in range(d)]
+    distance = [sum((G[i, j] - centre[j]) ** 2 for j in range(d)) for i in range(n)]
+    kept = sorted(sorted(range(n), key=lambda i: distance[i])[: n - int(epsilon * n)])
+    result = row_trimmed_mean(G, epsilon)
+    np.testing.assert_allclose(result.mean, G[kept].mean(axis=0), rtol=1e-12, atol=1e-12)
+    assert result.kept_fraction == len(kept) / n
+
+
+def test_row_trimmed_mean_is_the_clean_mean_where_the_symmetric_trimmed_mean_is_biased():
+    """One-sided far outliers (a tenth of the rows) on a skewed clean distribution (the gradient of
+    a normal row's log sigma, 1 - r^2): the rows dropped are exactly the outliers, so the estimate
+    is the clean rows' mean to rounding; the coordinate-wise trimmed mean also cuts the clean rows'
+    other end, which moves it by far more than the clean mean's standard error (the mechanism
+    behind Rob-ULA's bias on a regression, examples/results/rob_ula_bias)."""
+    from robust_stan.methods.estimators import row_trimmed_mean
+
+    rng = np.random.default_rng(5)
+    residuals = rng.normal(size=(900, 1))
+    clean = np.hstack([residuals, 1 - residuals ** 2])
+    G = np.vstack([clean, np.column_stack([np.full(100, 12.0), np.full(100, -143.0)]) + rng.normal(size=(100, 2))])
+    np.testing.assert_allclose(row_trimmed_mean(G, 0.1).mean, clean.mean(axis=0), rtol=0, atol=1e-12)
+    # the symmetric cut keeps the clean rows above their q = 100/900 quantile in the first column
+    # and below it in 1 - r^2: population shifts phi(z_q) / (1 - q) and 1 - E[chi2_1 | chi2_1 > c_q]
+    q = 100 / 900
+    chi2_cut = stats.chi2.ppf(q, 1)
+    predicted = [stats.norm.pdf(stats.norm.ppf(q)) / (1 - q),
+                 1 - stats.chi2.expect(lambda x: x, args=(1,), lb=chi2_cut, conditional=True)]
+    standard_error = clean.std(axis=0) / np.sqrt(800)
+    shift = trimmed_mean(G, 0.1).mean - clean.mean(axis=0)
+    assert np.all(np.abs(shift - predicted) < 3 * standard_error), (shift, predicted)
+    assert np.all(np.abs(predicted) > 2.5 * standard_error)
 
 
 def _literal_lrv(G, epsilon):
@@ -249,7 +294,7 @@ def test_a_sample_that_misses_the_order_statistics_falls_back_to_the_partition()
         assert (bracketed is None) == (name in ("equal_sample", "narrow_sample", "constant")), name
 
 
-@pytest.mark.parametrize("name", ["trimmed_mean", "lrv", "lrv_once", "median_of_means"])
+@pytest.mark.parametrize("name", ["trimmed_mean", "row_trimmed_mean", "lrv", "lrv_once", "median_of_means"])
 @pytest.mark.parametrize("n, d", [(7, 1), (200, 5), (1500, 3)])
 def test_epsilon_zero_is_the_plain_mean(name, n, d):
     """At epsilon = 0 the estimators that take epsilon keep every row (and median_of_means has one

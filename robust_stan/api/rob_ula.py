@@ -31,28 +31,35 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
 
     ``epsilon`` in [0, 0.5) is the assumed fraction of corrupted observations
     (:func:`robust_stan.tune_rob_ula` chooses it on held-out rows, as the paper does);
-    ``estimator`` is "auto" (:func:`~robust_stan.methods.rob_ula.default_estimator`: the coordinate-wise trimmed mean,
-    or ``lrv_once`` for multi_normal outcomes), a name from
-    :data:`robust_stan.methods.estimators.ESTIMATORS` ("lrv" = the paper's Algorithm 2 read
-    literally, "lrv_once", "trimmed_mean", "mean" = plain ULA, "coordinate_median",
+    ``estimator`` is "auto" (:func:`~robust_stan.methods.rob_ula.default_estimator`: the
+    row-trimmed mean, which drops the epsilon n rows whose gradients lie farthest from the
+    coordinate-wise median), a name from :data:`robust_stan.methods.estimators.ESTIMATORS`
+    ("row_trimmed_mean", "lrv" = the paper's Algorithm 2 read literally, "lrv_once",
+    "trimmed_mean" = coordinate-wise, "mean" = plain ULA, "coordinate_median",
     "median_of_means", "geometric_median") or a callable ``(G, epsilon)``.
     ``iters`` kept iterations (before thinning) follow ``warmup`` discarded ones.
     The robust mean of the per-example gradients is multiplied by n
     (``gradient_total="n"``, the paper's choice) or by (1 - epsilon) n
     (``"clean"``, the expected number of clean rows).
 
-    A robust mean of per-example gradients is biased where their clean distribution is skewed,
-    as it is for a scale parameter's (d/d log sigma of a normal row is 1 - r^2 / sigma^2): on the
-    regression of tests/test_rob_ula.py (true sigma 1, 10% of y shifted) the trimmed mean gives
-    sigma 1.14 and ``lrv_once`` 0.85.
+    What Rob-ULA aims at is the posterior given the clean rows, and it reaches it only where
+    the estimator keeps exactly the clean rows. The default does when the corrupted rows'
+    gradients are the farthest and epsilon is their share. Otherwise the estimator keeps some
+    outliers or drops clean rows, and the rows it drops are those with the largest residuals,
+    so scale parameters (sigma) come out too small and coefficients move too. Measured
+    (``examples/results/rob_ula_bias``, where every estimator is compared): outliers that
+    nearly fit the model (a leverage point whose shifted y the line almost predicts) are not
+    separable by any of the estimators; and a chain can settle where the outliers are fitted
+    (a second rest point of the robust drift, as least trimmed squares has local minima),
+    which R-hat cannot see because every chain starts from the same trimmed mode. Where the
+    coefficients must be right, NUTS on the beta posterior (``model.sample(data,
+    rs.BetaD(...), inits="mode")``) is the alternative.
 
-    Why "auto" is not the paper's ``lrv`` (measured across the examples; see
-    :func:`~robust_stan.methods.rob_ula.default_estimator`): on logistic regression with flipped labels,
-    ``lrv`` truncates the rows with large gradients at every level of its
-    recursion, which are the misclassified rows of the minority class, and
-    drifts towards always predicting the majority class, while the trimmed mean
-    beats plain ULA; on the linear regression example ``lrv``'s error is 1.34
-    times ULA's once both have converged, the trimmed mean's 0.95.
+    Why "auto" is not the paper's ``lrv``: ``lrv`` keeps (1 - epsilon)^2 of the rows at every
+    level of its recursion, so it cuts ever more clean rows; on the regressions of
+    ``examples/results/rob_ula_bias`` it is the most biased of the robust estimators, and
+    on logistic regression with flipped labels it drifts towards predicting the majority
+    class.
 
     Warmup (robust-stan's; the paper starts anywhere with a fixed step):
 

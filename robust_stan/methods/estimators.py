@@ -128,6 +128,30 @@ def lrv_once(G, epsilon: float) -> EstimateResult:
     return EstimateResult(G[kept].mean(axis=0), float(kept.mean()))
 
 
+def row_trimmed_mean(G, epsilon: float) -> EstimateResult:
+    """The mean of the rows left after dropping the floor(epsilon n) rows farthest (in Euclidean
+    distance) from the coordinate-wise median: a row is judged as a whole, and only as many rows
+    are dropped as epsilon says are corrupted. When the corrupted rows are the farthest, this is
+    exactly the mean of the clean rows, whatever the shape of their distribution: unlike the
+    coordinate-wise trimmed mean it cuts no clean rows from the side opposite to one-sided
+    outliers, and unlike ``lrv_once`` it keeps (1 - epsilon) n rows, not (1 - epsilon)^2 n, so it
+    does not trim the clean rows' own tails. Ties in distance at the cut are broken by row order.
+    kept_fraction: the share of rows kept."""
+    G, epsilon = check_rows(G, epsilon)
+    n = G.shape[0]
+    cut = int(epsilon * n)
+    if not cut:
+        return EstimateResult(G.mean(axis=0), 1.0)
+    offsets = G - np.median(G, axis=0)
+    distances = np.einsum("ij,ij->i", offsets, offsets)
+    keep = n - cut
+    limit = np.partition(distances, keep - 1)[keep - 1]  # the keep-th smallest distance
+    kept = distances < limit
+    at_limit = np.flatnonzero(distances == limit)
+    kept[at_limit[: keep - np.count_nonzero(kept)]] = True
+    return EstimateResult(G[kept].mean(axis=0), keep / n)
+
+
 def mean(G, epsilon: float = 0.0) -> EstimateResult:
     """The plain mean (ULA); keeps every row."""
     G, _ = check_rows(G, epsilon)
@@ -282,6 +306,7 @@ ESTIMATORS: dict[str, Callable] = {
     "mean": mean,
     "coordinate_median": coordinate_median,
     "trimmed_mean": trimmed_mean,
+    "row_trimmed_mean": row_trimmed_mean,
     "median_of_means": median_of_means,
     "geometric_median": geometric_median,
 }

@@ -53,7 +53,6 @@ class RobULASettings:
 
 METRICS = ("dense", "diag", "unit")
 INITS = ("mode", "random")
-VECTOR_OUTCOME_FAMILIES = ("multi_normal",)
 DEFAULT_STEP = 0.2  # in the preconditioned coordinates; see rob_ula's docstring
 
 
@@ -97,18 +96,25 @@ class RobULAOutput:
 
 
 def default_estimator(family) -> str:
-    """The estimator ``estimator="auto"`` picks: "lrv_once" for vector outcomes (multi_normal),
-    "trimmed_mean" for every family with one number per row.
+    """The estimator ``estimator="auto"`` picks: "row_trimmed_mean" for every family.
 
-    The evidence (README, "Robust Langevin sampling", and ``examples/results/``): on logistic
-    regression with flipped labels the trimmed mean beats plain ULA and ``lrv`` falls far below
-    it; on the linear regression example the trimmed mean has the smallest error of the robust
-    estimators (0.95 of ULA's with converged chains; lrv_once 1.13, lrv 1.34); on mean estimation
-    in d = 200, where each corrupted row is off by a little in every coordinate, coordinate-wise
-    trimming leaves most of the shift in (error 4.8 against ULA's 14) and the distance-based
-    truncation removes it (lrv_once 0.51, close to the clean-rows posterior's 0.45).
+    Parameters
+    ----------
+    family : Family
+        The likelihood's family record (the choice does not depend on it today; the argument
+        keeps the door open for a family whose rows call for another estimator).
+
+    Why (``examples/results/rob_ula_bias``, issue 51): Rob-ULA aims at the posterior given the
+    clean rows. The row-trimmed mean drops the epsilon n rows whose whitened gradients lie
+    farthest from the coordinate-wise median, so where the corrupted rows are those, its drift
+    is the clean rows' own and the chain centres on their posterior. The coordinate-wise
+    trimmed mean (the default before) cuts epsilon n values from both ends of every coordinate:
+    under one-sided outliers it also cuts clean rows from the other end, which moves the
+    intercept and the scale by a fixed fraction of a residual sd (so by more posterior sds the
+    more rows there are), and the dense metric mixes that into the coefficients. ``lrv_once``
+    keeps (1 - epsilon)^2 n rows and so trims the clean rows' own tails, shrinking the scale.
     """
-    return "lrv_once" if family.name in VECTOR_OUTCOME_FAMILIES else "trimmed_mean"
+    return "row_trimmed_mean"
 
 
 def drift_hessian(drift, point: np.ndarray) -> np.ndarray:
