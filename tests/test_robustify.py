@@ -530,10 +530,11 @@ def test_rewritten_program_runs_under_plain_cmdstan(tmp_path):
     model = rs.robustify(_program("linear_regression"), engine="httpstan")
     path = tmp_path / "robust_linear_regression.stan"
     path.write_text(model.stan_code)
-    cmdstan_model = cmdstanpy.CmdStanModel(stan_file=str(path), stanc_options={"include-paths": [rs.stan_include_path()]})
+    cmdstan_model = cmdstanpy.CmdStanModel(stan_file=str(path), stanc_options={"include-paths": [rs.stan_include_path()]},
+                                           user_header=rs.native_header_path())  # the native losses, as the README says
     stan_data = model.stan_data(data, divergence=rs.BetaD(0.3))
     params = {"alpha": 0.5, "beta": [0.2, -0.1, 0.3], "sigma": 0.7}
-    table = cmdstan_model.log_prob(params=params, data=stan_data, jacobian=True)
+    table = cmdstan_model.log_prob(params=params, data=stan_data, jacobian=True, sig_figs=18)  # CmdStan's default: 6
     theta = model.compile().unconstrain(stan_data, {k: np.asarray(v) for k, v in params.items()})
     expected = model.compile().log_density(stan_data, theta, True)
     assert abs(float(table["lp__"].iloc[0]) - expected) < 1e-8 * max(1.0, abs(expected))

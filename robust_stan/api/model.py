@@ -175,7 +175,10 @@ class Model(RobustProgram):
 
         ``method="advi"``, ``"pathfinder"`` and ``"laplace"`` run Stan's own
         algorithms on the same program through CmdStanPy (CmdStan engine only);
-        ``options`` then go to CmdStanPy's method of that name.
+        ``options`` then go to CmdStanPy's method of that name, ``init`` (values by
+        parameter name, any subset) starts ADVI and Pathfinder and Laplace's search for
+        the mode, and ADVI that stops at its iteration limit warns instead of raising
+        (``require_converged=True`` raises).
 
         Rows held in partitions (``data`` values that are Dask arrays split into row chunks, Dask
         DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths; ``standardize=False``;
@@ -195,10 +198,9 @@ class Model(RobustProgram):
                                   show_progress=show_progress, **options)
             return VariationalFit(self, out.raw, prepared, out.settings, q=out.q, elbo=out.elbo,
                                   elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
-        if init is not None:
-            options["init"] = init
+        start = None if init is None else self.chain_inits(init, 1, prepared.scaling)[0]
         raw, settings = run_stan_method(self, method, prepared.stan_data, family=family, draws=draws, seed=seed,
-                                        show_progress=show_progress, **options)
+                                        show_progress=show_progress, init=start, **options)
         return StanMethodFit(self, raw, prepared, settings)
 
     def _variational_on_partitions(self, data, divergence, learning_rate, weights, family, method, draws, seed,

@@ -25,6 +25,7 @@ from ..gradients.weight_derivatives import WeightDerivativeGradients, second_ord
 from ..methods.nuts import nuts_settings
 from ..methods.coreset_targets import ProgramCoresetTarget
 from ..methods.rob_ula import LangevinTarget, default_estimator
+from ..methods.stan_methods import run_stan_method
 from ..methods.variational import fit_variational
 from ..results.program_fit import ProgramFit
 
@@ -268,15 +269,55 @@ class StanProgramModel(ProgramOnEngine):
         return fit
 
     def variational(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
-                    weights=None, family: str = "meanfield", draws: int = 1000, seed: int | None = None,
-                    show_progress: bool = True, init: Mapping | None = None, **options) -> ProgramFit:
-        """robust-stan's variational driver (see :meth:`robust_stan.Model.variational` for the options;
-        ``batch_size`` is not available for your own programs); returns a ProgramFit with
-        ``q``, ``elbo``, ``elbo_se`` and ``elbo_trace``."""
+                    weights=None, family: str = "meanfield", method: str = "robust-stan", draws: int = 1000,
+                    seed: int | None = None, show_progress: bool = True, init: Mapping | None = None,
+                    **options) -> ProgramFit:
+        """Variational approximation of the program's (generalized) posterior.
+
+        Parameters
+        ----------
+        data : Mapping
+            The program's data by name.
+        divergence : Divergence or None
+            The robust loss of a robustified program (None: KL).
+        learning_rate : float
+            The learning rate w.
+        weights : optional
+            Per-observation weights of a robustified program.
+        family : str
+            "meanfield" or "fullrank" (robust-stan's driver and ADVI).
+        method : str
+            "robust-stan" (this library's driver, either engine; see
+            :meth:`robust_stan.Model.variational` for its options; no ``batch_size`` for your own
+            programs) or Stan's "advi", "pathfinder" or "laplace" (CmdStan engine; ``options``
+            go to CmdStanPy's method of that name).
+        draws : int
+            Draws from the approximation.
+        seed : int or None
+            Random seed.
+        show_progress : bool
+            Progress output.
+        init : Mapping or None
+            Starting values by parameter name (constrained). robust-stan's driver needs every
+            parameter; Stan's methods take any subset (Laplace: where the mode search starts).
+        **options
+            The method's own options.
+
+        Returns
+        -------
+        ProgramFit
+            With ``q``, ``elbo``, ``elbo_se`` and ``elbo_trace`` from robust-stan's driver.
+        """
+        stan_data = self.stan_data(data, divergence, learning_rate, weights)
+        if method != "robust-stan":
+            start = require_inits(init, 1, self.parameter_names)
+            raw, settings = run_stan_method(self, method, stan_data, family=family, draws=draws, seed=seed,
+                                            show_progress=show_progress, init=None if start is None else start[0],
+                                            **options)
+            return ProgramFit(self, raw, stan_data, settings, as_divergence(divergence), learning_rate, method=method)
         if options.get("batch_size") is not None:
             raise RobustStanInputError("batch_size: minibatches need the built-in models (robust-stan cannot "
                                        "slice your program's data by rows); run full-batch")
-        stan_data = self.stan_data(data, divergence, learning_rate, weights)
         start = None
         if init is not None:
             start = self.compile().unconstrain(stan_data, {k: np.asarray(v, dtype=float) for k, v in init.items()})

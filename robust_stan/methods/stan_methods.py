@@ -8,12 +8,14 @@ provides them: httpstan's extension module has no such services.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..common.errors import RobustStanInputError, require_count
+from ..common.errors import RobustStanInputError, RobustStanWarning, require_count
 from ..engines import RawDraws
+from ..engines.cmdstan_engine import SIG_FIGS
 from ..gradients.program import RobustProgram
 
 STAN_METHODS = ("advi", "pathfinder", "laplace")
@@ -31,19 +33,72 @@ class StanMethodSettings:
     chains: int = 1
 
 
-def _call_cmdstanpy(model, method: str, stan_data: dict, family: str, draws: int, seed, options: dict):
+def _call_cmdstanpy(model, method: str, stan_data: dict, family: str, draws: int, seed, init: dict | None,
+                    options: dict):
+    """CmdStanPy's method; ``init`` (the program's parameter values by name) starts ADVI and
+    Pathfinder, and for Laplace the optimizer that finds the mode."""
+    common = {"data": stan_data, "draws": draws, "seed": seed, "sig_figs": SIG_FIGS}
     if method == "advi":
-        return model.variational(data=stan_data, algorithm=family, draws=draws, seed=seed, **options)
+        options = {"require_converged": False, **options}
+        result = model.variational(algorithm=family, inits=init, **common, **options)
+        if not options["require_converged"]:
+            _warn_if_advi_stopped(result)
+        return result
     if method == "pathfinder":
-        return model.pathfinder(data=stan_data, draws=draws, seed=seed, show_console=False, **options)
-    return model.laplace_sample(data=stan_data, draws=draws, seed=seed, **options)
+        return model.pathfinder(inits=init, **{"show_console": False, **common, **options})
+    if init is not None:
+        if options.get("mode") is not None:
+            raise RobustStanInputError("init: Laplace starts from the given mode; give init or mode, not both")
+        options = {**options, "opt_args": {"inits": init, **(options.get("opt_args") or {})}}
+    return model.laplace_sample(**common, **options)
+
+
+def _warn_if_advi_stopped(result) -> None:
+    """A RobustStanWarning when CmdStan's ADVI stopped before its convergence test passed (CmdStanPy
+    raises for that only with ``require_converged=True``)."""
+    for transcript in result.runset.stdout_files:
+        with open(transcript) as stream:
+            if "may not have converged" in stream.read():
+                warnings.warn("method='advi': CmdStan's ADVI stopped at its iteration limit before the relative "
+                              "ELBO change fell below tol_rel_obj; the draws come from its last iterate. Raise "
+                              "iter=, or pass require_converged=True to make this an error.", RobustStanWarning,
+                              stacklevel=5)
+                return
 
 
 def run_stan_method(program: RobustProgram, method: str, stan_data: dict, family: str = "meanfield",
                     draws: int = 1000, seed: int | None = None, show_progress: bool = True,
-                    **options) -> tuple[RawDraws, StanMethodSettings]:
-    """Run Stan's ``method`` ("advi", "pathfinder" or "laplace") on the program via CmdStanPy;
-    returns the draws (``backend`` is CmdStanPy's result) and the settings."""
+                    init: dict | None = None, **options) -> tuple[RawDraws, StanMethodSettings]:
+    """Run Stan's ``method`` on the program via CmdStanPy.
+
+    Parameters
+    ----------
+    program : RobustProgram
+        A program on the CmdStan engine (a built-in model or your own program).
+    method : str
+        "advi", "pathfinder" or "laplace".
+    stan_data : dict
+        The program's data, switches included.
+    family : str
+        ADVI's "meanfield" or "fullrank".
+    draws : int
+        Approximate draws to return.
+    seed : int or None
+        CmdStan's seed.
+    show_progress : bool
+        Progress output of the compile.
+    init : dict or None
+        The program's parameter values by name (constrained): where ADVI and Pathfinder
+        start, and where Laplace's search for the mode starts (not with ``mode``).
+    **options
+        CmdStanPy's arguments of that method. ADVI runs with ``require_converged=False``
+        unless given, and warns (RobustStanWarning) when CmdStan stopped at its iteration limit.
+
+    Returns
+    -------
+    tuple of RawDraws and StanMethodSettings
+        The draws as one chain (``backend`` is CmdStanPy's result) and the settings.
+    """
     if method not in STAN_METHODS:
         raise RobustStanInputError(f"method: choose 'robust-stan' or one of Stan's {list(STAN_METHODS)}, "
                                    f"not {method!r}")
@@ -55,8 +110,10 @@ def run_stan_method(program: RobustProgram, method: str, stan_data: dict, family
     if family not in ("meanfield", "fullrank"):
         raise RobustStanInputError(f"family: ADVI knows 'meanfield' and 'fullrank', not {family!r}")
     require_count("draws", draws)
+    if "inits" in options:
+        raise RobustStanInputError("inits: give the starting values as init= (parameter values by name)")
     compiled = program.compile(show_progress=show_progress)
-    result = _call_cmdstanpy(compiled.model, method, stan_data, family, int(draws), seed, options)
+    result = _call_cmdstanpy(compiled.model, method, stan_data, family, int(draws), seed, init, options)
     variables = {}
     for name in result.metadata.stan_vars:
         values = np.asarray(result.stan_variable(name, mean=False) if method == "advi" else result.stan_variable(name))
