@@ -40,7 +40,6 @@ interface's version) on standard input.
 from __future__ import annotations
 
 import fcntl
-import functools
 import hashlib
 import json
 import os
@@ -63,16 +62,20 @@ def forced_headers(code: str) -> tuple[Path, ...]:
     return (INTERFACE_HEADER, native_header_path()) if uses_native_functions(code) else (INTERFACE_HEADER,)
 
 
-def translate(program_code: str, stan_model_name: str, httpstan_translate=None) -> tuple[str, str]:
-    """httpstan's translation of a program to C++ (``httpstan_translate``, by default
-    ``httpstan.compile.compile``: the C++ code and stanc's warnings; ValueError with stanc's message on
-    an error). A program that declares the native losses needs ``--allow-undefined``, which httpstan's
-    own call cannot pass: it goes through the same stanc by :func:`~robust_stan.building.stanc.stanc_process`,
-    which adds the flag."""
-    import httpstan.compile
+def translate(program_code: str, stan_model_name: str) -> tuple[str, str]:
+    """A program in C++ as httpstan's ``httpstan.compile.compile`` gives it (stanc with ``--name``,
+    ``--warn-pedantic`` and ``--print-cpp``): the C++ code and stanc's warnings; ValueError with
+    stanc's message on an error. stanc runs through :func:`~robust_stan.building.stanc.stanc_process`
+    (which adds ``--allow-undefined`` for the native losses) with no time limit: httpstan's own call
+    gives stanc one second, which a niced process on busy cores misses.
 
-    if not uses_native_functions(program_code):
-        return (httpstan_translate or httpstan.compile.compile)(program_code, stan_model_name)
+    Parameters
+    ----------
+    program_code : str
+        The Stan program.
+    stan_model_name : str
+        The C++ model's name.
+    """
     done, message = stanc_process(program_code, ["--name", stan_model_name, "--warn-pedantic", "--print-cpp"])
     if done.returncode != 0:
         raise ValueError(message)
@@ -260,7 +263,7 @@ def _add_our_parts(hs, headers: tuple[Path, ...], services_for_this_python: bool
     with the precompiled header too; a robustified hierarchical one in 33 and 16 s.
     """
     run_build_ext = hs.build_ext.run_build_ext
-    hs.compile.compile = functools.partial(translate, httpstan_translate=hs.compile.compile)
+    hs.compile.compile = translate
 
     def run_with_our_parts(extensions, build_lib):
         for extension in extensions:
