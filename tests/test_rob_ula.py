@@ -340,7 +340,9 @@ def test_auto_estimator_follows_the_family(normal_known_sigma):
     from robust_stan.methods.rob_ula import default_estimator
 
     assert {name: default_estimator(rs.FAMILIES[name]) for name in rs.FAMILIES} == {
-        name: "row_trimmed_mean" for name in rs.FAMILIES}
+        name: "row_trimmed_mean" if rs.FAMILIES[name].continuous else "trimmed_mean" for name in rs.FAMILIES}
+    assert default_estimator(rs.FAMILIES["normal"]) == "row_trimmed_mean"
+    assert default_estimator(rs.FAMILIES["bernoulli"]) == "trimmed_mean"
     fit = rs.rob_ula(normal_known_sigma, {"y": np.zeros(5)}, epsilon=0.1, iters=5, warmup=0, chains=1,
                      show_progress=False)
     assert fit.settings.estimator == "row_trimmed_mean"

@@ -31,9 +31,10 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
 
     ``epsilon`` in [0, 0.5) is the assumed fraction of corrupted observations
     (:func:`robust_stan.tune_rob_ula` chooses it on held-out rows, as the paper does);
-    ``estimator`` is "auto" (:func:`~robust_stan.methods.rob_ula.default_estimator`: the
-    row-trimmed mean, which drops the epsilon n rows whose gradients lie farthest from the
-    coordinate-wise median), a name from :data:`robust_stan.methods.estimators.ESTIMATORS`
+    ``estimator`` is "auto" (:func:`~robust_stan.methods.rob_ula.default_estimator`: for
+    continuous outcomes the row-trimmed mean, which drops the epsilon n rows whose gradients lie
+    farthest from the coordinate-wise median; for discrete ones the coordinate-wise trimmed
+    mean), a name from :data:`robust_stan.methods.estimators.ESTIMATORS`
     ("row_trimmed_mean", "lrv" = the paper's Algorithm 2 read literally, "lrv_once",
     "trimmed_mean" = coordinate-wise, "mean" = plain ULA, "coordinate_median",
     "median_of_means", "geometric_median") or a callable ``(G, epsilon)``.
@@ -51,7 +52,8 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     nearly fit the model (a leverage point whose shifted y the line almost predicts) are not
     separable by any of the estimators; and a chain can settle where the outliers are fitted
     (a second rest point of the robust drift, as least trimmed squares has local minima),
-    which R-hat cannot see because every chain starts from the same trimmed mode. Where the
+    which R-hat cannot see because every chain starts from the same trimmed mode. Flipped labels
+    are not separable either: no estimator centres on the clean rows' posterior there. Where the
     coefficients must be right, NUTS on the beta posterior (``model.sample(data,
     rs.BetaD(...), inits="mode")``) is the alternative.
 

@@ -71,17 +71,21 @@ class Preconditioner:
 
     def then(self, slope: np.ndarray) -> "Preconditioner":
         """Rescaled so that ``slope`` (the drift's Jacobian in this preconditioner's coordinates)
-        becomes the identity, each direction's scale changed by a factor 1/2 to 2 at most."""
+        becomes the identity, each direction's scale changed by a factor 1/2 to 2 at most.
+
+        The rescaling is the clipped slope's symmetric inverse square root, a continuous function
+        of the slope: near the identity (an estimator that keeps the clean rows whole) the
+        slope's eigenvectors are arbitrary, and a factor built from them would turn the chain's
+        coordinates with every rounding difference (in-memory against partitions on workers)."""
         if not np.all(np.isfinite(slope)):
             return self
         if self.kind == "diag":
-            clipped = np.diag(np.clip(np.abs(np.diag(slope)), 0.25, 4.0))
+            inner = np.diag(np.clip(np.abs(np.diag(slope)), 0.25, 4.0) ** -0.5)
         else:
             values, vectors = np.linalg.eigh(slope)
-            clipped = (vectors * np.clip(np.abs(values), 0.25, 4.0)) @ vectors.T
-        inner = preconditioner(clipped, self.kind)
-        curvature = np.abs(np.linalg.eigvalsh(inner.factor.T @ slope @ inner.factor)).max()
-        return Preconditioner(self.kind, self.factor @ inner.factor, float(curvature))
+            inner = (vectors * np.clip(np.abs(values), 0.25, 4.0) ** -0.5) @ vectors.T
+        curvature = np.abs(np.linalg.eigvalsh(inner.T @ slope @ inner)).max()
+        return Preconditioner(self.kind, self.factor @ inner, float(curvature))
 
 
 @dataclass(frozen=True)
@@ -96,25 +100,28 @@ class RobULAOutput:
 
 
 def default_estimator(family) -> str:
-    """The estimator ``estimator="auto"`` picks: "row_trimmed_mean" for every family.
+    """The estimator ``estimator="auto"`` picks: "row_trimmed_mean" for continuous outcomes,
+    "trimmed_mean" (coordinate-wise) for discrete ones.
 
     Parameters
     ----------
     family : Family
-        The likelihood's family record (the choice does not depend on it today; the argument
-        keeps the door open for a family whose rows call for another estimator).
+        The likelihood's family record; its ``continuous`` flag decides.
 
     Why (``examples/results/rob_ula_bias``, issue 51): Rob-ULA aims at the posterior given the
     clean rows. The row-trimmed mean drops the epsilon n rows whose whitened gradients lie
     farthest from the coordinate-wise median, so where the corrupted rows are those, its drift
-    is the clean rows' own and the chain centres on their posterior. The coordinate-wise
-    trimmed mean (the default before) cuts epsilon n values from both ends of every coordinate:
-    under one-sided outliers it also cuts clean rows from the other end, which moves the
-    intercept and the scale by a fixed fraction of a residual sd (so by more posterior sds the
-    more rows there are), and the dense metric mixes that into the coefficients. ``lrv_once``
-    keeps (1 - epsilon)^2 n rows and so trims the clean rows' own tails, shrinking the scale.
+    is the clean rows' own and the chain centres on their posterior (on normal regressions with
+    outliers in y or bad leverage points, within 0.22 posterior sds on 29 of 30 runs). The
+    coordinate-wise trimmed mean cuts epsilon n values from both ends of every coordinate: under
+    one-sided outliers it also cuts clean rows from the other end, which moves the intercept and
+    the scale by a fixed fraction of a residual sd, and the dense metric mixes that into the
+    coefficients. A wrong label, though, has a gradient no larger than a clean misclassified
+    row's, so on logistic regression with flipped labels the rows farthest away are the
+    informative clean ones, and dropping them overstates the coefficients: there the trimmed
+    mean was the less biased of the two on all 6 runs (neither is unbiased).
     """
-    return "row_trimmed_mean"
+    return "row_trimmed_mean" if family.continuous else "trimmed_mean"
 
 
 def drift_hessian(drift, point: np.ndarray) -> np.ndarray:
