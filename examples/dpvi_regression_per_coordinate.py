@@ -16,7 +16,10 @@ noise-aware NUTS posterior (rs.noise_aware) is compared with
 
     python examples/dpvi_regression_per_coordinate.py --epsilons 0.1 1 --datasets 3
 
-Writes examples/results/dpvi_linear_regression_per_coordinate/per_coordinate.csv.
+Writes examples/results/dpvi_linear_regression_per_coordinate/per_coordinate.csv (``--csv`` names
+another file), with each release's w wander (the sum over w's means of the post-burn-in iterates'
+variances) and sigma^2's post-burn-in iterate mean. ``--q-scale sd`` runs q's scale in the authors'
+sd form; ``--w-step-scale`` multiplies the step constant lambda_c of w's means.
 
 ``--experiment coupling`` asks whether a trace model could learn the coupling that biases
 log sigma^2 (w's wander enters sigma^2's gradient as residual variance) from the release
@@ -92,6 +95,10 @@ def one_data_set(epsilon: float, k: int, args) -> list[dict]:
     noise_aware = rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=k)
     theta = noise_aware.unconstrained.reshape(-1, n)
     phi_star = noise_aware.trace_draws["phi_star"].reshape(-1, 2 * n)
+    # the post-burn-in iterates: w's wander (the sum of its means' variances) and sigma^2's iterate
+    iterates = release.iterates[burn_in_steps(burn_in, release.steps):release.steps]
+    trace = {"w_wander": iterates[:, :n - 1].var(axis=0).sum(),
+             "sigma2_trace_mean": np.exp(iterates[:, n - 1]).mean()}
     rows = []
     for j in range(n):
         rows.append({"epsilon": epsilon, "k": k, "coordinate": j, "name": "log sigma2" if j == n - 1 else f"w[{j + 1}]",
@@ -99,7 +106,8 @@ def one_data_set(epsilon: float, k: int, args) -> list[dict]:
                      "na_mean": theta[:, j].mean(), "na_sd": theta[:, j].std(),
                      "phi_star_mean_sd": phi_star[:, j].std(),
                      "q_sd_at_phi_star": q_sd(phi_star[:, n + j], release.q_scale).mean(),
-                     "last_iterate_q_sd": float(q_sd(release.iterates[-1][n + j], release.q_scale))})
+                     "last_iterate_q_sd": float(q_sd(release.iterates[-1][n + j], release.q_scale)),
+                     "exact_sigma2": np.exp(exact[:, n - 1]).mean(), **trace})
     return rows
 
 
@@ -208,7 +216,18 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--kappa", type=float, default=0.1)
+    parser.add_argument("--q-scale", choices=("variance", "sd"), default=None,
+                        help="q's scale parameterisation (default: dpvi_tarp's SETTINGS, the variance)")
+    parser.add_argument("--w-step-scale", type=float, default=1.0,
+                        help="multiplies lambda_c for w's 11 means (per_coordinate only)")
+    parser.add_argument("--csv", default="per_coordinate.csv", help="per_coordinate's output file name")
     args = parser.parse_args(argv)
+    if args.w_step_scale <= 0:
+        parser.error(f"--w-step-scale: must be positive, got {args.w_step_scale}")
+    if args.w_step_scale != 1.0:
+        lambda_c = settings_of(NAME, argparse.Namespace(rows=args.rows))["lambda_c"].copy()
+        lambda_c[:11] *= args.w_step_scale
+        args.lambda_c = lambda_c
     warnings.simplefilter("ignore")
     out = OUT / "dpvi_linear_regression_per_coordinate"
     out.mkdir(parents=True, exist_ok=True)
@@ -234,7 +253,7 @@ def main(argv=None) -> None:
     table["z_noise_aware"] = (table.na_mean - table.truth) / table.na_sd
     table["z_exact"] = (table.exact_mean - table.truth) / table.exact_sd
     table["sd_ratio"] = table.na_sd / table.exact_sd
-    table.to_csv(out / "per_coordinate.csv", index=False)
+    table.to_csv(out / args.csv, index=False)
     table["part"] = np.where(table.name == "log sigma2", "log sigma2", "w")
     summary = table.groupby(["epsilon", "part"]).agg(
         rms_z_noise_aware=("z_noise_aware", lambda z: np.sqrt(np.mean(z**2))),
