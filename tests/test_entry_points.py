@@ -55,9 +55,9 @@ def test_a_public_call_converts_the_divergence_and_prepares_the_data_once(glm_no
 @pytest.mark.parametrize("old, new, name", [
     ("robust_stan.fit", "robust_stan.results.fit", "Fit"),
     ("robust_stan.rob_ula", "robust_stan.results.method_fits", "RobULAFit"),
-    ("robust_stan.rob_ula", "robust_stan.methods.rob_ula", "default_estimator"),
+    ("robust_stan.rob_ula", "robust_stan.methods.rob_ula.sampler", "default_estimator"),
     ("robust_stan.variational", "robust_stan.results.method_fits", "VariationalFit"),
-    ("robust_stan.estimators", "robust_stan.methods.estimators", "lrv_once"),
+    ("robust_stan.estimators", "robust_stan.methods.rob_ula.estimators", "lrv_once"),
     ("robust_stan.data", "robust_stan.building.data", "prepare_data"),
     ("robust_stan.model", "robust_stan.api.model", "Model"),
 ])

@@ -337,7 +337,7 @@ def test_tuning_bad_input(normal_known_sigma, kwargs, match):
 
 
 def test_auto_estimator_follows_the_family(normal_known_sigma):
-    from robust_stan.methods.rob_ula import default_estimator
+    from robust_stan.methods.rob_ula.sampler import default_estimator
 
     assert {name: default_estimator(rs.FAMILIES[name]) for name in rs.FAMILIES} == {
         name: "row_trimmed_mean" if rs.FAMILIES[name].continuous else "trimmed_mean" for name in rs.FAMILIES}
@@ -367,7 +367,7 @@ def test_diag_metric_is_diagonal_and_dense_is_not(glm_normal, shifted_regression
 def test_log_density_at_leaves_states_that_are_not_finite_as_nan():
     """A diverged chain's later draws are NaN: their log density is NaN and never asked of the
     engine (the stand-in raises on a non-finite state)."""
-    from robust_stan.methods.rob_ula import LangevinTarget
+    from robust_stan.methods.rob_ula.sampler import LangevinTarget
 
     def log_densities(thetas):
         assert np.all(np.isfinite(thetas))

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..building.data import prepare_data
 from ..common.digest import digest
-from ..methods.variational import fit_variational
+from ..methods.variational.robust_vi import fit_variational
 from .held_out import held_out_log_likelihood
 from .method_fits import VariationalFit
 

@@ -43,7 +43,7 @@ says how floating-point noise is drawn and what is assumed of it).
 Neighbouring data sets differ by adding or removing one row, with N public: every
 row's clipped term holds the prior, Jacobian and entropy terms divided by N, so the
 analysis treats N as a public constant of the mechanism
-(:data:`~robust_stan.methods.privacy_accounting.ADJACENCY`, recorded in ``release.accounting``).
+(:data:`~robust_stan.methods.dpvi.accounting.ADJACENCY`, recorded in ``release.accounting``).
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..building.data import Scaling, with_switches
-from ..common.errors import RobustStanInputError
-from ..gradients.per_example import PerExampleGradients
-from .privacy_accounting import PrivacyAccounting
-from .private_randomness import PRIVATE_NORMAL_DRAWS, private_generator, private_normal
+from ...building.data import Scaling, with_switches
+from ...common.errors import RobustStanInputError
+from ...gradients.per_example import PerExampleGradients
+from .accounting import PrivacyAccounting
+from .randomness import PRIVATE_NORMAL_DRAWS, private_generator, private_normal
 
 
 def softplus(x):
