@@ -130,8 +130,6 @@ def test_pointwise_quantities_come_on_demand_and_log_density_can_be_left_out(nor
     assert "lp" not in lean.to_arviz().sample_stats
     np.testing.assert_array_equal(lean.draws("log_lik"), full.draws("log_lik"))
     assert lean.diagnostics()["diverged_chains"] == 0
-    with pytest.warns(DeprecationWarning, match="generated_quantities is ignored"):
-        rs.rob_ula(normal_known_sigma, data, generated_quantities=False, **kwargs)
 
 
 def test_clean_gradient_total_is_the_mean_times_one_minus_epsilon_n(normal_known_sigma):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 
 from ..building.divergences import Divergence, as_divergence
@@ -20,7 +19,7 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
             warmup: int = 500, thin: int = 1, chains: int = 4, estimator="auto",
             divergence: Divergence | None = None, learning_rate: float = 1.0, init: str = "mode",
             init_scale: float = 1.0, metric: str = "dense", seed: int | None = None, show_progress: bool = True,
-            oracle: str = "auto", generated_quantities: bool | None = None, log_density: bool = True,
+            oracle: str = "auto", log_density: bool = True,
             gradient_total: str = "n", cluster: Cluster | None = None, combine: str = "median") -> RobULAFit:
     """Sample with Rob-ULA; returns a fit like :meth:`Model.sample`'s.
 
@@ -127,12 +126,8 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     Each kept draw costs, besides the step, one full log density (``lp`` in
     sample_stats; ``log_density=False`` skips it) and one constrain call for its
     parameters. ``log_lik``, ``robust_loss`` and ``y_rep`` are computed on demand,
-    as for every fit (:class:`~robust_stan.Fit`); ``generated_quantities`` is no
-    longer needed and is ignored (deprecated).
+    as for every fit (:class:`~robust_stan.Fit`).
     """
-    if generated_quantities is not None:
-        warnings.warn("rob_ula: generated_quantities is ignored (the per-observation quantities are computed on "
-                      "demand) and will be removed", DeprecationWarning, stacklevel=2)
     own_program = isinstance(model, StanProgramModel)
     if is_partitioned(data):
         require_builtin_model(model, "rs.rob_ula with rows held in partitions")
