@@ -1,7 +1,8 @@
 """Renders the Stan function library from its template and the family table.
 
-``python -m robust_stan.building.library --write`` regenerates
-``stan/robust_stan.stanfunctions``; the test suite checks the file is current.
+``python -m tools.stan_library --write`` (from the repository's root) regenerates
+``stan/robust_stan.stanfunctions``; the test suite checks the file is current. The installed
+package reads the committed file and does not need this script.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import jinja2
 
-from ..common.resources import LIBRARY_FILE, stan_include_path, templates_path
-from .families import FAMILIES
+from robust_stan.building.families import FAMILIES
+from robust_stan.common.resources import LIBRARY_FILE, stan_include_path, templates_path
 
 
 def render_library() -> str:
