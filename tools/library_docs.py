@@ -7,12 +7,12 @@ checks that the committed page is current.
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
-from robust_stan.common.resources import LIBRARY_FILE, stan_include_path
+from robust_stan.common.resources import stan_include_path
 
+from tools import write_or_print
 from tools.stan_library import render_library
 
 _DOC = re.compile(r"/\*\* @family (?P<family>\w+)\n(?P<body>.*?)\*/", re.DOTALL)
@@ -152,17 +152,7 @@ def reference_path() -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", action="store_true", help=f"write docs/stan-functions.md (from {LIBRARY_FILE})")
-    args = parser.parse_args(argv)
-    page = library_reference()
-    if args.write:
-        path = reference_path()
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(page)
-        print(f"wrote {path} ({len(page.splitlines())} lines)")
-    else:
-        print(page)
+    write_or_print(library_reference(), reference_path(), __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -7,13 +7,14 @@ package reads the committed file and does not need this script.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import jinja2
 
 from robust_stan.building.families import FAMILIES
 from robust_stan.common.resources import LIBRARY_FILE, stan_include_path, templates_path
+
+from tools import write_or_print
 
 
 def render_library() -> str:
@@ -28,16 +29,7 @@ def render_library() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", action="store_true", help="write stan/robust_stan.stanfunctions")
-    args = parser.parse_args(argv)
-    text = render_library()
-    if args.write:
-        path = Path(stan_include_path()) / LIBRARY_FILE
-        path.write_text(text)
-        print(f"wrote {path} ({len(text.splitlines())} lines)")
-    else:
-        print(text)
+    write_or_print(render_library(), Path(stan_include_path()) / LIBRARY_FILE, __doc__, argv)
 
 
 if __name__ == "__main__":
