@@ -1,10 +1,7 @@
-"""Robust means of per-example gradients over data held in row partitions, computed where each
-partition lives (the workers of an :class:`rs.Cluster`) and reduced there, so that only one
-d-vector per partition and chain travels back to the driver.
-
-The data: a built-in model's data dict whose row-indexed values are held in partitions
-(:mod:`robust_stan.building.partitions`: Dask arrays, DataFrames or Series, lists of ``.npy``
-or ``.parquet`` paths), the other values as usual.
+"""Rob-ULA's steps over rows held in partitions: robust means of per-example gradients, computed
+where each partition lives (the workers of an :class:`rs.Cluster`) and reduced there, so that
+only one d-vector per partition and chain travels back to the driver. The partitions are placed
+by :mod:`robust_stan.methods.partition_placement`.
 
 Each step, partition k computes its rows' per-example gradients at every chain's state (one
 per-example call, in the chain's coordinates) and the run's estimator on them (its robust mean
@@ -24,7 +21,7 @@ m_k and kept share); the driver combines the partitions' means coordinate by coo
   bad rows moves it by (its rows / n) times its error.
 
 On each worker a partition's prepared Stan data and gradient object are kept between steps
-(keyed by the run, the partition and what is kept), so a step costs one per-example call per
+(:func:`~robust_stan.methods.partition_placement.kept_on_worker`), so a step costs one per-example call per
 partition plus the estimator. Each draw's log density is computed after the run, one task per
 partition for all draws, from the same prepared data.
 """
