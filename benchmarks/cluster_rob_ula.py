@@ -35,8 +35,8 @@ import warnings
 import numpy as np
 
 import robust_stan as rs
-from robust_stan.methods.estimators import get_estimator
-from robust_stan.methods.rob_ula import default_estimator
+from robust_stan.methods.rob_ula.estimators import get_estimator
+from robust_stan.methods.rob_ula.sampler import default_estimator
 
 
 def dask_rows(rows: int, columns: int, partitions: int, seed: int = 0):

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import robust_stan as rs
-from robust_stan.methods.coreset_targets import CoresetTarget
+from robust_stan.methods.coresets.targets import CoresetTarget
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from _coreset_data import load_adult  # noqa: E402

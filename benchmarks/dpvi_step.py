@@ -32,8 +32,8 @@ import numpy as np
 
 import robust_stan as rs
 from robust_stan.building.data import with_switches
-from robust_stan.methods.dpvi import PerExampleObjective, clip_rows, noisy_gradient, poisson_batch
-from robust_stan.methods.private_randomness import PRIVATE_NORMAL_DRAWS, chacha_generator, fresh_key, private_normal
+from robust_stan.methods.dpvi.mechanism import PerExampleObjective, clip_rows, noisy_gradient, poisson_batch
+from robust_stan.methods.dpvi.randomness import PRIVATE_NORMAL_DRAWS, chacha_generator, fresh_key, private_normal
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from _coreset_data import load_adult  # noqa: E402

@@ -28,7 +28,7 @@ import numpy as np
 
 import robust_stan as rs
 from robust_stan.engines.httpstan_engine import _as_httpstan_data
-from robust_stan.methods.estimators import lrv, row_trimmed_mean, trimmed_mean
+from robust_stan.methods.rob_ula.estimators import lrv, row_trimmed_mean, trimmed_mean
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))  # the paper's problems
 from _timing import median_seconds  # noqa: E402

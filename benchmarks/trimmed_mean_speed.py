@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from _timing import median_seconds
-from robust_stan.methods.estimators import BRACKETED_FROM, partitioned_trimmed_means, trimmed_mean
+from robust_stan.methods.rob_ula.estimators import BRACKETED_FROM, partitioned_trimmed_means, trimmed_mean
 
 EPSILON = 0.15
 

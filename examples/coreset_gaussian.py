@@ -24,7 +24,7 @@ import pandas as pd
 from _cluster import add_address_argument, cluster_pool
 
 import robust_stan as rs
-from robust_stan.methods.coreset_targets import ExactGaussianMean
+from robust_stan.methods.coresets.targets import ExactGaussianMean
 
 METHODS = ("beta_cores", "sparse_vi", "uniform")
 OUT = Path(__file__).parent / "results" / "coreset_gaussian"

@@ -28,7 +28,7 @@ from _coreset_data import balanced, contaminate, load_adult
 from scipy import optimize
 
 import robust_stan as rs
-from robust_stan.methods.coreset_targets import CoresetTarget
+from robust_stan.methods.coresets.targets import CoresetTarget
 
 OUT = Path(__file__).parent / "results" / "coreset_logistic_breakdown"
 

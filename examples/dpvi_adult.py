@@ -40,7 +40,7 @@ import pandas as pd
 from _coreset_data import adult_frames
 
 import robust_stan as rs
-from robust_stan.methods.dpvi import softplus
+from robust_stan.methods.dpvi.mechanism import softplus
 from _cluster import add_address_argument, cluster_pool
 
 OUT = Path(__file__).parent / "results" / "dpvi_adult"

@@ -65,8 +65,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from dpvi_tarp import OUT, settings_of, simulated_release  # noqa: E402
 
 import robust_stan as rs  # noqa: E402
-from robust_stan.methods.dpvi import heuristic_step_size, q_sd  # noqa: E402
-from robust_stan.methods.noise_aware import burn_in_steps  # noqa: E402
+from robust_stan.methods.dpvi.mechanism import heuristic_step_size, q_sd  # noqa: E402
+from robust_stan.methods.dpvi.noise_aware import burn_in_steps  # noqa: E402
 
 NAME = "linear_regression"
 

@@ -57,8 +57,8 @@ import pandas as pd
 
 import robust_stan as rs
 from _cluster import add_address_argument, cluster_pool
-from robust_stan.methods.dpvi import softplus
-from robust_stan.methods.noise_aware import burn_in_steps
+from robust_stan.methods.dpvi.mechanism import softplus
+from robust_stan.methods.dpvi.noise_aware import burn_in_steps
 from robust_stan.results.coverage import calibrated_rmse_reference, coverage_curve, coverage_rmse, tarp_coverage
 
 OUT = Path(__file__).parent / "results"

@@ -1,6 +1,6 @@
 """Is the noise-aware post-processing model calibrated on a trace that follows it exactly?
 
-A check of ``robust_stan.methods.noise_aware`` independent of DP-VI: traces simulated from
+A check of ``robust_stan.methods.dpvi.noise_aware`` independent of DP-VI: traces simulated from
 the paper's eq. 20 itself (linear gradients g~_{t+1} = kappa A (phi_t - phi*) + noise, noise
 sd sigma C / beta, steps lambda_heur beta), so that any miscalibration is the trace model's
 own, not a departure of DP-VI's gradients from it. Two sets of constants:
@@ -39,9 +39,9 @@ import pandas as pd
 
 from scipy import stats
 
-from robust_stan.methods.dpvi import DPVIRelease, heuristic_step_size, softplus
-from robust_stan.methods.noise_aware import sample_trace_model, trace_model_data, trace_statistics
-from robust_stan.methods.privacy_accounting import PrivacyAccounting, solve_noise_multiplier
+from robust_stan.methods.dpvi.mechanism import DPVIRelease, heuristic_step_size, softplus
+from robust_stan.methods.dpvi.noise_aware import sample_trace_model, trace_model_data, trace_statistics
+from robust_stan.methods.dpvi.accounting import PrivacyAccounting, solve_noise_multiplier
 
 OUT = Path(__file__).parent / "results"
 TABLE2_MARGINALS = OUT / "dpvi_linear_regression_k100_non_centred" / "marginals.csv"

@@ -30,8 +30,8 @@ from dpvi_tarp import ALPHAS, OUT, bootstrap_rmse, simulated_release  # noqa: E4
 
 import robust_stan as rs  # noqa: E402
 from _cluster import add_address_argument, cluster_pool  # noqa: E402
-from robust_stan.methods.noise_aware import (burn_in_steps, q_draws, sample_trace_model, trace_model_data,  # noqa: E402
-                                             trace_statistics)
+from robust_stan.methods.dpvi.noise_aware import (burn_in_steps, q_draws, sample_trace_model, trace_model_data,  # noqa: E402
+                                                  trace_statistics)
 from robust_stan.results.coverage import tarp_coverage  # noqa: E402
 
 VARIANTS = ("prior from the post-burn-in trace (rs.noise_aware)", "prior from steps T/4..T/2", "last iterate")

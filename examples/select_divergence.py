@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 import robust_stan as rs
-from robust_stan.methods.divergence_selection import grid_value
+from robust_stan.methods.selection.divergence import grid_value
 
 OUT = Path(__file__).parent / "results" / "select_divergence"
 TRUE_B = np.array([1.0, -0.5, 0.25])

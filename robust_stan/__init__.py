@@ -6,7 +6,6 @@
     fit.summary(); fit.to_arviz(); fit.outlier_scores()
 """
 
-from . import _old_paths  # noqa: F401  (the 0.x module paths, kept for one release with a warning)
 from ._version import __version__  # noqa: F401
 from .api.builtin import custom, glm, location
 from .api.calibrate import calibrate

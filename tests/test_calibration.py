@@ -88,7 +88,7 @@ def test_loss_minimum_accepts_a_stalled_line_search_only_at_a_tiny_gradient(monk
     is a minimum when the gradient is below 1e-6 of the loss's size, and refused otherwise."""
     from scipy import optimize
 
-    from robust_stan.methods import calibration
+    from robust_stan.methods.selection import calibration
 
     stalled = optimize.OptimizeResult(success=False, message="ABNORMAL: ", x=np.array([1.0, 2.0]),
                                       jac=np.array([gradient, 0.0]), fun=150.0)
@@ -127,7 +127,7 @@ def test_tempering_k_is_the_tail_index_of_the_weights():
     0.5; narrowing (w = 2) has light-tailed weights, k = 0."""
     from scipy.stats import norm
 
-    from robust_stan.methods.calibration import tempering_k
+    from robust_stan.methods.selection.calibration import tempering_k
 
     for w in (0.25, 0.5):
         c = (1 - w) / 2
@@ -145,7 +145,7 @@ def test_reweighting_to_a_wider_posterior_is_not_trusted_below_its_tail_index():
     (seed 4) give 0.57, as the bootstrap's 1,000 MCMC draws from two chains gave 0.38-0.69.
     ``covers`` reports at least 0.75, so the resample is fitted again. Towards a narrower
     posterior (w = 2) the k-hat is the reweighting's own."""
-    from robust_stan.methods.calibration import BootstrapPosterior, covers
+    from robust_stan.methods.selection.calibration import BootstrapPosterior, covers
     from robust_stan.methods.importance import psis
 
     x = np.random.default_rng(4).normal(size=(1000, 1))

@@ -12,8 +12,8 @@ import pytest
 from scipy import stats
 
 import robust_stan as rs
-from robust_stan.methods.coreset import _Steps, centred, weight_gradient
-from robust_stan.methods.coreset_targets import CoresetTarget, ExactGaussianMean, gaussian_kl
+from robust_stan.methods.coresets.construction import _Steps, centred, weight_gradient
+from robust_stan.methods.coresets.targets import CoresetTarget, ExactGaussianMean, gaussian_kl
 
 from .conftest import ENGINE
 

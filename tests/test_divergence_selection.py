@@ -8,7 +8,7 @@ import pytest
 import robust_stan as rs
 from robust_stan.building.data import with_switches
 from robust_stan.engines.base import parameter_columns
-from robust_stan.methods.divergence_selection import (Evaluation, GridPoint, _best_below_a_rise, grid_value,
+from robust_stan.methods.selection.divergence import (Evaluation, GridPoint, _best_below_a_rise, grid_value,
                                                       loss_y_derivatives, walk_grid)
 
 from .conftest import ENGINE

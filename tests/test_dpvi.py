@@ -19,14 +19,14 @@ import robust_stan as rs
 from robust_stan.building.data import slice_rows, with_switches
 from robust_stan.engines import compile_program
 from robust_stan.gradients.per_example import PerExampleGradients
-from robust_stan.methods import dpvi as dpvi_method
-from robust_stan.methods import private_randomness
-from robust_stan.methods.dpvi import (PerExampleObjective, clip_rows, heuristic_step_size, noisy_gradient, poisson_batch,
-                                      softplus)
-from robust_stan.methods.noise_aware import (sample_trace_model, trace_model_data, trace_model_laplace, trace_model_program,
-                                            trace_predictive_check, trace_statistics)
-from robust_stan.methods.privacy_accounting import epsilon_for, solve_noise_multiplier
-from robust_stan.methods.private_randomness import SubsampleKey, chacha_generator, is_secure, private_generator
+from robust_stan.methods.dpvi import mechanism as dpvi_method
+from robust_stan.methods.dpvi import randomness as private_randomness
+from robust_stan.methods.dpvi.mechanism import (PerExampleObjective, clip_rows, heuristic_step_size, noisy_gradient,
+                                                poisson_batch, softplus)
+from robust_stan.methods.dpvi.noise_aware import (sample_trace_model, trace_model_data, trace_model_laplace,
+                                                  trace_model_program, trace_predictive_check, trace_statistics)
+from robust_stan.methods.dpvi.accounting import epsilon_for, solve_noise_multiplier
+from robust_stan.methods.dpvi.randomness import SubsampleKey, chacha_generator, is_secure, private_generator
 from robust_stan.results.coverage import (calibrated_rmse_reference, calibration_curve, calibration_rmse,
                                           coverage_rmse, tarp_coverage)
 from robust_stan.results.fit import summary_table
@@ -741,8 +741,8 @@ def _in_partitions(y: np.ndarray, rows: int):
 def test_partitioned_clipped_sums_are_the_in_memory_ones(exponential, q_scale):
     """kappa = 1 (every row in the step) and C = 0.5 (most rows clipped): the partitions' clipped
     sums at the same draws eps add up to the in-memory clipped sum, in both forms of q's scale."""
-    from robust_stan.methods.dpvi import DPVISettings
-    from robust_stan.methods.partitioned_dpvi import partitioned_dpvi_setup
+    from robust_stan.methods.dpvi.mechanism import DPVISettings
+    from robust_stan.methods.dpvi.partitioned import partitioned_dpvi_setup
 
     y = data_of(1.5, 1000, 9)["y"]
     stan_data, placed, n_rows, make_batches = partitioned_dpvi_setup(exponential, _in_partitions(y, 300),

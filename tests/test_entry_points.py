@@ -1,7 +1,5 @@
-"""The public entry points check and convert their arguments once, and pass typed objects down;
-the 0.x module paths still import, with a DeprecationWarning."""
+"""The public entry points check and convert their arguments once, and pass typed objects down."""
 
-import importlib
 import subprocess
 import sys
 import warnings
@@ -52,39 +50,9 @@ def test_a_public_call_converts_the_divergence_and_prepares_the_data_once(glm_no
     assert conversions == {"prepare_data": 1, "as_divergence": 1}
 
 
-@pytest.mark.parametrize("old, new, name", [
-    ("robust_stan.fit", "robust_stan.results.fit", "Fit"),
-    ("robust_stan.rob_ula", "robust_stan.results.method_fits", "RobULAFit"),
-    ("robust_stan.rob_ula", "robust_stan.methods.rob_ula", "default_estimator"),
-    ("robust_stan.variational", "robust_stan.results.method_fits", "VariationalFit"),
-    ("robust_stan.estimators", "robust_stan.methods.estimators", "lrv_once"),
-    ("robust_stan.data", "robust_stan.building.data", "prepare_data"),
-    ("robust_stan.model", "robust_stan.api.model", "Model"),
-])
-def test_an_old_module_path_warns_and_gives_the_same_object(old, new, name):
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=rf"^{old} is now robust_stan\."):
-        module = importlib.import_module(old)
-    assert getattr(module, name) is getattr(importlib.import_module(new), name)
-    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
-        module.not_a_name  # noqa: B018
-
-
-def test_importing_an_old_path_leaves_the_public_function_of_that_name():
-    for old in ("robust_stan.rob_ula", "robust_stan.influence"):
-        sys.modules.pop(old, None)
-        with pytest.warns(DeprecationWarning):
-            importlib.import_module(old)
-    assert rs.rob_ula.__module__ == "robust_stan.api.rob_ula"
-    assert rs.influence.__module__ == "robust_stan.api.influence"
-
-
-def test_the_public_namespace_loads_no_old_path():
-    """`import robust_stan` and every rs. name work with DeprecationWarnings as errors, and load none
-    of the old module paths."""
-    code = ("import sys, robust_stan as rs; [getattr(rs, n) for n in rs.__all__]; "
-            "from robust_stan._old_paths import OLD_PATHS; print(sorted(set(OLD_PATHS) & set(sys.modules)))")
+def test_the_public_namespace_uses_nothing_deprecated():
+    """`import robust_stan` and every rs. name work with DeprecationWarnings as errors."""
+    code = "import robust_stan as rs; [getattr(rs, n) for n in rs.__all__]"
     result = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "[]"

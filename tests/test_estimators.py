@@ -8,7 +8,7 @@ import pytest
 from scipy import optimize, stats
 
 import robust_stan as rs
-from robust_stan.methods.estimators import (
+from robust_stan.methods.rob_ula.estimators import (
     _SAMPLE_ROWS,
     ESTIMATORS,
     EstimateResult,
@@ -71,7 +71,7 @@ def test_lrv_on_the_papers_mean_estimation_setting():
 def test_lrv_once_is_the_literal_recursion_without_deeper_truncation():
     """With truncation at the top level only, the recursion V + W recombines to the mean of
     the kept rows; check that against the literal recursion run with epsilon 0 below the top."""
-    from robust_stan.methods.estimators import _lrv_mean, lrv_once
+    from robust_stan.methods.rob_ula.estimators import _lrv_mean, lrv_once
 
     rng = np.random.default_rng(7)
     G = np.vstack([rng.normal(size=(300, 9)), rng.normal(8, 1, size=(60, 9))])
@@ -90,7 +90,7 @@ def test_row_trimmed_mean_drops_the_rows_farthest_from_the_median(n, d, epsilon,
     """Against a row-by-row reference: the coordinate-wise median, each row's squared distance
     to it summed term by term, the rows in order of distance (ties in row order) and the first
     n - floor(epsilon n) kept. ``ties``: small integers, so many rows share the distance at the cut."""
-    from robust_stan.methods.estimators import row_trimmed_mean
+    from robust_stan.methods.rob_ula.estimators import row_trimmed_mean
 
     rng = np.random.default_rng(n + d)
     G = rng.integers(-2, 3, size=(n, d)).astype(float) if ties else rng.standard_t(3, size=(n, d))
@@ -109,7 +109,7 @@ def test_row_trimmed_mean_is_the_clean_mean_where_the_symmetric_trimmed_mean_is_
     is the clean rows' mean to rounding; the coordinate-wise trimmed mean also cuts the clean rows'
     other end, which moves it by far more than the clean mean's standard error (the mechanism
     behind Rob-ULA's bias on a regression, examples/results/rob_ula_bias)."""
-    from robust_stan.methods.estimators import row_trimmed_mean
+    from robust_stan.methods.rob_ula.estimators import row_trimmed_mean
 
     rng = np.random.default_rng(5)
     residuals = rng.normal(size=(900, 1))
@@ -272,7 +272,7 @@ def test_the_bracketed_trimmed_mean_is_scipys_trim_mean(epsilon):
     kind of column, up to the order of summation (1e-12 of the largest value)."""
     from scipy import stats
 
-    from robust_stan.methods.estimators import BRACKETED_FROM
+    from robust_stan.methods.rob_ula.estimators import BRACKETED_FROM
 
     cases = _bracket_cases()
     G = np.column_stack(list(cases.values()))
@@ -284,7 +284,7 @@ def test_the_bracketed_trimmed_mean_is_scipys_trim_mean(epsilon):
 def test_a_sample_that_misses_the_order_statistics_falls_back_to_the_partition():
     """The adversarial row orders do defeat the brackets (so the test above covers the fallback),
     and the ordinary columns do not (so it covers the bracketed sum)."""
-    from robust_stan.methods.estimators import _column_trimmed_mean, _sample_bracket
+    from robust_stan.methods.rob_ula.estimators import _column_trimmed_mean, _sample_bracket
 
     cut = 2000
     for name, x in _bracket_cases().items():

@@ -78,7 +78,7 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
     assert "robust_stan.engines.bridgestan_oracle" in graph["robust_stan.engines.cmdstan_engine"]  # a lazy import
-    assert "robust_stan.methods.estimators" in graph["robust_stan.methods.rob_ula"]
+    assert "robust_stan.methods.rob_ula.estimators" in graph["robust_stan.methods.rob_ula.sampler"]
 
 
 #: The layers from the bottom up; a module may import from its own layer and the ones below.
@@ -109,6 +109,46 @@ def test_every_module_belongs_to_a_layer_or_the_top():
 
 def test_no_module_imports_from_a_layer_above_its_own():
     assert upward_imports(import_graph()) == []
+
+
+#: The method families, one folder each under methods/; the modules at methods/ level are generic
+#: (they serve several families) and sit below every family.
+METHOD_FAMILIES = ["rob_ula", "coresets", "dpvi", "variational", "selection"]
+
+
+def method_family(module: str) -> str | None:
+    """The family folder of a module under methods/ (None: a generic methods module, or another layer)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "methods" and parts[2] in METHOD_FAMILIES else None
+
+
+def cross_family_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports of a family's module from another family, or from a generic methods module (the layers
+    above, results and api, may import any family)."""
+    return sorted((a, b) for a, targets in graph.items() for b in targets if a.startswith("robust_stan.methods.")
+                  and method_family(b) is not None and method_family(a) != method_family(b))
+
+
+def test_the_family_check_finds_an_import_across_families():
+    graph = {"robust_stan.methods.dpvi.mechanism": {"robust_stan.methods.rob_ula.estimators"},
+             "robust_stan.methods.nuts": {"robust_stan.methods.coresets.targets"},
+             "robust_stan.methods.rob_ula.partitioned": {"robust_stan.methods.rob_ula.sampler",
+                                                          "robust_stan.methods.partition_placement"}}
+    assert cross_family_imports(graph) == [
+        ("robust_stan.methods.dpvi.mechanism", "robust_stan.methods.rob_ula.estimators"),
+        ("robust_stan.methods.nuts", "robust_stan.methods.coresets.targets")]
+
+
+def test_every_methods_folder_is_a_family():
+    folders = {m.split(".")[2] for m, path in module_names().items()
+               if m.startswith("robust_stan.methods.") and path.name == "__init__.py"}
+    assert folders == set(METHOD_FAMILIES)  # a new family needs a place here (and a line in the README)
+
+
+def test_a_method_family_imports_no_other_family():
+    """A family uses only its own folder and the generic methods modules, and no generic methods
+    module uses a family."""
+    assert cross_family_imports(import_graph()) == []
 
 
 def test_no_import_cycles():

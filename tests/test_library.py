@@ -41,9 +41,9 @@ from scipy import integrate, special, stats
 from scipy.special import logsumexp
 
 from robust_stan.building.families import FAMILIES
-from robust_stan.building.library import render_library
 from robust_stan.common.resources import LIBRARY_FILE, library_code
 from robust_stan.engines import compile_program
+from tools.stan_library import render_library
 
 from .conftest import ENGINE
 
@@ -548,7 +548,7 @@ FAMILY_NAMES = list(FAMILY_TABLE)
 def test_committed_library_is_current():
     """stan/robust_stan.stanfunctions is what the template and family table render to."""
     assert library_code() == render_library(), (
-        f"stan/{LIBRARY_FILE} is stale: run `python -m robust_stan.building.library --write`")
+        f"stan/{LIBRARY_FILE} is stale: run `python -m tools.stan_library --write`")
 
 
 def test_harness_covers_every_family_and_overload():
@@ -811,11 +811,11 @@ def test_outcome_outside_the_support_is_rejected(harness, family):
 def test_reference_page_is_current():
     """docs/stan-functions.md is what the library's doc comments generate, and covers every family."""
     from robust_stan.building.families import FAMILIES
-    from robust_stan.building.library_docs import library_reference
+    from tools.library_docs import library_reference
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "stan-functions.md").read_text()
     assert page == library_reference(), "docs/stan-functions.md is stale: run " \
-        "`python -m robust_stan.building.library_docs --write`"
+        "`python -m tools.library_docs --write`"
     for family in FAMILIES.values():
         assert f"## {family.stan_name}" in page
         for prefix in ("robust", "betad", "gammad", "gammaorig"):

@@ -570,9 +570,9 @@ def _kill_a_worker_once_busy(cluster):
 
 
 def _cached_partitions() -> int:
-    from robust_stan.methods import partitioned
+    from robust_stan.methods import partition_placement
 
-    return len(partitioned._ON_THIS_WORKER)
+    return len(partition_placement._ON_THIS_WORKER)
 
 
 def test_a_beta_loss_on_partitions_is_not_judged_on_its_first_row(glm_normal):

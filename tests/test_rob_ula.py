@@ -130,8 +130,6 @@ def test_pointwise_quantities_come_on_demand_and_log_density_can_be_left_out(nor
     assert "lp" not in lean.to_arviz().sample_stats
     np.testing.assert_array_equal(lean.draws("log_lik"), full.draws("log_lik"))
     assert lean.diagnostics()["diverged_chains"] == 0
-    with pytest.warns(DeprecationWarning, match="generated_quantities is ignored"):
-        rs.rob_ula(normal_known_sigma, data, generated_quantities=False, **kwargs)
 
 
 def test_clean_gradient_total_is_the_mean_times_one_minus_epsilon_n(normal_known_sigma):
@@ -337,7 +335,7 @@ def test_tuning_bad_input(normal_known_sigma, kwargs, match):
 
 
 def test_auto_estimator_follows_the_family(normal_known_sigma):
-    from robust_stan.methods.rob_ula import default_estimator
+    from robust_stan.methods.rob_ula.sampler import default_estimator
 
     assert {name: default_estimator(rs.FAMILIES[name]) for name in rs.FAMILIES} == {
         name: "row_trimmed_mean" if rs.FAMILIES[name].continuous else "trimmed_mean" for name in rs.FAMILIES}
@@ -367,7 +365,7 @@ def test_diag_metric_is_diagonal_and_dense_is_not(glm_normal, shifted_regression
 def test_log_density_at_leaves_states_that_are_not_finite_as_nan():
     """A diverged chain's later draws are NaN: their log density is NaN and never asked of the
     engine (the stand-in raises on a non-finite state)."""
-    from robust_stan.methods.rob_ula import LangevinTarget
+    from robust_stan.methods.rob_ula.sampler import LangevinTarget
 
     def log_densities(thetas):
         assert np.all(np.isfinite(thetas))

@@ -245,7 +245,7 @@ def test_influence_from_a_model_fits_it_first(glm_normal_standardized):
 def test_influence_refits_the_unchanged_data_once_per_fit(glm_normal_standardized, monkeypatch):
     """Moving several points in turn (Table 5) needs one baseline refit, not one per point; the
     kept baseline gives the numbers a fresh one gives. Other test data get their own baseline."""
-    influence_module = importlib.import_module("robust_stan.results.influence")  # rs.influence is the function
+    influence_module = importlib.import_module("robust_stan.methods.variational.influence")  # rs.influence is the function
 
     data, _, _, _ = regression_data(n=40, p=2, outlier_fraction=0.0, seed=5)
     test = {"X": data["X"][:10], "y": data["y"][:10]}

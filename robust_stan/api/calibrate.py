@@ -1,5 +1,5 @@
 """rs.calibrate: a generalized posterior's learning rate or spread calibrated to the sampling
-variability of its minimum-loss estimate (:mod:`robust_stan.methods.calibration`)."""
+variability of its minimum-loss estimate (:mod:`robust_stan.methods.selection.calibration`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from ..building.divergences import KL
 from ..common.errors import RobustStanInputError, require_count
 from ..engines import NutsSettings, RawDraws
 from ..gradients.oracles import constrained_draws, unconstrained_draws
-from ..methods.calibration import (BootstrapPosterior, bootstrap_learning_rate, curvature_adjusted,
-                                   lhw_learning_rate, minimum_loss)
+from ..methods.selection.calibration import (BootstrapPosterior, bootstrap_learning_rate, curvature_adjusted,
+                                             lhw_learning_rate, minimum_loss)
 from ..methods.nuts import run_nuts
 from ..results.fit import Fit
 from ..results.method_fits import CalibratedFit

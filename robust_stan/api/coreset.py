@@ -9,11 +9,11 @@ import numpy as np
 from ..building.divergences import BetaD, Divergence, GammaD, as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
-from ..methods.coreset import METHODS, OPTIMIZERS, CoresetSettings, greedy_coreset, uniform_coreset
+from ..methods.coresets.construction import METHODS, OPTIMIZERS, CoresetSettings, greedy_coreset, uniform_coreset
 from ..building.data import PreparedData
 from ..common.cluster import Cluster
-from ..methods.coreset_targets import INNER, SAMPLERS, CoresetTarget
-from ..methods.partitioned_coreset import PartitionedCoresetTarget
+from ..methods.coresets.targets import INNER, SAMPLERS, CoresetTarget
+from ..methods.coresets.partitioned import PartitionedCoresetTarget
 from ..results.coreset import Coreset, ProgramCoreset
 from .model import Model, require_builtin_model
 from .stan_program import StanProgramModel
@@ -76,7 +76,7 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
     DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths, one file per partition; a
     built-in model with ``standardize=False``): each batch's gains are computed where their partitions live (on ``cluster``'s workers, an
     :class:`rs.Cluster`; here without one) and only their reductions travel; the coreset's rows
-    are fetched here as they join (:mod:`robust_stan.methods.partitioned_coreset`). The choices
+    are fetched here as they join (:mod:`robust_stan.methods.coresets.partitioned`). The choices
     are the in-memory run's; the result's ``prepared`` then holds the fetched rows only
     (``local_rows``). Not with ``groups``, ``refresh`` or ``sampler="exact"``.
 

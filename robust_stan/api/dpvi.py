@@ -14,12 +14,13 @@ from ..building.divergences import as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError, RobustStanWarning, require_count, require_positive, require_seed
-from ..methods.dpvi import (DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size, require_q_scale,
-                            run_dp_sgd)
-from ..methods.noise_aware import burn_in_steps, q_draws, sample_trace_model, trace_model_data, trace_predictive_check
-from ..methods.partitioned_dpvi import partitioned_dpvi_setup
-from ..methods.privacy_accounting import check_privacy_arguments, solve_noise_multiplier
-from ..methods.private_randomness import warn_seeded_release
+from ..methods.dpvi.mechanism import (DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size,
+                                      require_q_scale, run_dp_sgd)
+from ..methods.dpvi.noise_aware import (burn_in_steps, q_draws, sample_trace_model, trace_model_data,
+                                        trace_predictive_check)
+from ..methods.dpvi.partitioned import partitioned_dpvi_setup
+from ..methods.dpvi.accounting import check_privacy_arguments, solve_noise_multiplier
+from ..methods.dpvi.randomness import warn_seeded_release
 from ..results.dpvi import DPVIFit, PrivatePosterior
 from .model import Model, require_builtin_model
 
@@ -30,7 +31,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
          show_progress: bool = True, cluster: Cluster | None = None, init: Mapping | None = None,
          q_scale: str = "variance") -> DPVIFit:
     """(epsilon, delta)-differentially private mean-field VI by DP-SGD (noise-aware DPVI paper,
-    ``../shared/papers/noise-aware-dpvi.txt``; :mod:`robust_stan.methods.dpvi` has the objective).
+    ``../shared/papers/noise-aware-dpvi.txt``; :mod:`robust_stan.methods.dpvi.mechanism` has the objective).
 
     q is a Gaussian on the unconstrained scale with independent coordinates, phi = (mu, u).
     Each step: a Poisson subsample at rate ``sampling_rate`` (kappa); each row's gradient of its
@@ -39,7 +40,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     ``precondition`` (beta_u); each row clipped to norm ``clip`` (C); N(0, sigma^2 C^2) noise on
     the sum; the step lambda_heur = sqrt(2) lambda_c / (sigma C sqrt(T d)) times beta. sigma is
     solved for (``epsilon``, ``delta``, ``steps``, kappa) by dp-accounting's PLD accountant
-    (:mod:`robust_stan.methods.privacy_accounting`).
+    (:mod:`robust_stan.methods.dpvi.accounting`).
 
     **What is private, and under which assumptions.** The release (``fit.release``) is all that
     leaves: phi_0..phi_T, the noisy gradients and the public settings, never the seed or the
@@ -51,7 +52,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     is secret** (a :class:`~robust_stan.RobustStanWarning` says so): anyone who knows or guesses
     it can redraw the noise and subtract it. Against attacks on floating-point noise (Mironov
     2012) a private run sums 4 normals per noise value, a mitigation, not a proof
-    (:mod:`robust_stan.methods.private_randomness`). The data must not shape anything released:
+    (:mod:`robust_stan.methods.dpvi.randomness`). The data must not shape anything released:
     the model must be built with ``standardize=False``, a glm's ``prior_scale_b`` and a
     categorical model's ``K`` given in ``data``, and phi_0 chosen without the data.
 
@@ -64,7 +65,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
         chunks, Dask DataFrames or Series, or lists of ``.npy`` / ``.parquet`` paths): each
         partition then draws its rows of a step's subsample and sums their clipped gradients
         where it lives, only the sums travel and the noise is added here
-        (:mod:`robust_stan.methods.partitioned_dpvi`); this process and the workers are the
+        (:mod:`robust_stan.methods.dpvi.partitioned`); this process and the workers are the
         trusted curator.
     epsilon, delta : float
         The guarantee.
@@ -180,7 +181,7 @@ def noise_aware(release, burn_in=0.5, method: str = "nuts", draws: int = 4000, w
                 chains: int = 2, seed: int = 0, show_progress: bool = False,
                 phi_star_prior: str = "unit") -> PrivatePosterior:
     """The noise-aware posterior from a DP-VI release alone (paper section 3.3, eq. 20-23; the
-    model and priors are in :mod:`robust_stan.methods.noise_aware`). Each draw of phi* gives one
+    model and priors are in :mod:`robust_stan.methods.dpvi.noise_aware`). Each draw of phi* gives one
     draw of theta from q(theta; phi*). There is no data argument: nothing here can see the data.
 
     Parameters
@@ -226,7 +227,7 @@ def check_trace_model(posterior: PrivatePosterior, blocks: int = 20, level: floa
     """Check the noise-aware posterior's trace model against its own release, coordinate by
     coordinate of phi: a posterior predictive check for drift in the released gradients that the
     linear model kappa A (phi_t - phi*) cannot explain (the statistic and its exact predictive
-    p-value are in :func:`robust_stan.methods.noise_aware.trace_predictive_check`).
+    p-value are in :func:`robust_stan.methods.dpvi.noise_aware.trace_predictive_check`).
 
     A small p-value says the trace model's assumptions fail for that coordinate, and its
     noise-aware marginal may be miscalibrated. It needs only the release.

@@ -1,4 +1,4 @@
-"""rs.influence: the public entry of the refitting influence curves (robust_stan.results.influence)."""
+"""rs.influence: the public entry of the refitting influence curves (robust_stan.methods.variational.influence)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..building.divergences import Divergence
 from ..common.errors import RobustStanInputError
-from ..results.influence import influence_curve
+from ..methods.variational.influence import influence_curve
 from ..results.method_fits import VariationalFit
 from .model import Model
 

@@ -21,8 +21,8 @@ from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
 from ..methods.nuts import nuts_settings, run_nuts
 from ..methods.stan_methods import run_stan_method
-from ..methods.partitioned_variational import partitioned_variational_target
-from ..methods.variational import fit_variational
+from ..methods.variational.partitioned import partitioned_variational_target
+from ..methods.variational.robust_vi import fit_variational
 from ..results.fit import Fit
 from ..results.method_fits import PartitionedVariationalFit, StanMethodFit, VariationalFit
 from .mode_starts import CENSUS_STARTS, census_from_dispersed_starts, starts_in_largest_mode
@@ -159,7 +159,7 @@ class Model(RobustProgram):
         """Variational approximation of the generalized posterior; returns a fit with draws from q.
 
         ``method="robust-stan"`` (default) runs this library's driver
-        (:mod:`robust_stan.methods.variational`) on either engine: a Gaussian q on the
+        (:mod:`robust_stan.methods.variational.robust_vi`) on either engine: a Gaussian q on the
         unconstrained scale, ``family`` "meanfield" or "fullrank", fitted by Adam on
         reparameterisation gradients. Its options, with CmdStanPy's names where they
         exist: ``grad_samples=5`` draws per step, ``elbo_samples=100``, ``eta=0.05``
@@ -184,7 +184,7 @@ class Model(RobustProgram):
         DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths; ``standardize=False``;
         robust-stan's driver, no ``weights``): each step's data term is computed where its rows live (on ``cluster``'s workers, an
         :class:`rs.Cluster`; here without one) and only its sum travels
-        (:mod:`robust_stan.methods.partitioned_variational`); the fit is the in-memory one's up
+        (:mod:`robust_stan.methods.variational.partitioned`); the fit is the in-memory one's up
         to rounding and has no per-observation quantities.
         """
         if is_partitioned(data):

@@ -1,15 +1,14 @@
-"""rs.rob_ula: the public entry of the Rob-ULA sampler (robust_stan.methods.rob_ula)."""
+"""rs.rob_ula: the public entry of the Rob-ULA sampler (robust_stan.methods.rob_ula.sampler)."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 
 from ..building.divergences import Divergence, as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
-from ..methods.partitioned import partitioned_target
-from ..methods.rob_ula import builtin_target, run_rob_ula
+from ..methods.rob_ula.partitioned import partitioned_target
+from ..methods.rob_ula.sampler import builtin_target, run_rob_ula
 from ..results.method_fits import PartitionedRobULAFit, RobULAFit
 from ..results.program_fit import ProgramFit
 from .model import Model, require_builtin_model
@@ -20,7 +19,7 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
             warmup: int = 500, thin: int = 1, chains: int = 4, estimator="auto",
             divergence: Divergence | None = None, learning_rate: float = 1.0, init: str = "mode",
             init_scale: float = 1.0, metric: str = "dense", seed: int | None = None, show_progress: bool = True,
-            oracle: str = "auto", generated_quantities: bool | None = None, log_density: bool = True,
+            oracle: str = "auto", log_density: bool = True,
             gradient_total: str = "n", cluster: Cluster | None = None, combine: str = "median") -> RobULAFit:
     """Sample with Rob-ULA; returns a fit like :meth:`Model.sample`'s.
 
@@ -31,10 +30,10 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
 
     ``epsilon`` in [0, 0.5) is the assumed fraction of corrupted observations
     (:func:`robust_stan.tune_rob_ula` chooses it on held-out rows, as the paper does);
-    ``estimator`` is "auto" (:func:`~robust_stan.methods.rob_ula.default_estimator`: for
+    ``estimator`` is "auto" (:func:`~robust_stan.methods.rob_ula.sampler.default_estimator`: for
     continuous outcomes the row-trimmed mean, which drops the epsilon n rows whose gradients lie
     farthest from the coordinate-wise median; for discrete ones the coordinate-wise trimmed
-    mean), a name from :data:`robust_stan.methods.estimators.ESTIMATORS`
+    mean), a name from :data:`robust_stan.methods.rob_ula.estimators.ESTIMATORS`
     ("row_trimmed_mean", "lrv" = the paper's Algorithm 2 read literally, "lrv_once",
     "trimmed_mean" = coordinate-wise, "mean" = plain ULA, "coordinate_median",
     "median_of_means", "geometric_median") or a callable ``(G, epsilon)``.
@@ -112,7 +111,7 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     built-in model with ``standardize=False``): each partition's per-example gradients and the estimator on them are computed where the partition
     lives (on ``cluster``'s workers, an :class:`rs.Cluster`; here without one), and only each
     partition's robust mean travels; ``combine`` ("median", default, or "mean") joins them
-    (:mod:`robust_stan.methods.partitioned` states each one's guarantee). The warmup is done the
+    (:mod:`robust_stan.methods.rob_ula.partitioned` states each one's guarantee). The warmup is done the
     same way: ``init="mode"`` starts from each partition's robust mode (the prior plus its rows'
     loss scaled to all rows) joined by ``combine``, and the metric and default step come from the
     Hessian of the mean loss over the rows each partition keeps, summed over partitions, and the
@@ -127,12 +126,8 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     Each kept draw costs, besides the step, one full log density (``lp`` in
     sample_stats; ``log_density=False`` skips it) and one constrain call for its
     parameters. ``log_lik``, ``robust_loss`` and ``y_rep`` are computed on demand,
-    as for every fit (:class:`~robust_stan.Fit`); ``generated_quantities`` is no
-    longer needed and is ignored (deprecated).
+    as for every fit (:class:`~robust_stan.Fit`).
     """
-    if generated_quantities is not None:
-        warnings.warn("rob_ula: generated_quantities is ignored (the per-observation quantities are computed on "
-                      "demand) and will be removed", DeprecationWarning, stacklevel=2)
     own_program = isinstance(model, StanProgramModel)
     if is_partitioned(data):
         require_builtin_model(model, "rs.rob_ula with rows held in partitions")

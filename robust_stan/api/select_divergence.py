@@ -12,8 +12,8 @@ from ..building.divergences import KL, BetaD, Divergence, GammaD
 from ..common.cluster import Cluster, run_tasks
 from ..common.errors import RobustStanInputError
 from ..gradients.oracles import unconstrained_draws
-from ..methods.calibration import minimum_loss
-from ..methods.divergence_selection import (Evaluation, default_grid, fitted_points, grid_value, hscore_per_draw,
+from ..methods.selection.calibration import minimum_loss
+from ..methods.selection.divergence import (Evaluation, default_grid, fitted_points, grid_value, hscore_per_draw,
                                             iterated_warwick_jones, walk_grid)
 from ..methods.mode_census import GridModes, ModeCensus
 from ..results.selection import Selection

@@ -23,10 +23,10 @@ from ..engines import ProgramOnEngine
 from ..gradients.oracles import GradientOracle, make_oracle
 from ..gradients.weight_derivatives import WeightDerivativeGradients, second_order_available
 from ..methods.nuts import nuts_settings
-from ..methods.coreset_targets import ProgramCoresetTarget
-from ..methods.rob_ula import LangevinTarget, default_estimator
+from ..methods.coresets.targets import ProgramCoresetTarget
+from ..methods.rob_ula.sampler import LangevinTarget, default_estimator
 from ..methods.stan_methods import run_stan_method
-from ..methods.variational import fit_variational
+from ..methods.variational.robust_vi import fit_variational
 from ..results.program_fit import ProgramFit
 
 

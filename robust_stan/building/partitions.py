@@ -11,7 +11,7 @@ A built-in model's data dict may hold its row-indexed values in partitions:
 
 The other values are taken whole by every partition. The methods that run on partitions
 (Rob-ULA, beta-Cores, robust VI, DP-VI) place them with
-:mod:`robust_stan.methods.partitioned`.
+:mod:`robust_stan.methods.partition_placement`.
 """
 
 from __future__ import annotations

@@ -1,1 +1,3 @@
-"""Results: fit objects, ArviZ conversion, outlier scores, held-out predictive density and influence curves."""
+"""Results: what the methods return (fit objects, coresets, DP-VI's fit and its posteriors, a
+divergence selection), computations on their draws (ArviZ output, outlier scores, PSIS-LOO,
+coverage) and plots."""

@@ -9,7 +9,7 @@ from ..building.data import PreparedData, outcome_values, slice_rows, with_switc
 from ..building.divergences import KL, Divergence
 from ..common.errors import RobustStanInputError
 from ..methods.nuts import nuts_settings, run_nuts
-from ..methods.variational import fit_variational
+from ..methods.variational.robust_vi import fit_variational
 from .fit import Fit
 from .method_fits import VariationalFit
 

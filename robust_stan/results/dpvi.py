@@ -7,14 +7,14 @@ import pandas as pd
 
 from ..common.errors import RobustStanInputError
 from ..gradients.oracles import constrained_draws
-from ..methods.dpvi import DPVIRelease
+from ..methods.dpvi.mechanism import DPVIRelease
 from .arviz_output import draws_dataset, native_inference_data
 from .fit import summary_table, warn_if_poor_convergence
 
 
 class DPVIFit:
     """The result of :func:`robust_stan.dpvi`. ``release`` is everything the mechanism released
-    (:class:`~robust_stan.methods.dpvi.DPVIRelease`): the iterates, the noisy gradients and the
+    (:class:`~robust_stan.methods.dpvi.mechanism.DPVIRelease`): the iterates, the noisy gradients and the
     public settings, among them the privacy ``accounting``. The fit holds no data; every
     posterior is computed from ``release`` (:func:`robust_stan.noise_aware`,
     :func:`robust_stan.dpvi_baseline`)."""

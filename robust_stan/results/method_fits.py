@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..common.errors import RobustStanInputError
-from ..methods.variational import GaussianQ
+from ..methods.variational.robust_vi import GaussianQ
 from .arviz_output import pareto_khat
 from .fit import Fit
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..building.divergences import Divergence
-from ..methods.divergence_selection import GridPoint, grid_value
+from ..methods.selection.divergence import GridPoint, grid_value
 
 
 class Selection:

@@ -18,7 +18,7 @@ sys.path.insert(0, "examples")
 warnings.simplefilter("ignore")
 import dpvi_tarp  # noqa: E402
 
-from robust_stan.methods.dpvi import q_sd  # noqa: E402
+from robust_stan.methods.dpvi.mechanism import q_sd  # noqa: E402
 
 
 def exact_sd(model, data, n: int) -> np.ndarray:

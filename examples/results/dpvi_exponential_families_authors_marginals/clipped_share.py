@@ -9,8 +9,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import dpvi_tarp as dt
 import robust_stan as rs
-from robust_stan.methods.dpvi import PerExampleObjective
-from robust_stan.methods.noise_aware import burn_in_steps
+from robust_stan.methods.dpvi.mechanism import PerExampleObjective
+from robust_stan.methods.dpvi.noise_aware import burn_in_steps
 warnings.simplefilter("ignore")
 args = types.SimpleNamespace(settings="authors", rows=5000)
 for name in sys.argv[1:]:

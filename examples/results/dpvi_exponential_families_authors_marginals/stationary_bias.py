@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import dpvi_tarp  # noqa: E402
 
 import robust_stan as rs  # noqa: E402
-from robust_stan.methods.dpvi import PerExampleObjective  # noqa: E402
-from robust_stan.methods.noise_aware import burn_in_steps  # noqa: E402
+from robust_stan.methods.dpvi.mechanism import PerExampleObjective  # noqa: E402
+from robust_stan.methods.dpvi.noise_aware import burn_in_steps  # noqa: E402
 
 EPSILON = 0.1
 args = types.SimpleNamespace(settings="authors", rows=5000)

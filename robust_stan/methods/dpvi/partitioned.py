@@ -20,12 +20,12 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..building.divergences import Divergence
-from ..common.cluster import Cluster
-from ..gradients.program import RobustProgram
-from .dpvi import DPVISettings, PerExampleObjective, poisson_batch
-from .private_randomness import SubsampleKey
-from .partitioned import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned
+from ...building.divergences import Divergence
+from ...common.cluster import Cluster
+from ...gradients.program import RobustProgram
+from .mechanism import DPVISettings, PerExampleObjective, poisson_batch
+from .randomness import SubsampleKey
+from ..partition_placement import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned
 
 
 def partition_clipped_sum(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
@@ -42,7 +42,7 @@ def partition_clipped_sum(part: dict, run: str, index: int, program: RobustProgr
 
 class PartitionedBatches:
     """Each step's clipped sum over the partitions (module docstring): a ``batches`` for
-    :func:`~robust_stan.methods.dpvi.run_dp_sgd`."""
+    :func:`~robust_stan.methods.dpvi.mechanism.run_dp_sgd`."""
 
     def __init__(self, program: RobustProgram, placed: PlacedPartitions, divergence: Divergence,
                  dimension: int, settings: DPVISettings):

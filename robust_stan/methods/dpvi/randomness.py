@@ -36,7 +36,7 @@ import warnings
 
 import numpy as np
 
-from ..common.errors import RobustStanWarning
+from ...common.errors import RobustStanWarning
 
 KEY_BYTES = 32  # ChaCha20's key: 256 bits
 PRIVATE_NORMAL_DRAWS = 4  # normals summed per noise value in a private run (Holohan and Braghin 2021)
@@ -125,7 +125,7 @@ def private_normal(rng: np.random.Generator, size: int, draws: int = PRIVATE_NOR
 
 class SubsampleKey:
     """The key from which each partition draws its rows of each step's Poisson subsample, where
-    the rows live (:mod:`robust_stan.methods.partitioned_dpvi`); it is not the noise's key, so
+    the rows live (:mod:`robust_stan.methods.dpvi.partitioned`); it is not the noise's key, so
     the workers that hold it cannot remove the noise.
 
     Parameters

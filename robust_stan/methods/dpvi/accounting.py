@@ -22,7 +22,7 @@ import importlib.metadata
 import logging
 from dataclasses import dataclass
 
-from ..common.errors import RobustStanInputError
+from ...common.errors import RobustStanInputError
 
 ACCOUNTANTS = ("pld", "rdp")
 

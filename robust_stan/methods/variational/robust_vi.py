@@ -31,11 +31,11 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..building.data import slice_rows, with_switches
-from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
-from ..engines import RawDraws
-from ..gradients.oracles import constrained_draws, make_oracle
-from ..gradients.program import RobustProgram
+from ...building.data import slice_rows, with_switches
+from ...common.errors import RobustStanInputError, require_count, require_positive, require_seed
+from ...engines import RawDraws
+from ...gradients.oracles import constrained_draws, make_oracle
+from ...gradients.program import RobustProgram
 
 FAMILIES = ("meanfield", "fullrank")
 
@@ -137,7 +137,7 @@ class VariationalTarget:
 
     The rows a step uses are drawn here, and evaluated by :meth:`evaluate` on the prepared data
     (a subclass evaluates them where they are held: see
-    :mod:`robust_stan.methods.partitioned_variational`)."""
+    :mod:`robust_stan.methods.variational.partitioned`)."""
 
     def __init__(self, program: RobustProgram, stan_data: dict, batch_size: int | None, oracle: str,
                  rng: np.random.Generator, n_rows: int | None = None):

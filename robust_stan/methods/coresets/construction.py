@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..common.errors import RobustStanInputError
+from ...common.errors import RobustStanInputError
 
 METHODS = ("beta_cores", "sparse_vi", "uniform")
 OPTIMIZERS = ("adam", "sgd")

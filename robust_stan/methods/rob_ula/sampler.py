@@ -5,7 +5,7 @@ observation i (minus its log-likelihood, or the robust loss of a divergence),
 each step on the unconstrained scale is
 
     G = [grad g_i(theta) for every i]                       (one per-example call)
-    m = RobustGradientEstimate(G L, epsilon)                  (robust_stan.methods.estimators)
+    m = RobustGradientEstimate(G L, epsilon)                  (robust_stan.methods.rob_ula.estimators)
     z   <- z - eta * (w * n * m - L' grad log prior(theta)) + sqrt(2 eta) * xi,   theta = L z,
 
 where the prior's gradient includes the log-Jacobian of the constraining
@@ -25,12 +25,12 @@ import numpy as np
 from scipy import optimize
 from tqdm.auto import tqdm
 
-from ..building.data import with_switches
-from ..common.errors import RobustStanInputError, RobustStanWarning, require_count, require_positive, require_seed
-from ..engines import RawDraws
-from ..gradients.oracles import GradientOracle, constrained_draws
-from ..gradients.per_example import PerExampleGradients
-from ..gradients.program import RobustProgram
+from ...building.data import with_switches
+from ...common.errors import RobustStanInputError, RobustStanWarning, require_count, require_positive, require_seed
+from ...engines import RawDraws
+from ...gradients.oracles import GradientOracle, constrained_draws
+from ...gradients.per_example import PerExampleGradients
+from ...gradients.program import RobustProgram
 from .estimators import estimate_each, get_estimator, mean as plain_mean, outlier_truncation
 
 
@@ -269,7 +269,7 @@ class LangevinTarget:
     output: Callable[[], GradientOracle]
     learning_rate: float
     default_estimator: str
-    #: for rows held in partitions (robust_stan.methods.partitioned): ``(thetas, factor, estimate,
+    #: for rows held in partitions (robust_stan.methods.rob_ula.partitioned): ``(thetas, factor, estimate,
     #: epsilon) -> (robust means, kept shares)``; ``per_example`` then gives only n and dimension
     robust_means: Callable | None = None
     #: with ``robust_means``: ``(start, epsilon, total, metric, plain) -> (point, converged)``, the

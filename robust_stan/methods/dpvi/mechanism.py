@@ -37,13 +37,13 @@ g~_1..g~_T with the public settings (:class:`DPVIRelease`). Nothing computed
 from the data (batch sizes, clipped counts, losses) is kept. The subsamples and the
 noise come from ChaCha20 keyed from the operating system's entropy, or, with a seed,
 from NumPy's PCG64 (reproducible, and only as private as the seed is secret); neither
-the seed nor the key is part of the release (:mod:`.private_randomness`, which also
+the seed nor the key is part of the release (:mod:`.randomness`, which also
 says how floating-point noise is drawn and what is assumed of it).
 
 Neighbouring data sets differ by adding or removing one row, with N public: every
 row's clipped term holds the prior, Jacobian and entropy terms divided by N, so the
 analysis treats N as a public constant of the mechanism
-(:data:`~robust_stan.methods.privacy_accounting.ADJACENCY`, recorded in ``release.accounting``).
+(:data:`~robust_stan.methods.dpvi.accounting.ADJACENCY`, recorded in ``release.accounting``).
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..building.data import Scaling, with_switches
-from ..common.errors import RobustStanInputError
-from ..gradients.per_example import PerExampleGradients
-from .privacy_accounting import PrivacyAccounting
-from .private_randomness import PRIVATE_NORMAL_DRAWS, private_generator, private_normal
+from ...building.data import Scaling, with_switches
+from ...common.errors import RobustStanInputError
+from ...gradients.per_example import PerExampleGradients
+from .accounting import PrivacyAccounting
+from .randomness import PRIVATE_NORMAL_DRAWS, private_generator, private_normal
 
 
 def softplus(x):
@@ -238,7 +238,7 @@ def noisy_gradient(clipped_sum: np.ndarray, noise_sd: float, beta: np.ndarray, r
                    normal_draws: int = 1) -> np.ndarray:
     """The released g~ = (sum of clipped, preconditioned gradients + N(0, noise_sd^2 I)) / beta (eq. A59),
     each coordinate's noise the sum of ``normal_draws`` normals scaled to sd ``noise_sd``
-    (:func:`~.private_randomness.private_normal`)."""
+    (:func:`~.randomness.private_normal`)."""
     return (clipped_sum + noise_sd * private_normal(rng, clipped_sum.size, normal_draws)) / beta
 
 

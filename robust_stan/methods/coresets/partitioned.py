@@ -2,7 +2,7 @@
 their partitions are, and only reductions travel (the issue's "correlations and the small
 coreset's gains").
 
-Each greedy step of :func:`~robust_stan.methods.coreset.greedy_coreset` draws S parameters from
+Each greedy step of :func:`~robust_stan.methods.coresets.construction.greedy_coreset` draws S parameters from
 the coreset posterior and asks for gains of the coreset's M units and of a uniform batch of B
 units. Here:
 
@@ -18,7 +18,7 @@ So a weight step moves 2 S numbers per partition each way and a selection step B
 that travels scales with the number of rows N (this process keeps the N weights, one number a
 row). The draws and the choices are the in-memory run's (the same random numbers in the same
 order); only the order of the batch sums' additions differs. A partition's batch gains are a
-:class:`~robust_stan.methods.coreset.UnitGains` kept on its worker, so the reductions are the
+:class:`~robust_stan.methods.coresets.construction.UnitGains` kept on its worker, so the reductions are the
 in-memory ones, computed there.
 """
 
@@ -28,14 +28,15 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..building.data import with_switches
-from ..building.divergences import Divergence
-from ..common.cluster import Cluster
-from ..gradients.program import RobustProgram
-from .coreset import UnitGains
-from .coreset_targets import CoresetTarget
-from ..building.partitions import load_partition_value
-from .partitioned import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned, prepare_rows
+from ...building.data import with_switches
+from ...building.divergences import Divergence
+from ...common.cluster import Cluster
+from ...gradients.program import RobustProgram
+from .construction import UnitGains
+from .targets import CoresetTarget
+from ...building.partitions import load_partition_value
+from ..partition_placement import (PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned,
+                                   prepare_rows)
 
 
 def partition_batch_gains(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
@@ -65,7 +66,7 @@ def partition_rows(part: dict, run: str, index: int, rows: np.ndarray) -> dict[s
 
 class PartitionedUnitGains:
     """What greedy_coreset needs of the gains (the interface of
-    :class:`~robust_stan.methods.coreset.UnitGains`), the batch's part computed where its rows are."""
+    :class:`~robust_stan.methods.coresets.construction.UnitGains`), the batch's part computed where its rows are."""
 
     def __init__(self, coreset_gains: dict[str, np.ndarray], placed: PlacedPartitions, batch_size: int,
                  pieces: list[tuple[np.ndarray, object]]):

@@ -1,10 +1,7 @@
-"""Robust means of per-example gradients over data held in row partitions, computed where each
-partition lives (the workers of an :class:`rs.Cluster`) and reduced there, so that only one
-d-vector per partition and chain travels back to the driver.
-
-The data: a built-in model's data dict whose row-indexed values are held in partitions
-(:mod:`robust_stan.building.partitions`: Dask arrays, DataFrames or Series, lists of ``.npy``
-or ``.parquet`` paths), the other values as usual.
+"""Rob-ULA's steps over rows held in partitions: robust means of per-example gradients, computed
+where each partition lives (the workers of an :class:`rs.Cluster`) and reduced there, so that
+only one d-vector per partition and chain travels back to the driver. The partitions are placed
+by :mod:`robust_stan.methods.partition_placement`.
 
 Each step, partition k computes its rows' per-example gradients at every chain's state (one
 per-example call, in the chain's coordinates) and the run's estimator on them (its robust mean
@@ -24,58 +21,30 @@ m_k and kept share); the driver combines the partitions' means coordinate by coo
   bad rows moves it by (its rows / n) times its error.
 
 On each worker a partition's prepared Stan data and gradient object are kept between steps
-(keyed by the run, the partition and what is kept), so a step costs one per-example call per
+(:func:`~robust_stan.methods.partition_placement.kept_on_worker`), so a step costs one per-example call per
 partition plus the estimator. Each draw's log density is computed after the run, one task per
 partition for all draws, from the same prepared data.
 """
 
 from __future__ import annotations
 
-import uuid
-import warnings
 from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..building.data import PreparedData, prepare_data, slice_rows, with_switches
-from ..building.divergences import Divergence
-from ..building.partitions import (Partitions, first_row, global_prior_scales, load_partition_value, split_partitions,
-                                   unified_dask_values)
-from ..common.cluster import Cluster, require_cluster
-from ..common.errors import RobustStanInputError, RobustStanWarning
-from ..gradients.oracles import GradientOracle, make_oracle
-from ..gradients.per_example import PerExampleGradients
-from ..gradients.program import RobustProgram
+from ...building.data import with_switches
+from ...building.divergences import Divergence
+from ...building.partitions import Partitions
+from ...common.cluster import Cluster
+from ...common.errors import RobustStanInputError
+from ...gradients.oracles import GradientOracle
+from ...gradients.per_example import PerExampleGradients
+from ...gradients.program import RobustProgram
+from ..partition_placement import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned
 from .estimators import estimate_each
+from .sampler import LangevinTarget, default_estimator, drift_hessian, kept_rows, robust_mode, rows_weighted
 
 COMBINES = ("median", "mean")
-_ON_THIS_WORKER: dict[tuple[str, int, str], object] = {}  # (run, partition, what) -> what the run keeps of it there
-
-
-def prepare_rows(spec, values: Mapping, divergence: Divergence, learning_rate: float) -> PreparedData:
-    """Some of the rows (a partition, the first row, a coreset's) prepared as posterior data.
-    Without the check that a beta loss leaves the data enough weight, which is about all the
-    rows, not a part of them."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RobustStanWarning)
-        stan_data, scaling = prepare_data(spec, values, divergence, learning_rate, None, "posterior", None)
-    return PreparedData(values, stan_data, scaling, divergence)
-
-
-def partition_stan_data(program: RobustProgram, part: dict, shared: dict, divergence: Divergence,
-                        learning_rate: float) -> dict:
-    """A partition's rows with the shared values, prepared as the program's posterior data."""
-    values = {**shared, **{name: load_partition_value(value) for name, value in part.items()}}
-    return prepare_rows(program.spec, values, divergence, learning_rate).stan_data
-
-
-def kept_on_worker(run: str, index: int, build: Callable[[], object], what: str = "main"):
-    """What run ``run`` keeps of partition ``index`` in this process under the name ``what``
-    (built on first use)."""
-    kept = _ON_THIS_WORKER.get((run, index, what))
-    if kept is None:
-        kept = _ON_THIS_WORKER[(run, index, what)] = build()
-    return kept
 
 
 def partition_gradients(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
@@ -84,26 +53,6 @@ def partition_gradients(part: dict, run: str, index: int, program: RobustProgram
     first use where the partition is and kept for the run."""
     return kept_on_worker(run, index, lambda: PerExampleGradients(
         program, partition_stan_data(program, part, shared, divergence, learning_rate)))
-
-
-def partition_data_terms(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
-                         divergence: Divergence, learning_rate: float, oracle_kind: str, rows: np.ndarray | None,
-                         weight_factor: float, thetas: np.ndarray, gradient: bool) -> np.ndarray:
-    """Partition ``index``'s data term of log pi (its program's log density on its rows minus that
-    program's prior part) at each of ``thetas``: its gradient (S, d), or its value (S,), on its
-    rows ``rows`` (None: all) weighted by ``weight_factor``; run where the partition is (its
-    prepared data and oracles are kept for the run)."""
-    def build():
-        stan_data = partition_stan_data(program, part, shared, divergence, learning_rate)
-        return (stan_data, program.oracle_for(stan_data, oracle_kind),
-                program.oracle_for(with_switches(stan_data, mode="prior"), oracle_kind))
-
-    stan_data, full, prior = kept_on_worker(run, index, build, what=f"data terms, {oracle_kind} oracle")
-    oracle = full if rows is None else make_oracle(
-        program.stan_code, slice_rows(program.spec, stan_data, rows, weight_factor), full.dimension, oracle_kind)
-    if gradient:
-        return np.array([oracle.gradient(t, jacobian=True) - prior.gradient(t, jacobian=True) for t in thetas])
-    return np.array([oracle.log_density(t, jacobian=True) - prior.log_density(t, jacobian=True) for t in thetas])
 
 
 def partition_log_densities(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
@@ -134,8 +83,6 @@ def partition_robust_mode(part: dict, run: str, index: int, program: RobustProgr
     """The partition's own start for ``init="mode"`` (run where the partition is): Rob-ULA's
     robust mode of the prior plus its rows' loss, the rows weighted total / (their number) as if
     they were all the data."""
-    from .rob_ula import robust_mode, rows_weighted
-
     per_example = partition_gradients(part, run, index, program, shared, divergence, learning_rate)
     stan_data = per_example.shared_data
     weighted_oracle = rows_weighted(lambda weights: program.oracle_for(with_switches(stan_data, weights=weights)),
@@ -149,61 +96,9 @@ def partition_kept_loss_hessian(part: dict, run: str, index: int, program: Robus
                                 epsilon: float) -> tuple[np.ndarray, int]:
     """The Hessian at ``point`` of the summed loss of the partition's rows that Algorithm 3 keeps
     there (every row at epsilon 0), and their number (run where the partition is)."""
-    from .rob_ula import drift_hessian, kept_rows
-
     per_example = partition_gradients(part, run, index, program, shared, divergence, learning_rate)
     rows = kept_rows(per_example, point, np.eye(per_example.dimension), epsilon)
     return drift_hessian(lambda theta: per_example.gradients(theta, batch=rows).sum(axis=0), point), rows.size
-
-
-def _forget_run(run: str) -> None:
-    for key in [key for key in _ON_THIS_WORKER if key[0] == run]:
-        del _ON_THIS_WORKER[key]
-
-
-class PlacedPartitions:
-    """Row partitions placed where their tasks run: each computed on a worker of ``cluster`` and
-    kept there (only futures are here), or loaded here without a cluster. ``call(k, function,
-    ...)`` runs ``function(part_k, run, k, ...)`` where partition k is; ``submit`` runs any
-    function on a cluster (or here), ``gather`` collects results."""
-
-    def __init__(self, program: RobustProgram, partitions: Partitions, cluster: Cluster | None):
-        self.cluster = require_cluster(cluster)
-        self.rows = np.asarray(partitions.rows, dtype=int)
-        self.offsets = np.concatenate([[0], np.cumsum(self.rows)])
-        self.shared = partitions.shared
-        self.run = uuid.uuid4().hex
-        if cluster is None:  # a Dask chunk is computed here (.npy partitions need no Dask at all)
-            self.parts = [{name: load_partition_value(v.compute() if hasattr(v, "dask") else v)
-                           for name, v in part.items()} for part in partitions.parts]
-        else:
-            cluster.ship(program.compile())
-            self.parts = [{name: cluster.client.compute(v) if hasattr(v, "dask") else v for name, v in part.items()}
-                          for part in partitions.parts]
-
-    @property
-    def n(self) -> int:
-        return int(self.offsets[-1])
-
-    def submit(self, function: Callable, *arguments):
-        return function(*arguments) if self.cluster is None else self.cluster.submit(function, *arguments)
-
-    def call(self, index: int, function: Callable, *arguments):
-        return self.submit(function, self.parts[index], self.run, index, *arguments)
-
-    def gather(self, results: list) -> list:
-        return list(results) if self.cluster is None else self.cluster.client.gather(list(results))
-
-    def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The partition of each global row number and its row number inside that partition."""
-        index = np.searchsorted(self.offsets, rows, side="right") - 1
-        return index, rows - self.offsets[index]
-
-    def close(self) -> None:
-        """Forget what the run kept of its partitions (here and on the workers)."""
-        _forget_run(self.run)
-        if self.cluster is not None:
-            self.cluster.client.run(_forget_run, self.run)
 
 
 class PartitionedGradients:
@@ -267,30 +162,11 @@ class PartitionedGradients:
         self.placed.close()
 
 
-def prepare_partitioned(program: RobustProgram, data: Mapping, divergence: Divergence,
-                        learning_rate: float, cluster: Cluster | None = None) -> tuple[Partitions, PreparedData]:
-    """The checked partitions of a built-in model's ``data`` (with the glm's prior scales over
-    all rows among the shared values), and its first row with the shared values, prepared (for
-    the program's sizes and transforms, which the rows do not change, and a fit's constraining)."""
-    if program.spec.standardize:
-        raise RobustStanInputError("model: with the rows held in partitions, each partition would standardise by its "
-                                   "own centre and scale; build the model with standardize=False")
-    data = unified_dask_values(data)
-    partitions = split_partitions(data)  # checked before any pass over the rows (but a Dask frame's row counts)
-    if program.spec.family.name == "categorical" and "K" not in partitions.shared:
-        raise RobustStanInputError("data['K']: give the number of categories with rows held in partitions "
-                                   "(each partition would infer its own)")
-    partitions.shared.update(global_prior_scales(program.spec, data, cluster))
-    return partitions, prepare_rows(program.spec, first_row(data, partitions), divergence, learning_rate)
-
-
 def partitioned_target(program: RobustProgram, data: Mapping, divergence: Divergence, learning_rate: float,
                        cluster: Cluster | None, combine: str = "median"):
-    """The :class:`~robust_stan.methods.rob_ula.LangevinTarget` of a built-in model whose rows are
+    """The :class:`~robust_stan.methods.rob_ula.sampler.LangevinTarget` of a built-in model whose rows are
     held in partitions, its :class:`PartitionedGradients` (close it after the run) and the data of
     its first row with the values every partition shares, prepared (for the fit's constraining)."""
-    from .rob_ula import LangevinTarget, default_estimator
-
     partitions, first = prepare_partitioned(program, data, divergence, learning_rate, cluster)
     stan_data = first.stan_data
     prior = program.oracle_for(with_switches(stan_data, mode="prior"))

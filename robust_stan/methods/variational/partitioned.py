@@ -16,12 +16,33 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..building.data import with_switches
-from ..building.divergences import Divergence
-from ..common.cluster import Cluster
-from ..gradients.program import RobustProgram
-from .partitioned import PlacedPartitions, partition_data_terms, prepare_partitioned
-from .variational import VariationalTarget
+from ...building.data import slice_rows, with_switches
+from ...building.divergences import Divergence
+from ...common.cluster import Cluster
+from ...gradients.oracles import make_oracle
+from ...gradients.program import RobustProgram
+from ..partition_placement import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned
+from .robust_vi import VariationalTarget
+
+
+def partition_data_terms(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+                         divergence: Divergence, learning_rate: float, oracle_kind: str, rows: np.ndarray | None,
+                         weight_factor: float, thetas: np.ndarray, gradient: bool) -> np.ndarray:
+    """Partition ``index``'s data term of log pi (its program's log density on its rows minus that
+    program's prior part) at each of ``thetas``: its gradient (S, d), or its value (S,), on its
+    rows ``rows`` (None: all) weighted by ``weight_factor``; run where the partition is (its
+    prepared data and oracles are kept for the run)."""
+    def build():
+        stan_data = partition_stan_data(program, part, shared, divergence, learning_rate)
+        return (stan_data, program.oracle_for(stan_data, oracle_kind),
+                program.oracle_for(with_switches(stan_data, mode="prior"), oracle_kind))
+
+    stan_data, full, prior = kept_on_worker(run, index, build, what=f"data terms, {oracle_kind} oracle")
+    oracle = full if rows is None else make_oracle(
+        program.stan_code, slice_rows(program.spec, stan_data, rows, weight_factor), full.dimension, oracle_kind)
+    if gradient:
+        return np.array([oracle.gradient(t, jacobian=True) - prior.gradient(t, jacobian=True) for t in thetas])
+    return np.array([oracle.log_density(t, jacobian=True) - prior.log_density(t, jacobian=True) for t in thetas])
 
 
 class PartitionedVariationalTarget(VariationalTarget):
@@ -55,7 +76,7 @@ def partitioned_variational_target(program: RobustProgram, data: Mapping, diverg
                                    learning_rate: float, cluster: Cluster | None):
     """The first row with the shared values, prepared (for the fit's constraining), the placed
     partitions (close them after the fit) and a maker of the fit's target for
-    :func:`~robust_stan.methods.variational.fit_variational` (``target=``)."""
+    :func:`~robust_stan.methods.variational.robust_vi.fit_variational` (``target=``)."""
     partitions, first = prepare_partitioned(program, data, divergence, learning_rate, cluster)
     stan_data = first.stan_data
     placed = PlacedPartitions(program, partitions, cluster)

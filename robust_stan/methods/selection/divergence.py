@@ -18,7 +18,7 @@ estimated mean squared error of the minimum-loss estimate theta_hat_g at each gr
 tr(J_g^-1 I_g J_g^-1) / N + ||theta_hat_g - theta_hat_pilot||^2 on the unconstrained scale
 (Warwick and Jones 2005), with the pilot then moved to the minimiser until it stays
 (Basak, Basu and Ghosh 2021's iterated version); J and I come from
-:func:`robust_stan.methods.calibration.minimum_loss`.
+:func:`robust_stan.methods.selection.calibration.minimum_loss`.
 
 Reweighting (``fits="reweight"``): draws of the posterior at divergence f stand in for the
 one at g through importance ratios exp(-w (L_g(theta) - L_f(theta))), L = sum_i l_i (the
@@ -37,10 +37,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..building.divergences import KL, BetaD, Divergence, GammaD
+from ...building.divergences import KL, BetaD, Divergence, GammaD
 from .calibration import MinimumLoss
-from .importance import K_HAT_LIMIT, psis
-from .mode_census import GridModes
+from ..importance import K_HAT_LIMIT, psis
+from ..mode_census import GridModes
 
 #: A confirming fit whose criterion is worse than its reweighted value by this many combined standard
 #: errors, or whose chains disagree on it (R-hat above MODES_RHAT), marks a breakdown.

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
-from ..building.data import with_switches
-from ..common.errors import RobustStanInputError
-from ..gradients.per_example import PerExampleGradients
-from .importance import K_HAT_LIMIT, psis
+from ...building.data import with_switches
+from ...common.errors import RobustStanInputError
+from ...gradients.per_example import PerExampleGradients
+from ..importance import K_HAT_LIMIT, psis
 
 
 def loss_minimum(loss_and_gradient: Callable[[np.ndarray], tuple[float, np.ndarray]],

@@ -33,16 +33,16 @@ import re
 
 import numpy as np
 
-from ..building.data import slice_rows, with_switches
-from ..building.divergences import KL, Divergence
-from ..common.errors import RobustStanInputError
-from ..engines import NutsSettings, RawDraws
-from ..engines.base import parameter_columns
-from ..gradients.oracles import constrained_draws
-from ..gradients.program import RobustProgram
-from .coreset import UnitGains
-from .laplace import LaplaceApproximation, laplace_approximation
-from .nuts import run_nuts
+from ...building.data import slice_rows, with_switches
+from ...building.divergences import KL, Divergence
+from ...common.errors import RobustStanInputError
+from ...engines import NutsSettings, RawDraws
+from ...engines.base import parameter_columns
+from ...gradients.oracles import constrained_draws
+from ...gradients.program import RobustProgram
+from .construction import UnitGains
+from ..laplace import LaplaceApproximation, laplace_approximation
+from ..nuts import run_nuts
 
 INNER = ("beta", "classical")
 SAMPLERS = ("laplace", "nuts", "exact")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..common.errors import RobustStanInputError
+from ...common.errors import RobustStanInputError
 
 
 @dataclass(frozen=True)
