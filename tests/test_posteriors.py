@@ -12,7 +12,7 @@ from scipy import stats
 from scipy.special import logsumexp
 
 import robust_stan as rs
-from robust_stan import arviz_output
+from robust_stan.results import arviz_output
 
 from .conftest import ENGINE
 

@@ -1,4 +1,4 @@
-"""Renders a :class:`~robust_stan.spec.ModelSpec` into a Stan program."""
+"""Renders a :class:`~robust_stan.building.spec.ModelSpec` into a Stan program."""
 
 from __future__ import annotations
 

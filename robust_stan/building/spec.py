@@ -2,7 +2,7 @@
 
 A :class:`ModelSpec` holds the family, the user's data and parameter
 declarations, the prior statements and, for each family argument, a Stan
-expression for observation ``n``. The built-in models (:mod:`robust_stan.builtin`)
+expression for observation ``n``. The built-in models (:mod:`robust_stan.api.builtin`)
 are specifications too, so every program comes from one template.
 """
 
@@ -137,7 +137,7 @@ class Argument:
         return not mentions_observation_index(self.per_observation)
 
 
-# The models robust_stan.builtin.glm gives a LinearPredictor (for error messages)
+# The models robust_stan.api.builtin.glm gives a LinearPredictor (for error messages)
 LINEAR_PREDICTOR_MODELS = ("a built-in glm whose family arguments can vary by row "
                            "(normal, bernoulli, binomial, poisson, exponential)")
 
