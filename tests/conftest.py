@@ -1,5 +1,11 @@
 """Shared fixtures. Compiled programs are cached on disk by httpstan (and in
-memory per process), so each distinct program compiles once per machine."""
+memory per process), so each distinct program compiles once per machine.
+
+A test that compiles or loads a Stan program carries the ``stan`` marker (a file of such
+tests sets ``pytestmark``), so ``pytest -m "not stan"`` is a quick loop without a compiler.
+An unmarked test that reaches an engine's compile step fails and names the marker
+(:func:`pytest_runtest_setup` and :func:`_refuse_unmarked`), so the marking stays complete.
+"""
 
 import os
 import warnings
@@ -12,6 +18,30 @@ warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
 import robust_stan as rs
 
 ENGINE = os.environ.get("ROBUST_STAN_TEST_ENGINE", "httpstan")
+
+_RUNNING = {"test": None, "stan": True}  # the test being set up or run, and whether it is marked ``stan``
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before the item's fixtures (session fixtures that compile included) are set up."""
+    _RUNNING.update(test=item.nodeid, stan=item.get_closest_marker("stan") is not None)
+
+
+def _refuse_unmarked(compile_with):
+    def guarded(*args, **kwargs):
+        if not _RUNNING["stan"]:
+            raise AssertionError(f"{_RUNNING['test']} compiles or loads a Stan program: mark it with "
+                                 "@pytest.mark.stan (or the file with pytestmark = pytest.mark.stan)")
+        return compile_with(*args, **kwargs)
+    return guarded
+
+
+def pytest_sessionstart(session):
+    import robust_stan.engines as engines
+
+    engines.compile_httpstan = _refuse_unmarked(engines.compile_httpstan)
+    engines.compile_cmdstan = _refuse_unmarked(engines.compile_cmdstan)
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ def known_sigma():
     return model, y, fit
 
 
+@pytest.mark.stan
 def test_lhw_learning_rate_is_its_closed_form(known_sigma):
     _, y, fit = known_sigma
     v = np.mean((y - y.mean()) ** 2)
@@ -34,6 +35,7 @@ def test_lhw_learning_rate_is_its_closed_form(known_sigma):
     assert calibrated.to_arviz().posterior.attrs["calibrated_w"] == pytest.approx(calibrated.w)
 
 
+@pytest.mark.stan
 def test_sandwich_adjustment_has_the_sandwich_covariance(known_sigma):
     _, y, fit = known_sigma
     v = np.mean((y - y.mean()) ** 2)
@@ -51,6 +53,7 @@ def test_sandwich_adjustment_has_the_sandwich_covariance(known_sigma):
     assert adjusted.w == fit.learning_rate and adjusted.log_lik.shape == (4, 1000, y.size)
 
 
+@pytest.mark.stan
 def test_bootstrap_calibration_finds_the_closed_form_w(known_sigma):
     """Syring and Martin's w. Here a resample's w-posterior is about N(ybar*, 1 / (w N)) and ybar* -
     ybar ~ N(0, v / N), so the 90% sets hold theta_hat = ybar with probability
@@ -67,6 +70,7 @@ def test_bootstrap_calibration_finds_the_closed_form_w(known_sigma):
     assert min(abs(t["coverage"] - 0.9) for t in trace) <= 0.01
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # a short weighted fit, only refused
 def test_bad_input(known_sigma):
     model, y, fit = known_sigma
@@ -100,6 +104,7 @@ def test_loss_minimum_accepts_a_stalled_line_search_only_at_a_tiny_gradient(monk
             calibration.loss_minimum(lambda t: (0.0, t), np.zeros(2))
 
 
+@pytest.mark.stan
 def test_the_lhw_refit_stays_in_the_mode_of_the_fit_it_calibrates():
     """High-leverage outliers at beta = 0.2: the generalized posterior has a second mode following them
     that holds about 5e-5 of the mass (tests/test_mode_census.py has such shares). A fit started near

@@ -11,6 +11,7 @@ from robust_stan.cli import main
 from .conftest import ENGINE
 
 
+@pytest.mark.stan
 def test_demo_runs_and_writes_its_files(tmp_path, capsys):
     out = tmp_path / "demo"
     code = main(["demo", "--out", str(out), "--chains", "2", "--iter-warmup", "300",
@@ -26,6 +27,7 @@ def test_demo_runs_and_writes_its_files(tmp_path, capsys):
     assert list(table.index) == ["alpha", "b[1]", "b[2]", "b[3]"]
 
 
+@pytest.mark.stan
 def test_fit_reads_csv_and_prints_summary(tmp_path, capsys):
     rng = np.random.default_rng(0)
     frame = pd.DataFrame({"x1": rng.normal(size=60), "x2": rng.normal(size=60)})

@@ -59,6 +59,7 @@ def test_task_seeds_depend_on_the_seed_and_the_position_only():
         task_seeds(-1, 3)
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_grid_on_a_local_cluster_equals_the_serial_run(model, serial, workers):
     """Each grid value's fit (started in its largest mode) is one task; the draws and the criterion are
@@ -93,6 +94,7 @@ def _start(command, env, log):
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # the short Rob-ULA run's R-hat
 def test_a_scheduler_and_workers_from_the_command_line_with_shipped_builds(model, serial, glm_normal, tmp_path):
     """``dask scheduler`` and two ``dask worker`` processes on loopback, the workers with empty build
@@ -164,6 +166,7 @@ def _slow_fit(seed, model, data):
     return fit.posterior["mu"]
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # short chains: R-hat may pass 1.01
 def test_a_worker_killed_mid_run_loses_no_result(model):
     """Six fits on two workers; one worker's process is killed (SIGKILL, by its pid) while both

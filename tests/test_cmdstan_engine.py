@@ -65,6 +65,7 @@ def nuts_fit(glm):
 
 
 # -- per-observation quantities of every method's draws ---------------------------------------
+@pytest.mark.stan
 @needs_cmdstan
 @pytest.mark.parametrize("method", STAN_METHODS)
 def test_stan_methods_fits_give_log_lik_y_rep_arviz_and_outlier_scores(glm, method):
@@ -79,6 +80,7 @@ def test_stan_methods_fits_give_log_lik_y_rep_arviz_and_outlier_scores(glm, meth
     assert {"posterior", "posterior_predictive", "observed_data"} <= set(fit.to_arviz().groups())
 
 
+@pytest.mark.stan
 @needs_cmdstan
 def test_draws_made_in_python_get_generated_quantities_without_bridgestan(glm, nuts_fit):
     """Any constrained draws (as Rob-ULA's): a draw with a non-finite parameter gives NaN and
@@ -96,6 +98,7 @@ def test_draws_made_in_python_get_generated_quantities_without_bridgestan(glm, n
 
 
 # -- random numbers: one stream per (seed, chain) ----------------------------------------------
+@pytest.mark.stan
 @needs_cmdstan
 def test_y_rep_noise_differs_between_chains(nuts_fit):
     """The same seed in every chain's generated quantities would make y_rep - E[y_rep] identical
@@ -110,6 +113,7 @@ def test_y_rep_noise_differs_between_chains(nuts_fit):
     np.testing.assert_array_equal(y_rep, again)  # seeded: the same on a second fit object
 
 
+@pytest.mark.stan
 @needs_cmdstan
 def test_y_rep_streams_are_httpstans(nuts_fit):
     """CmdStan's generate_quantities with num_chains and httpstan's native call both draw chain
@@ -125,6 +129,7 @@ def test_y_rep_streams_are_httpstans(nuts_fit):
 
 
 # -- digits --------------------------------------------------------------------------------------
+@pytest.mark.stan
 @needs_cmdstan
 def test_draws_keep_more_than_six_significant_digits(nuts_fit):
     draws = nuts_fit.draws("sigma").ravel()
@@ -133,6 +138,7 @@ def test_draws_keep_more_than_six_significant_digits(nuts_fit):
 
 
 # -- init= for Stan's methods ------------------------------------------------------------------
+@pytest.mark.stan
 @needs_cmdstan
 @pytest.mark.parametrize("method", STAN_METHODS)
 def test_init_starts_stan_methods(glm, method):
@@ -147,12 +153,14 @@ def test_init_starts_stan_methods(glm, method):
     assert fit.draws("b").shape == (1, 100, 2)
 
 
+@pytest.mark.stan
 @needs_cmdstan
 def test_laplace_refuses_init_beside_a_mode(glm):
     with pytest.raises(rs.RobustStanInputError, match="^init: "):
         glm.variational(glm_data(), method="laplace", init={"alpha": 1.0}, mode="somewhere.csv", show_progress=False)
 
 
+@pytest.mark.stan
 @needs_cmdstan
 def test_unknown_init_names_are_refused(glm):
     with pytest.raises(rs.RobustStanInputError, match="^inits: unknown parameter"):
@@ -160,6 +168,7 @@ def test_unknown_init_names_are_refused(glm):
 
 
 # -- ADVI that stops at its iteration limit ------------------------------------------------------
+@pytest.mark.stan
 @needs_cmdstan
 def test_advi_stopped_at_its_iteration_limit_warns(glm):
     options = dict(method="advi", family="fullrank", iter=40, eval_elbo=20, tol_rel_obj=1e-9, draws=50, seed=1,
@@ -171,6 +180,7 @@ def test_advi_stopped_at_its_iteration_limit_warns(glm):
         glm.variational(glm_data(), require_converged=True, **options)
 
 
+@pytest.mark.stan
 @needs_cmdstan
 def test_advi_that_converges_does_not_warn(glm):
     with warnings.catch_warnings():
@@ -180,6 +190,7 @@ def test_advi_that_converges_does_not_warn(glm):
 
 
 # -- your own programs through Stan's methods -------------------------------------------------
+@pytest.mark.stan
 @needs_cmdstan
 @pytest.mark.parametrize("method", STAN_METHODS)
 def test_own_program_runs_stans_methods(method):

@@ -40,6 +40,7 @@ def run(model, data, **options):
     return rs.coreset(model, data, **settings)
 
 
+@pytest.mark.stan
 def test_exact_posterior_is_nuts_on_the_weighted_program(gaussian):
     model, data, _ = gaussian
     coreset = run(model, data, method="uniform", size=20)
@@ -64,6 +65,7 @@ def test_gaussian_kl_closed_form_against_monte_carlo():
     assert abs(gaussian_kl(m0, c0, m1, c1) - terms.mean()) < 4 * terms.std() / np.sqrt(terms.size)
 
 
+@pytest.mark.stan
 def test_weight_gradient_is_the_derivative_of_the_exact_kl(gaussian):
     """Algorithm 1's gradient (eq. 13) from the engine's gains at exact draws, full data as the
     batch, against central differences of the closed-form KL(pi_w || pi_1)."""
@@ -92,6 +94,7 @@ def test_projected_step_stops_at_zero():
     assert np.array_equal(step(np.array([1.0, 1.0]), np.array([1.0, 1.0])), np.array([0.5, 0.5]))  # gamma_1 = 1/2
 
 
+@pytest.mark.stan
 def test_beta_cores_keeps_outliers_out_and_sparse_vi_takes_them(gaussian):
     model, data, bad = gaussian
     robust = run(model, data, method="beta_cores")
@@ -108,6 +111,7 @@ def test_beta_cores_keeps_outliers_out_and_sparse_vi_takes_them(gaussian):
         robust.at_step(8)
 
 
+@pytest.mark.stan
 def test_groups_are_chosen_and_weighted_whole(gaussian):
     model, data, _ = gaussian
     groups = np.repeat(np.arange(40), 10)  # 40 groups of 10 rows; make groups 0-11 all outliers
@@ -131,6 +135,7 @@ def test_groups_are_chosen_and_weighted_whole(gaussian):
                        np.stack([rows[:, :10].sum(1), rows[:, 10:].sum(1)], axis=1), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.stan
 def test_refresh_gives_the_data_of_each_step_and_start_begins_the_coreset(gaussian):
     """Models whose data depend on the coreset (the paper's section 4.3): refresh is called with
     the row weights after the start and after every addition, and the data it returns are the
@@ -157,6 +162,7 @@ def test_refresh_gives_the_data_of_each_step_and_start_begins_the_coreset(gaussi
     assert coreset.trace["kl_exact"].iloc[-1] == pytest.approx(expected, rel=1e-10)
 
 
+@pytest.mark.stan
 def test_weights_as_data_equal_duplicated_rows_without_a_compile(gaussian):
     model, data, _ = gaussian
     coreset = run(model, data, method="uniform", size=10)  # weights N * count / size = 40 * count
@@ -172,6 +178,7 @@ def test_weights_as_data_equal_duplicated_rows_without_a_compile(gaussian):
     assert rs.COMPILE_COUNTS == compiles
 
 
+@pytest.mark.stan
 def test_laplace_draws_match_nuts_on_a_logistic_coreset():
     """The Laplace sampler's mode and Hessian are right: its draws, importance-weighted by the
     engine's log density, have NUTS's means (4 combined standard errors), and its sds are within
@@ -209,6 +216,7 @@ def test_laplace_draws_match_nuts_on_a_logistic_coreset():
     assert np.allclose(drawn, thetas, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("options, message", [
     ({"size": 0}, r"^size: "),
     ({"size": N + 1}, r"^size: at most the number of rows"),
@@ -232,6 +240,7 @@ def test_bad_input_is_refused_with_the_argument_named(gaussian, options, message
         run(model, data, **{"method": "beta_cores", **options})
 
 
+@pytest.mark.stan
 def test_beta_must_be_positive_and_the_exact_sampler_needs_the_conjugate_model(gaussian):
     with pytest.raises(rs.RobustStanInputError, match=r"^beta: "):
         rs.BetaD(0)
@@ -250,6 +259,7 @@ def logistic():
     return model, {"X": X, "y": y, "prior_scale_b": np.ones(2)}
 
 
+@pytest.mark.stan
 def test_nuts_sampler_draws_the_prior_of_an_empty_coreset(logistic):
     model, data = logistic
     prepared = model.prepare(data, rs.BetaD(0.3))
@@ -265,6 +275,7 @@ def test_nuts_sampler_draws_the_prior_of_an_empty_coreset(logistic):
     assert 1 <= coreset.indices.size <= 2 and len(coreset.trace) == 2
 
 
+@pytest.mark.stan
 def test_coreset_variational_is_near_its_nuts_posterior(logistic):
     model, data = logistic
     coreset = rs.coreset(model, data, size=60, method="uniform", divergence=rs.BetaD(0.3), seed=5,

@@ -29,6 +29,7 @@ def _quantities_at(model, stan_data, columns, y, divergence):
     return model.compile().generated_quantities(data, columns, 1)
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 20 draws: points to differentiate at
 @pytest.mark.parametrize("family, known", [("normal", {}), ("student_t", {"nu": 4.0})])
 def test_y_derivatives_against_finite_differences(family, known):
@@ -55,6 +56,7 @@ def test_y_derivatives_against_finite_differences(family, known):
                                    rtol=0, atol=1e-5)
 
 
+@pytest.mark.stan
 def test_hscore_of_the_kl_loss_is_its_closed_form():
     """For a normal model and the KL loss, H_i = -2 / sigma^2 + (y_i - mu)^2 / sigma^4; the criterion
     is its sum over rows averaged over the draws, on the outcome's own scale (the model
@@ -69,6 +71,7 @@ def test_hscore_of_the_kl_loss_is_its_closed_form():
     assert selection.curve["source"].iloc[0] == "fit"
 
 
+@pytest.mark.stan
 def test_reweighted_values_agree_with_full_fits():
     """Four grid values, one fitted: the three reweighted values against fits at those values,
     within 4 combined Monte Carlo errors; only one NUTS fit ran."""
@@ -87,6 +90,7 @@ def test_reweighted_values_agree_with_full_fits():
     assert np.all(np.abs(a["criterion"] - b["criterion"]) <= allowed), (a, b)
 
 
+@pytest.mark.stan
 def test_a_large_step_calls_for_a_new_fit_and_the_choice_resists_outliers():
     """From KL to beta = 1 on data with a tenth of gross outliers the posteriors barely overlap:
     the reweighting's k-hat exceeds 0.7 and a fit is made at each value. The H-score prefers the
@@ -110,6 +114,7 @@ def _leverage_data():
     return {"X": X, "y": y}
 
 
+@pytest.mark.stan
 def test_a_value_whose_mass_lies_in_another_mode_is_not_reweighted_from_a_fit_outside_it():
     """High-leverage outliers: near beta = 0.1 the generalized posterior's heavier mode follows them
     (mean lp__ 1542 there against 1473 in the clean mode, on this data set), and draws reweighted
@@ -306,6 +311,7 @@ def test_a_value_beyond_a_rise_from_the_best_is_recognised(case, criteria, left_
     assert _best_below_a_rise(points, positions, 9, left_out) == expected, case
 
 
+@pytest.mark.stan
 def test_the_chosen_value_gets_its_own_fit_on_first_use():
     model = rs.location("normal", engine=ENGINE)
     grid = [rs.BetaD(0.25), rs.BetaD(0.3), rs.BetaD(0.35)]
@@ -342,6 +348,7 @@ def test_the_hscore_refuses_outcomes_it_does_not_apply_to():
             rs.select_divergence(model, {"X": np.zeros((4, 1)), "y": np.ones(4)})
 
 
+@pytest.mark.stan
 def test_mse_criterion_against_its_closed_form():
     """y ~ normal(mu, 1) (known sigma) with a tenth of the rows 6 too high. At KL the minimum-loss
     estimate is the mean and its sandwich variance v / N (v = mean((y - ybar)^2)), so KL's MSE
@@ -360,6 +367,7 @@ def test_mse_criterion_against_its_closed_form():
     assert selection.fits == {}  # no NUTS fit until the choice's fit is asked for
 
 
+@pytest.mark.stan
 def test_mse_criterion_works_for_a_discrete_family():
     model = rs.glm("bernoulli", standardize=False, engine=ENGINE)
     rng = np.random.default_rng(2)
@@ -369,6 +377,7 @@ def test_mse_criterion_works_for_a_discrete_family():
     assert np.all(np.isfinite(selection.curve["criterion"])) and np.all(selection.curve["criterion"] > 0)
 
 
+@pytest.mark.stan
 def test_mse_criterion_resists_inflated_counts_of_a_poisson_glm():
     """A tenth of the counts raised by 20: KL's coefficients leave those of the same rows unspoiled
     by more than 5 of their posterior sds, while the value the estimated MSE chooses is a beta
@@ -393,6 +402,7 @@ def test_mse_criterion_resists_inflated_counts_of_a_poisson_glm():
     assert np.max(np.abs(kl["mean"] - reference["mean"]) / reference["sd"]) > 5
 
 
+@pytest.mark.stan
 def test_both_criteria_and_lhw_on_a_custom_model():
     """rs.custom (the normal regression with known sigma of tests/test_variational.py: no new
     compile) with a tenth of the rows 8 too high: the H-score and the estimated MSE both choose a

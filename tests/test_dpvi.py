@@ -136,6 +136,7 @@ def _encodings(number: int) -> list[bytes]:
     return [number.to_bytes(width, "little"), number.to_bytes(width, "big"), str(number).encode()]
 
 
+@pytest.mark.stan
 def test_a_release_without_a_seed_is_private_by_default_and_holds_no_key(exponential, recorded_keys):
     """Without a seed: no warning, the noise and subsamples come from ChaCha20 with a fresh key,
     each noise value sums 4 normals, two runs on the same data release different noise, and neither the pickled fit nor its
@@ -155,6 +156,7 @@ def test_a_release_without_a_seed_is_private_by_default_and_holds_no_key(exponen
     assert "N public" in first.release.accounting.adjacency
 
 
+@pytest.mark.stan
 def test_a_seeded_release_warns_and_holds_no_seed(exponential):
     """A seed makes the release reproducible, says it is only as private as the seed, and is
     not in the pickled release."""
@@ -169,6 +171,7 @@ def test_a_seeded_release_warns_and_holds_no_seed(exponential):
     assert not any(encoding in pickled for encoding in _encodings(seed))
 
 
+@pytest.mark.stan
 def test_a_releases_noise_multiplier_meets_epsilon_under_both_accountants(exponential):
     """The sigma a run released is checked again from the release alone: dp-accounting's PLD
     epsilon at most epsilon, and the paper's PRV accountant's estimate within its own error
@@ -191,6 +194,7 @@ def objective_for(model, data, q_scale="variance"):
     return PerExampleObjective(model.per_example(data), prior, int(prepared.stan_data["N"]), q_scale), prepared
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("q_scale", ["variance", "sd"])
 def test_per_example_phi_gradients_are_derivatives_of_the_per_example_objective(exponential, q_scale):
     """A56-A57 per row, built from the engine's log densities: the prior (with Jacobian) from the
@@ -228,6 +232,7 @@ def test_per_example_phi_gradients_are_derivatives_of_the_per_example_objective(
         assert np.allclose(analytic[:, j], numeric, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.stan
 def test_clipping_bounds_every_row_and_keeps_directions(exponential):
     data = data_of(1.5, 300, 2)
     objective, _ = objective_for(exponential, data)
@@ -275,6 +280,7 @@ def test_noise_has_sd_sigma_c_over_beta(normal_draws):
 
 
 # -- the release ---------------------------------------------------------------------------------
+@pytest.mark.stan
 def test_the_release_is_the_mechanism_output_and_enough_without_the_data(exponential):
     data = data_of(1.5, 500, 6)
     fit = rs.dpvi(exponential, data, epsilon=1.0, clip=10.0, steps=400, precondition=30, seed=2, show_progress=False)
@@ -296,6 +302,7 @@ def test_the_release_is_the_mechanism_output_and_enough_without_the_data(exponen
         rs.noise_aware({"y": np.ones(3)})
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("phi_star_prior", ["unit", "trace_sd"])
 def test_trace_model_program_is_the_papers_likelihood(exponential, phi_star_prior):
     """The Stan program's log density (sufficient statistics, standardised parameters, the centred
@@ -371,6 +378,7 @@ def _quadrature_moments(data: dict, j: int) -> tuple[float, float, float]:
     return data["phi_bar"][j] + mean, np.sqrt(variance), np.sum(weights * (m - mean) ** 4) / variance**2
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("phi_star_prior", ["unit", "trace_sd"])
 def test_noise_aware_nuts_draws_the_trace_models_posterior_where_a_is_weakly_identified(phi_star_prior):
     """NUTS on the trace model against quadrature, on a trace of eq. 20 with one well identified
@@ -413,6 +421,7 @@ def test_trace_predictive_p_values_are_uniform_where_the_model_holds_and_small_u
     assert np.all(check["p_value"] < 1e-6) and np.all(check["excess"] > 2)
 
 
+@pytest.mark.stan
 def test_check_trace_model_on_a_release_where_the_model_holds(exponential):
     """rs.check_trace_model on a real release whose iterates have settled (the Gamma-exponential
     model, burn-in half of T): a row per entry of phi, p-values in (0, 1), no warning (its
@@ -462,6 +471,7 @@ def _analytic_laplace(data: dict, j: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array([m, z]), np.linalg.inv(-hessian)
 
 
+@pytest.mark.stan
 def test_noise_aware_laplace_is_the_trace_models_laplace_approximation():
     """rs.noise_aware(method="laplace")'s approximation (L-BFGS and central differences of the engine's
     gradient) against the mode and Hessian of the trace model written out analytically, per coordinate
@@ -482,6 +492,7 @@ def test_noise_aware_laplace_is_the_trace_models_laplace_approximation():
                            atol=1e-4)
 
 
+@pytest.mark.stan
 def test_dpvi_with_almost_no_noise_reaches_the_meanfield_optimum(exponential):
     """epsilon = 1e5: sigma ~ 0.1 and C = 10 (nothing clipped), so DP-SGD is SGD with noise sd ~ 1
     against gradients of size ~ kappa N = 100. The mean of the post-burn-in iterates against
@@ -533,6 +544,7 @@ def _assert_near_the_optimum(iterates: np.ndarray, mu_star: float, s_star: float
     assert abs(trace[:, 1].mean() - u_star) < 4 * se_u + left_of_start
 
 
+@pytest.mark.stan
 def test_noise_aware_posterior_is_calibrated_where_the_last_iterate_is_not(exponential):
     """A small TARP run (K = 40 data sets from the prior; the paper runs K = 500, 20 times).
     C = 10 keeps clipping rare (the per-row score 1 - rate y of an exponential rarely exceeds 10:
@@ -633,6 +645,7 @@ def test_equal_count_calibration_bins_against_a_direct_computation():
 
 
 # -- bad input -------------------------------------------------------------------------------------
+@pytest.mark.stan
 @pytest.mark.parametrize("options, message", [
     ({"epsilon": 0}, r"^epsilon: must be > 0"),
     ({"epsilon": -1}, r"^epsilon: "),
@@ -658,6 +671,7 @@ def test_bad_input_is_refused_with_the_argument_named(exponential, options, mess
         rs.dpvi(exponential, data_of(1.0, 50, 0), **settings)
 
 
+@pytest.mark.stan
 def test_init_and_initial_variance_are_phi_0(exponential):
     """phi_0 = (the unconstrained init, softplus^-1 of the initial variance): log(2) for rate = 2."""
     fit = rs.dpvi(exponential, data_of(1.0, 50, 0), epsilon=1.0, steps=3, clip=1.0, init={"rate": 2.0},
@@ -665,6 +679,7 @@ def test_init_and_initial_variance_are_phi_0(exponential):
     np.testing.assert_allclose(fit.release.iterates[0], [np.log(2.0), np.log(np.expm1(0.01))], rtol=1e-12)
 
 
+@pytest.mark.stan
 def test_q_scale_sd_is_carried_from_phi_0_to_the_draws(exponential):
     """With q_scale="sd" phi_0's u is softplus^-1 of the initial sd (the same q as the variance
     form's phi_0), the release says which form it is, and the draws of q from the last iterate
@@ -680,6 +695,7 @@ def test_q_scale_sd_is_carried_from_phi_0_to_the_draws(exponential):
     assert abs(log_rate.std(ddof=1) / softplus(fit.release.iterates[-1][1]) - 1) < 4 / np.sqrt(2 * 3999)
 
 
+@pytest.mark.stan
 def test_a_step_per_coordinate_is_the_update(exponential):
     """lambda_c given per entry of phi: the step is lambda_heur per entry, and each update is
     phi_t - step * beta * g~_t, coordinate by coordinate."""
@@ -700,6 +716,7 @@ def test_data_dependent_settings_are_refused():
         rs.dpvi(glm, {"X": np.zeros((10, 2)), "y": np.arange(10) % 2}, epsilon=1.0)
 
 
+@pytest.mark.stan
 def test_noise_aware_refuses_bad_settings(exponential):
     fit = rs.dpvi(exponential, data_of(1.0, 100, 1), epsilon=1.0, clip=10.0, steps=20, seed=1, show_progress=False)
     with pytest.raises(rs.RobustStanInputError, match=r"^burn_in: "):
@@ -712,6 +729,7 @@ def test_noise_aware_refuses_bad_settings(exponential):
         rs.dpvi_baseline(fit, kind="best")
 
 
+@pytest.mark.stan
 def test_the_defaults_work_on_a_plain_regression():
     """rs.dpvi and rs.noise_aware with their defaults (C = 1, T = 10^4, kappa = 0.1; NUTS 1000 +
     4000 in 2 chains) on a normal linear regression: finite draws of every parameter, the trace
@@ -737,6 +755,7 @@ def _in_partitions(y: np.ndarray, rows: int):
     return {"y": da.from_array(y, chunks=rows)}
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("q_scale", ["variance", "sd"])
 def test_partitioned_clipped_sums_are_the_in_memory_ones(exponential, q_scale):
     """kappa = 1 (every row in the step) and C = 0.5 (most rows clipped): the partitions' clipped
@@ -763,6 +782,7 @@ def test_partitioned_clipped_sums_are_the_in_memory_ones(exponential, q_scale):
     np.testing.assert_allclose(partitioned, in_memory, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_partitioned_dpvi_with_almost_no_noise_reaches_the_meanfield_optimum(exponential):
     """The in-memory test's run (above) with the rows in 4 partitions, each drawing its rows of
@@ -772,6 +792,7 @@ def test_partitioned_dpvi_with_almost_no_noise_reaches_the_meanfield_optimum(exp
     _assert_near_the_optimum(fit.release.iterates, *meanfield_optimum(y), u_contraction)
 
 
+@pytest.mark.stan
 def test_partitioned_dpvi_without_a_seed_keys_subsamples_and_noise_apart(exponential, recorded_keys):
     """Rows in partitions, no seed: the subsamples' key (which the partitions hold) and the noise's
     are two fresh ChaCha20 keys, so whoever holds the partitions cannot remove the noise."""
@@ -782,6 +803,7 @@ def test_partitioned_dpvi_without_a_seed_keys_subsamples_and_noise_apart(exponen
     assert np.all(np.isfinite(fit.release.iterates))
 
 
+@pytest.mark.stan
 def test_partitioned_dpvi_on_a_cluster_equals_the_serial_run(exponential):
     """Each partition's subsample comes from its own generator, seeded by (seed, step, partition):
     2 workers give the serial run's release exactly."""

@@ -77,6 +77,7 @@ def test_asking_for_missing_cmdstan_says_how_to_install_it():
 
 # -- the compile cache -------------------------------------------------------------------------
 
+@pytest.mark.stan
 @needs_httpstan
 def test_second_process_reuses_the_compiled_program(glm_normal):
     """The session fixture compiled (or loaded) the normal glm; a new process must not build it."""
@@ -93,6 +94,7 @@ def test_second_process_reuses_the_compiled_program(glm_normal):
 
 
 
+@pytest.mark.stan
 @needs_httpstan
 def test_httpstan_sampling_inside_process_pool_workers(glm_normal):
     """Each pool worker gets its own httpstan chain pool (the parent's pipes, inherited by fork,
@@ -126,6 +128,7 @@ def test_httpstan_sampling_inside_process_pool_workers(glm_normal):
 # -- httpstan's gradient is the derivative of its log density -----------------------------------
 
 
+@pytest.mark.stan
 @needs_httpstan
 def test_nuts_on_one_program_leaves_another_programs_functions_alone(glm_normal):
     """httpstan names every model's module "stan_services" and re-imports a model before NUTS;
@@ -155,6 +158,7 @@ def test_nuts_on_one_program_leaves_another_programs_functions_alone(glm_normal)
     assert "same True" in done.stdout
 
 
+@pytest.mark.stan
 @needs_httpstan
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
 def test_c_interface_gives_httpstans_own_log_density_and_gradient(glm_normal, divergence):
@@ -193,6 +197,7 @@ def test_c_interface_gives_httpstans_own_log_density_and_gradient(glm_normal, di
         assert native.write_array(theta, True, False).size == 4
 
 
+@pytest.mark.stan
 @needs_httpstan
 def test_c_interface_reports_bad_data_and_bad_points(glm_normal):
     program = glm_normal.compile()
@@ -206,6 +211,7 @@ def test_c_interface_reports_bad_data_and_bad_points(glm_normal):
         native.log_density_gradient(np.array([0.0, 0.0, 0.0, -800.0]))
 
 
+@pytest.mark.stan
 @needs_httpstan
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
 def test_httpstan_gradient_matches_finite_differences(glm_normal, divergence):
@@ -227,6 +233,7 @@ def points(dim, count=3, seed=2):
     return np.random.default_rng(seed).normal(scale=0.7, size=(count, dim))
 
 
+@pytest.mark.stan
 @needs_cmdstan
 @needs_httpstan
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
@@ -247,6 +254,7 @@ def test_cmdstan_and_httpstan_log_densities_and_gradients_agree(divergence):
                                    via_httpstan.per_example_gradients(data, theta, divergence), rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.stan
 @needs_cmdstan
 def test_cmdstan_sampling_returns_the_same_kind_of_fit():
     data = glm_data(n=40)
@@ -261,6 +269,7 @@ def test_cmdstan_sampling_returns_the_same_kind_of_fit():
     assert fit.outlier_scores().shape == (40,)
 
 
+@pytest.mark.stan
 @needs_cmdstan
 def test_cmdstan_generates_the_pointwise_quantities_on_demand_with_generate_quantities():
     """CmdStan's NUTS writes parameters only; log_lik then comes from CmdStan's standalone
@@ -278,6 +287,7 @@ def test_cmdstan_generates_the_pointwise_quantities_on_demand_with_generate_quan
                                                        fit.settings).y_rep)  # seeded: the same on a second call
 
 
+@pytest.mark.stan
 @needs_bridgestan
 @needs_httpstan
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
@@ -298,6 +308,7 @@ def test_bridgestan_and_httpstan_agree(glm_normal, divergence):
             np.testing.assert_allclose(drawn_b[name], drawn_h[name], rtol=1e-12)
 
 
+@pytest.mark.stan
 @needs_httpstan
 def test_failed_cpp_build_shows_the_compilers_own_message(monkeypatch):
     """A build that g++ refuses raises StanCompileError carrying g++'s message, and leaves no
@@ -322,6 +333,7 @@ def test_failed_cpp_build_shows_the_compilers_own_message(monkeypatch):
     assert not httpstan.cache.model_directory(model_name).exists()
 
 
+@pytest.mark.stan
 @needs_httpstan
 def test_stanc_error_on_the_httpstan_path_names_the_line():
     from robust_stan.engines import compile_program
@@ -342,6 +354,7 @@ def test_version_of_python_a_pybind11_object_was_built_for(tmp_path):
     assert built_for_python(obj) is None
 
 
+@pytest.mark.stan
 @needs_httpstan
 def test_installed_httpstans_object_is_read_and_models_load_on_this_python(glm_normal):
     """The shipped object's Python version is read; whatever it is, the compiled model loads here
@@ -386,6 +399,7 @@ def test_precompiled_header_is_built_once_used_by_gcc_and_refused_cleanly(tmp_pa
     assert precompiled_header(tmp_path, arguments, [f'"{broken}"']) is None
 
 
+@pytest.mark.stan
 @needs_httpstan
 def test_engine_recovers_after_a_chains_process_died(glm_normal):
     """A chain process that dies breaks httpstan's process pool; the call that meets it says so,

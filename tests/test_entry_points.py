@@ -41,6 +41,7 @@ ENTRY_POINTS = {
 }
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
 def test_a_public_call_converts_the_divergence_and_prepares_the_data_once(glm_normal, conversions, entry):
     data, _, _, _ = regression_data(n=40, p=2, seed=3)

@@ -162,6 +162,7 @@ def assert_matches_grid(label: str, draws: dict, reference: dict, record_propert
         assert abs(sd_error) < 0.10, (label, name, draws[name].std(), sd)
 
 
+@pytest.mark.stan
 @pytest.mark.slow
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=repr)
 def test_nuts_matches_grid_for_every_family(family_model, divergence, record_property):
@@ -247,6 +248,7 @@ def _multi_normal_case():
     return FamilyCase({"y": y, "Sigma": Sigma}, {"m1": grid, "m2": grid}, log_terms, log_prior, {"m1": 0, "m2": 1})
 
 
+@pytest.mark.stan
 @pytest.mark.slow
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=repr)
 def test_student_t_with_sigma_matches_grid(divergence, record_property):
@@ -258,6 +260,7 @@ def test_student_t_with_sigma_matches_grid(divergence, record_property):
     assert_matches_grid("student_t", draws, reference, record_property)
 
 
+@pytest.mark.stan
 @pytest.mark.slow
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=repr)
 def test_multi_normal_2d_matches_grid(divergence, record_property):

@@ -18,6 +18,7 @@ def beta_fit(glm_normal_standardized):
     return glm_normal_standardized.sample(data, divergence=rs.BetaD(0.3), seed=5, **SHORT), data
 
 
+@pytest.mark.stan
 def test_draws_and_summary(beta_fit):
     fit, data = beta_fit
     assert fit.draws("b").shape == (2, 200, 3)
@@ -30,6 +31,7 @@ def test_draws_and_summary(beta_fit):
         fit.draws("nonexistent")
 
 
+@pytest.mark.stan
 def test_to_arviz_groups_and_dims(beta_fit):
     fit, data = beta_fit
     idata = fit.to_arviz()
@@ -43,6 +45,7 @@ def test_to_arviz_groups_and_dims(beta_fit):
     np.testing.assert_allclose(idata.observed_data["y"].values, data["y"])
 
 
+@pytest.mark.stan
 def test_to_arviz_is_the_installed_arviz_own_object_and_arviz_works_on_it(beta_fit):
     """InferenceData on ArviZ 0.x, DataTree on ArviZ 1.x; summary and trace plots run on it, and
     ArviZ's compare on fit.loo() (arviz.loo refuses a robust fit's object, tests/test_loo.py)."""
@@ -70,6 +73,7 @@ def test_to_arviz_is_the_installed_arviz_own_object_and_arviz_works_on_it(beta_f
     matplotlib.pyplot.close("all")
 
 
+@pytest.mark.stan
 def test_summary_diagnostics_are_arvizs_own(beta_fit):
     """fit.summary() gives ArviZ's bulk/tail ESS, R-hat and MCSE of each scalar, on either ArviZ line."""
     import arviz as az
@@ -83,6 +87,7 @@ def test_summary_diagnostics_are_arvizs_own(beta_fit):
     assert row["mcse_mean"] == pytest.approx(float(az.mcse(x, method="mean")), rel=1e-12)
 
 
+@pytest.mark.stan
 def test_same_seed_same_draws(glm_normal_standardized):
     data, _, _, _ = regression_data(n=50, p=2, seed=3)
     a = glm_normal_standardized.sample(data, divergence=rs.GammaD(0.2), seed=9, **SHORT)
@@ -92,6 +97,7 @@ def test_same_seed_same_draws(glm_normal_standardized):
     assert not np.array_equal(a.draws("b"), c.draws("b"))
 
 
+@pytest.mark.stan
 def test_standardised_glm_reports_original_scale(beta_fit):
     """log_lik recomputed with SciPy from the reported (original-scale) draws equals the fit's."""
     fit, data = beta_fit
@@ -102,6 +108,7 @@ def test_standardised_glm_reports_original_scale(beta_fit):
     assert abs(np.median(fit.draws("y_rep")) - np.median(data["y"])) < 2 * np.std(data["y"])
 
 
+@pytest.mark.stan
 def test_standardised_exponential_reports_original_scale():
     rng = np.random.default_rng(2)
     y = rng.exponential(scale=250.0, size=60)
@@ -112,6 +119,7 @@ def test_standardised_exponential_reports_original_scale():
     assert 1 / 600 < fit.draws("rate").mean() < 1 / 100
 
 
+@pytest.mark.stan
 def test_inits_are_given_on_the_original_scale(glm_normal_standardized):
     from robust_stan.building.data import prepare_data
 
@@ -138,6 +146,7 @@ def test_mcse_of_the_sd_by_the_delta_method():
     assert mcse_sd(draws) == pytest.approx(1 / np.sqrt(2 * draws.size), rel=0.05)
 
 
+@pytest.mark.stan
 def test_defaults_on_a_plain_regression_converge_without_a_warning(glm_normal_standardized):
     """NUTS with every default (4 chains x 1000 + 1000) on an ordinary regression: R-hat at most
     1.01 and bulk/tail ESS at least 100 for every parameter, so no convergence warning."""
@@ -151,12 +160,14 @@ def test_defaults_on_a_plain_regression_converge_without_a_warning(glm_normal_st
     assert summary["r_hat"].max() <= 1.01 and summary[["ess_bulk", "ess_tail"]].min().min() >= 100
 
 
+@pytest.mark.stan
 def test_a_run_too_short_to_converge_says_so(glm_normal_standardized):
     data, _, _, _ = regression_data(n=50, p=2, seed=4)
     with pytest.warns(rs.RobustStanWarning, match=r"^nuts: the chains have not converged for .*smallest bulk ESS"):
         glm_normal_standardized.sample(data, chains=2, iter_warmup=20, iter_sampling=15, seed=1, show_progress=False)
 
 
+@pytest.mark.stan
 def test_nuts_writes_parameters_only_and_the_pointwise_quantities_come_on_demand(beta_fit):
     """The sampler's output holds no per-observation array; the first access computes log_lik,
     robust_loss and y_rep from the kept draws, equal to the program's own write_array at each
@@ -175,6 +186,7 @@ def test_nuts_writes_parameters_only_and_the_pointwise_quantities_come_on_demand
     assert fresh._pointwise is not None and fresh.y_rep is fresh._pointwise["y_rep"]  # computed once, kept
 
 
+@pytest.mark.stan
 def test_y_rep_comes_from_a_stream_per_chain_seeded_by_the_fit(beta_fit):
     """y_rep is reproducible from the fit's seed, fresh at every draw and in every chain, and
     distributed as the model says: standardised residuals (y_rep - mu) / sigma have mean 0 and

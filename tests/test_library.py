@@ -580,6 +580,7 @@ def check_integrals(harness, family: str, a: float, inputs: dict, params: list[t
     return out
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("a", A_GRID)
 def test_normal_integral(harness, a):
     mu = np.array([-3.0, 0.0, 0.4, 7.5, 0.0])
@@ -587,6 +588,7 @@ def test_normal_integral(harness, a):
     check_integrals(harness, "normal", a, {"loc": mu, "scale": sigma}, _rows(len(mu), mu, sigma))
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("nu", [1.0, 2.5, 7.0, 60.0])
 @pytest.mark.parametrize("a", A_GRID)
 def test_student_t_integral(harness, a, nu):
@@ -595,18 +597,21 @@ def test_student_t_integral(harness, a, nu):
     check_integrals(harness, "student_t", a, {"nu": nu, "loc": mu, "scale": sigma}, _rows(len(mu), nu, mu, sigma))
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("a", A_GRID)
 def test_exponential_integral(harness, a):
     rate = np.array([0.01, 0.3, 1.0, 4.0, 250.0])
     check_integrals(harness, "exponential", a, {"scale": rate, "y_real": np.ones(5)}, _rows(len(rate), rate))
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("a", A_GRID)
 def test_bernoulli_integral(harness, a):
     eta = np.array([-30.0, -4.0, -0.5, 0.0, 1.2, 6.0, 35.0])
     check_integrals(harness, "bernoulli_logit", a, {"eta": eta}, _rows(len(eta), eta))
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("a", A_GRID)
 def test_binomial_integral(harness, a):
     trials = np.array([0, 1, 5, 30, 200, 200])
@@ -618,6 +623,7 @@ def test_binomial_integral(harness, a):
 POISSON_LAMBDAS = np.array([0.01, 0.1, 0.5, 1.0, 1.0 + 1e-9, 3.7, 10.0, 49.5, 50.0, 200.0, 500.0])
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("a", A_GRID)
 def test_poisson_integral(harness, a):
     """lambda from 0.01 to 500: float64 direct sums over k = 0 .. lambda + 60 sd + 100."""
@@ -625,6 +631,7 @@ def test_poisson_integral(harness, a):
     check_integrals(harness, "poisson_log", a, {"eta": eta}, _rows(len(eta), np.exp(eta)))
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("a", (0.05, 1.0, 2.0, 20.0))
 def test_poisson_integral_large_mean(harness, a):
     """Large means, both sides of the library's switch to its asymptotic series at
@@ -636,6 +643,7 @@ def test_poisson_integral_large_mean(harness, a):
     check_integrals(harness, "poisson_log", a, {"eta": np.log(lam)}, [], reference=ref)
 
 
+@pytest.mark.stan
 def test_poisson_integral_huge_mean_is_finite_and_gaussian(harness):
     """exp(eta) beyond the int range must neither hang nor overflow (the summation
     index is an int); the Gaussian limit (2 pi lambda)^(-a/2) (1+a)^(-1/2) holds
@@ -652,6 +660,7 @@ def _poisson_table_step(a: float) -> float:
     return (3.84e-9 / (0.15 * (1 + a) ** 4)) ** 0.25
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("a", (1e-6, 0.05, 0.3, 1.0, 2.0, 4.0, 6.0))
 def test_poisson_tabled_integral_matches_direct_sums(harness, a):
     """The fast path's table (cubic pieces through exact values and slopes) against 30-digit
@@ -675,6 +684,7 @@ def test_poisson_tabled_integral_matches_direct_sums(harness, a):
     assert log_rel_err(out["log_integral"], reference).max() < INTEGRAL_RTOL
 
 
+@pytest.mark.stan
 def test_poisson_table_built_for_another_a_is_refused(harness):
     data = base_data(3, 0.3, family=FAMILY_TABLE["poisson_log"].code, variant=9, eta=np.zeros(3))
     with pytest.raises(Exception, match=r"integral_table was built for a = 0.3, not for the divergence parameter 0.6"):
@@ -714,6 +724,7 @@ def _poisson_integrals_at(harness, a, lam):
                                   eta=np.log(lam)))["log_integral"]
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("a", [1e6, 1e308])
 def test_poisson_integral_with_a_huge_divergence_parameter_ends(harness, a):
     """(1 + a) times a log-pmf overflows to -inf away from the mode; the series loops end
@@ -730,6 +741,7 @@ def test_poisson_integral_with_a_huge_divergence_parameter_ends(harness, a):
         assert value == reference or value == pytest.approx(reference, rel=1e-9), (a, rate, value, reference)
 
 
+@pytest.mark.stan
 def test_normal_shared_sigma_loss_takes_the_limit_where_a_row_underflows(harness):
     """With a tiny shared sigma, a * (y - mu)^2 / sigma^2 overflows for every row but one:
     those rows' p^a is 0, not an error (log_mix used to throw "lambda[2] is -inf")."""
@@ -751,6 +763,7 @@ def test_normal_shared_sigma_loss_takes_the_limit_where_a_row_underflows(harness
         assert -out["weighted"][row] == pytest.approx(expected, rel=1e-10), (name, out["weighted"][row], expected)
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("K", [2, 5])
 @pytest.mark.parametrize("a", A_GRID)
 def test_categorical_integral(harness, a, K):
@@ -762,6 +775,7 @@ def test_categorical_integral(harness, a, K):
                     [tuple(row) for row in eta])
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("a", A_GRID)
 def test_multi_normal_integral_d1(harness, a):
     for sd in (0.2, 1.0, 3.0):
@@ -771,6 +785,7 @@ def test_multi_normal_integral_d1(harness, a):
                         [(sd * sd,)] * 3)
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("a", A_GRID)
 def test_multi_normal_integral_d2(harness, a):
     """d = 2 by scipy's dblquad of the bivariate density (see ref_log_integral)."""
@@ -782,6 +797,7 @@ def test_multi_normal_integral_d2(harness, a):
                         [tuple(cov.ravel())] * 2)
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("family", ["poisson_log", "normal"])
 @pytest.mark.parametrize("a", [0.0, -0.5, float("nan")])
 def test_nonpositive_divergence_parameter_is_rejected(harness, family, a):
@@ -796,6 +812,7 @@ BAD_OUTCOMES = {"bernoulli_logit": ("y_int", 2), "binomial_logit": ("y_int", 10*
                 "student_t": ("y_real", float("nan")), "exponential": ("y_real", -1.0)}
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("family", sorted(BAD_OUTCOMES))
 def test_outcome_outside_the_support_is_rejected(harness, family):
     """An outcome outside the family's support is a Stan error naming the row, not a wrong loss (the
@@ -836,6 +853,7 @@ def test_reference_page_is_current():
 LOSS_CASES = [(family, a, seed) for family in FAMILY_NAMES for a, seed in zip(A_GRID, (11, 12, 13, 14))]
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("family,a,seed", LOSS_CASES, ids=[f"{f}-a{a}" for f, a, _ in LOSS_CASES])
 def test_public_losses_match_design_formulas(harness, family, a, seed):
     """betad_/gammad_/gammaorig_ F_lpdf, F_weighted_lpdf, F_pointwise_loss and the
@@ -988,6 +1006,7 @@ def _tilde_case(tilde: int):
     return data, (-0.7, 0.2, 1.1), loss
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("tilde", sorted(TILDE))
 def test_model_block_log_density_and_gradient(harness, tilde):
     """`~` / `target +=` with the library keep every constant (the losses are not
@@ -1030,6 +1049,7 @@ def entropy(case: Case) -> np.ndarray:
     return np.full(d["N"], stats.multivariate_normal(np.zeros(d["D"]), d["L"] @ d["L"].T).entropy())
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_small_beta_and_gamma_limit(harness, family):
     """At beta = 1e-6, from the Stan beta loss with the constant and the integral removed,

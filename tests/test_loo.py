@@ -13,6 +13,8 @@ from robust_stan.results.loo import MODEL_LOG_LIKELIHOOD, relative_efficiency
 from .conftest import ENGINE, regression_data
 from .test_robustify import _linear_regression, _program
 
+pytestmark = pytest.mark.stan  # every test here compiles or loads a Stan program
+
 N = 80
 RUN = dict(chains=4, iter_warmup=1000, iter_sampling=1000, show_progress=False)
 #: Rows scored against exact leave-one-out refits: an outlier (rows 0-7 are shifted) and two clean rows.

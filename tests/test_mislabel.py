@@ -123,16 +123,19 @@ def categorical_data(seed: int = 1) -> dict:
     return {"X": design(seed), "y": rng.integers(1, K + 1, N), "K": K, "prior_scale_b": np.full(P, PRIOR_SCALE)}
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
 def test_bernoulli_log_density_is_the_mislabelled_likelihood(bernoulli_mislabel, divergence):
     assert_log_density_matches(bernoulli_mislabel, bernoulli_data(), bernoulli_reference, divergence)
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=IDS)
 def test_categorical_log_density_is_the_mislabelled_likelihood(categorical_mislabel, divergence):
     assert_log_density_matches(categorical_mislabel, categorical_data(), categorical_reference, divergence)
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("divergence", [rs.KL(), rs.BetaD(0.3), rs.GammaD(0.4)], ids=["KL", "beta", "gamma"])
 def test_the_native_loss_and_per_example_gradients_carry_the_flip_rate(bernoulli_mislabel, divergence):
     data = bernoulli_data()
@@ -142,6 +145,7 @@ def test_the_native_loss_and_per_example_gradients_carry_the_flip_rate(bernoulli
     check_native_against_stan(bernoulli_mislabel, data, theta, divergence, weights, f"mislabel {divergence}")
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("divergence", [rs.KL(), rs.BetaD(0.3)], ids=["KL", "beta"])
 def test_the_categorical_pointwise_losses_and_per_example_gradients_agree(categorical_mislabel, divergence):
     """The same identities on the categorical program (its generated quantities and per-example mode)."""
@@ -151,6 +155,7 @@ def test_the_categorical_pointwise_losses_and_per_example_gradients_agree(catego
     check_native_against_stan(categorical_mislabel, data, theta, divergence, weights, f"categorical {divergence}")
 
 
+@pytest.mark.stan
 def test_the_gradient_matches_differences_of_the_numpy_density(bernoulli_mislabel):
     """Central differences, h = 1e-5: truncation O(h^2) times third derivatives of order N, rounding
     1e-16 |f| / h, so 1e-6 relative holds with room; e's direction is the last coordinate."""
@@ -194,6 +199,7 @@ def interval_coverage(model, data_sets) -> float:
 
 
 # short chains on the (b, flip_rate) ridge often warn of R-hat just above 1.01; coverage is what is tested
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore:nuts. the chains have not converged:robust_stan.RobustStanWarning")
 def test_the_mislabel_glm_covers_the_truth_on_random_label_flips(bernoulli_mislabel):
     """30 data sets of N = 200, a tenth of the labels flipped. A calibrated 90% interval holds b with

@@ -96,6 +96,7 @@ def test_continuation_finds_a_mode_that_the_dispersed_starts_miss():
         np.testing.assert_allclose(sorted(census.shares), sorted([w, 1 - w]), rtol=1e-7)
 
 
+@pytest.mark.stan
 def test_laplace_shares_of_a_robust_regressions_two_modes_against_importance_sampling():
     """A real generalized posterior with two modes (high-leverage outliers, beta = 0.1 and 0.3; the
     census of beta = 0.1, 0.3, 0.5 from 8 dispersed starts, which at 0.1 reach only the heavier mode
@@ -135,6 +136,7 @@ def test_laplace_shares_of_a_robust_regressions_two_modes_against_importance_sam
         assert estimates[0] - estimates[1] > np.log(99)
 
 
+@pytest.mark.stan
 def test_sampling_from_the_largest_mode():
     """``model.sample(inits="mode")`` on high-leverage outliers at beta = 0.2, where the mode that
     follows them holds about 5e-5 of the mass but draws more than half of 64 starts drawn as Stan

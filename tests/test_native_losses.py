@@ -31,6 +31,8 @@ import robust_stan as rs
 
 from .conftest import ENGINE
 
+pytestmark = pytest.mark.stan  # every test here compiles or loads a Stan program
+
 RTOL = 1e-10
 
 

@@ -23,6 +23,7 @@ def network_data(n=12, p=2, hidden=3, seed=0):
     return {"X": X, "y": np.sin(X[:, 0]) + 0.1 * rng.normal(size=n), "H": hidden, "P": p}
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("divergence", [rs.KL(), rs.BetaD(0.3), rs.GammaD(0.3)], ids=["KL", "beta", "gamma"])
 def test_per_row_and_vectorised_forms_agree(network, divergence):
     """Sum of the per-example gradients (per-row expression) = minus the data part of the
@@ -37,6 +38,7 @@ def test_per_row_and_vectorised_forms_agree(network, divergence):
     np.testing.assert_allclose(G.sum(axis=0), -(g_post - g_prior), rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.stan
 def test_gradient_matches_finite_differences(network):
     data = network_data(seed=2)
     theta = np.random.default_rng(3).normal(scale=0.7, size=network.unconstrained_dimension(data))
@@ -54,6 +56,7 @@ def test_unknown_family_and_vectorised_argument():
         rs.custom("normal", parameters="real m;", mu="m", vectorised={"sigma": "1"})
 
 
+@pytest.mark.stan
 def test_network_output_reproduces_the_programs_own_log_likelihood(network):
     """rs.network_output computes the location mu in NumPy; Stan's generated log_lik of the same
     draws is normal_lpdf(y | mu, sigma), so the two agree to rounding."""

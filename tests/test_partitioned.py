@@ -54,6 +54,7 @@ def serial(glm_normal):
     return rs.rob_ula(glm_normal, _partitioned(X, y), **RUN)
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 150 draws: R-hat and ESS are poor
 @pytest.mark.parametrize("workers", [1, 2])
 def test_partitioned_rob_ula_on_a_cluster_equals_the_serial_run(glm_normal, serial, workers):
@@ -64,6 +65,7 @@ def test_partitioned_rob_ula_on_a_cluster_equals_the_serial_run(glm_normal, seri
     assert isinstance(on_cluster, rs.RobULAFit) and np.all(on_cluster.raw.sampler["kept_fraction"] > 0.5)
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_npy_partitions_equal_dask_partitions(glm_normal, serial, tmp_path):
     X, y = _rows()
@@ -80,6 +82,7 @@ def _frame(X, y) -> pd.DataFrame:
     return pd.DataFrame({**{f"x{j}": X[:, j] for j in range(X.shape[1])}, "y": y})
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_dask_frames_and_parquet_files_equal_dask_array_partitions(glm_normal, serial, tmp_path):
     """The same 4 partitions of 500 rows as a Dask DataFrame (X its columns, y a Series), as
@@ -158,6 +161,7 @@ def test_column_sds_of_partition_files_pool_to_the_whole_columns_sd(tmp_path):
     np.testing.assert_allclose(column_sd(vectors), [stacked.std()], rtol=1e-6)
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_dask_values_chunked_differently_are_split_at_every_boundary(glm_normal):
     X, y = _rows(200)
@@ -166,6 +170,7 @@ def test_dask_values_chunked_differently_are_split_at_every_boundary(glm_normal)
     _same_draws(rs.rob_ula(glm_normal, unequal, **RUN), rs.rob_ula(glm_normal, split, **RUN))
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_parquet_files_read_on_a_cluster_equal_the_serial_run(glm_normal, serial, tmp_path):
     """The files are read by the workers (the frame's partitions are tasks of the graph)."""
@@ -180,6 +185,7 @@ def test_parquet_files_read_on_a_cluster_equal_the_serial_run(glm_normal, serial
     _same_draws(fit, serial)
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_edge_cases_of_partition_files_and_dask_values(glm_normal, tmp_path):
     """A one-column X as Parquet files (a vector) with an empty first file, a stored pandas index
@@ -219,6 +225,7 @@ def test_edge_cases_of_partition_files_and_dask_values(glm_normal, tmp_path):
         rs.rob_ula(glm_normal, {"X": [str(tmp_path / "label.parquet")] * 2, "y": paths["y"][1:]}, **RUN)
 
 
+@pytest.mark.stan
 def test_bad_dask_frames_are_refused(glm_normal):
     dd = pytest.importorskip("dask.dataframe", reason="Dask DataFrames need dask[dataframe] (the test extra)")
     X, y = _rows(200)
@@ -231,6 +238,7 @@ def test_bad_dask_frames_are_refused(glm_normal):
         rs.rob_ula(glm_normal, {"X": frame[["x0", "x1"]], "y": other["y"]}, **RUN)
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_plain_mean_joined_by_the_weighted_mean_is_the_in_memory_chain(glm_normal):
     """With estimator="mean" (ULA) and combine="mean", the partitions' row-weighted mean of
@@ -254,6 +262,7 @@ def _same_warmup(partitioned, in_memory, tolerance: float) -> None:
     np.testing.assert_allclose(partitioned.raw.sampler["step_size"], in_memory.raw.sampler["step_size"], rtol=tolerance)
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_one_partition_with_the_default_warmup_is_the_in_memory_run(glm_normal):
     """The default warmup over partitions (init="mode": each partition's robust mode, joined;
@@ -269,6 +278,7 @@ def test_one_partition_with_the_default_warmup_is_the_in_memory_run(glm_normal):
         np.testing.assert_allclose(partitioned.posterior[name], in_memory.posterior[name], rtol=0, atol=1e-6)
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_the_default_warmup_on_a_cluster_equals_the_serial_run(glm_normal):
     """The partitions' modes and kept rows' Hessians computed on 2 workers: the serial run's
@@ -284,6 +294,7 @@ def test_the_default_warmup_on_a_cluster_equals_the_serial_run(glm_normal):
         np.testing.assert_allclose(on_cluster.posterior[name], serial.posterior[name], rtol=0, atol=1e-10)
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_the_dense_metric_over_partitions_is_the_in_memory_one_for_the_plain_mean(glm_normal):
     """With the plain mean (every row kept) joined by the row-weighted mean, the Hessian of the
@@ -298,6 +309,7 @@ def test_the_dense_metric_over_partitions_is_the_in_memory_one_for_the_plain_mea
     _same_warmup(partitioned, in_memory, 1e-6)
 
 
+@pytest.mark.stan
 def test_partitioned_rob_ula_with_the_default_warmup_converges_on_a_plain_regression(glm_normal):
     """Rob-ULA's defaults (but the log density; epsilon 0.1) on a clean regression in 4 partitions: the
     chains mix (no convergence warning: R-hat at most 1.01, bulk and tail ESS at least 100)
@@ -315,6 +327,7 @@ def test_partitioned_rob_ula_with_the_default_warmup_converges_on_a_plain_regres
     assert np.all(np.abs(b["mean"].to_numpy() - [1.0, -0.5, 0.25]) < 4 * b["sd"].to_numpy())
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_a_partitioned_fit_has_draws_but_refuses_per_observation_quantities(serial):
     assert set(serial.summary().index) == {"alpha", "b[1]", "b[2]", "b[3]", "sigma"}
@@ -324,12 +337,14 @@ def test_a_partitioned_fit_has_draws_but_refuses_per_observation_quantities(seri
         serial.outlier_scores(0.3)
 
 
+@pytest.mark.stan
 def test_an_unknown_combine_is_refused(glm_normal):
     X, y = _rows(200)
     with pytest.raises(rs.RobustStanInputError, match="^combine"):
         rs.rob_ula(glm_normal, _partitioned(X, y, rows=100), **{**RUN, "combine": "trimmed"})
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 150 draws: R-hat and ESS are poor
 def test_the_log_density_over_partitions_is_the_whole_datas(glm_normal):
     """lp__ of a partitioned run (the prior here plus each partition's data term, on 2 workers and
@@ -349,6 +364,7 @@ def test_the_log_density_over_partitions_is_the_whole_datas(glm_normal):
         np.testing.assert_allclose(fit.to_arviz().sample_stats["lp"].values.reshape(-1), lp)
 
 
+@pytest.mark.stan
 def test_bad_partitioned_data_is_refused(glm_normal, glm_normal_standardized, tmp_path):
     X, y = _rows(200)
     with pytest.raises(rs.RobustStanInputError, match="^model: .*standardize=False"):
@@ -373,6 +389,7 @@ def test_bad_partitioned_data_is_refused(glm_normal, glm_normal_standardized, tm
         rs.rob_ula(glm_normal, {"X": X, "y": y}, cluster=object(), **RUN)
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_a_worker_killed_during_a_partitioned_run_loses_nothing(glm_normal, serial):
     """One of two workers is killed (SIGKILL, by its pid) while the chains step: Dask recomputes its
@@ -392,6 +409,7 @@ def serial_coreset(glm_normal):
     return rs.coreset(glm_normal, _partitioned(X, y), **CORESET)
 
 
+@pytest.mark.stan
 def test_partitioned_coreset_makes_the_in_memory_choices(glm_normal, serial_coreset, tmp_path):
     """The same random numbers in the same order: the same rows join, with the same weights up to
     the order of the batch sums' additions (relative 1e-6 over 60 Adam steps); .npy partitions
@@ -419,6 +437,7 @@ def test_partitioned_coreset_makes_the_in_memory_choices(glm_normal, serial_core
     np.testing.assert_array_equal(prepared.stan_data["weights"], serial_coreset.weights[here])
 
 
+@pytest.mark.stan
 def test_partitioned_uniform_coreset_and_earlier_steps(glm_normal, serial_coreset):
     """A uniform coreset draws the in-memory run's rows and fetches them; a partitioned coreset's
     earlier steps make their posterior data from the fetched rows too."""
@@ -432,6 +451,7 @@ def test_partitioned_uniform_coreset_and_earlier_steps(glm_normal, serial_corese
     np.testing.assert_array_equal(earlier.prepared_for("beta").stan_data["X"], X[earlier.indices])
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("workers", [2])
 def test_partitioned_coreset_on_a_cluster_equals_the_serial_run(glm_normal, serial_coreset, workers):
     X, y = _rows()
@@ -443,6 +463,7 @@ def test_partitioned_coreset_on_a_cluster_equals_the_serial_run(glm_normal, seri
     assert left == 0  # the workers forgot the run's partitions
 
 
+@pytest.mark.stan
 def test_a_worker_killed_during_a_partitioned_coreset_loses_nothing(glm_normal, serial_coreset):
     """A worker killed (SIGKILL) while the coreset grows: its partitions and the batch gains it
     held are recomputed from their graph elsewhere, and the coreset equals the serial one."""
@@ -451,6 +472,7 @@ def test_a_worker_killed_during_a_partitioned_coreset_loses_nothing(glm_normal, 
     np.testing.assert_array_equal(on_cluster.weights, serial_coreset.weights)
 
 
+@pytest.mark.stan
 def test_bad_partitioned_coreset_input_is_refused(glm_normal, glm_normal_standardized):
     X, y = _rows(200)
     data = _partitioned(X, y, rows=100)
@@ -467,6 +489,7 @@ def test_bad_partitioned_coreset_input_is_refused(glm_normal, glm_normal_standar
         rs.coreset(glm_normal, {"X": X, "y": y}, cluster=object(), **small)
 
 
+@pytest.mark.stan
 def test_an_improper_coreset_posterior_is_a_clear_error(glm_normal):
     """Started from one row, the normal regression's weighted posterior has its scale run to 0
     (four coefficients fit the first rows exactly): the engine rejects its draws, and the error
@@ -479,6 +502,7 @@ def test_an_improper_coreset_posterior_is_a_clear_error(glm_normal):
 VARIATIONAL = dict(divergence=rs.BetaD(0.3), seed=2, iter=600, show_progress=False)
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("batch_size", [None, 200])
 def test_partitioned_variational_is_the_in_memory_fit(glm_normal, batch_size):
     """log pi = prior + the partitions' data terms (each partition's program minus its prior):
@@ -498,6 +522,7 @@ def test_partitioned_variational_is_the_in_memory_fit(glm_normal, batch_size):
         partitioned.draws("log_lik")
 
 
+@pytest.mark.stan
 def test_partitioned_variational_on_a_cluster_equals_the_serial_run(glm_normal):
     X, y = _rows()
     options = dict(VARIATIONAL, batch_size=200)
@@ -508,6 +533,7 @@ def test_partitioned_variational_on_a_cluster_equals_the_serial_run(glm_normal):
     np.testing.assert_array_equal(on_cluster.q.cholesky, serial.q.cholesky)
 
 
+@pytest.mark.stan
 def test_bad_partitioned_variational_input_is_refused(glm_normal):
     X, y = _rows(200)
     data = _partitioned(X, y, rows=100)
@@ -523,6 +549,7 @@ def test_bad_partitioned_variational_input_is_refused(glm_normal):
         glm_normal.variational(data, divergence=rs.GammaD(0.3, form="original"))
 
 
+@pytest.mark.stan
 def test_empty_partitions_are_left_out(glm_normal):
     """A chunk without rows adds nothing: full-batch VI on partitions of 0, 1000, 0 and 1000 rows
     is the fit on 2 partitions of 1000. (The prior scales are given: Dask's column sds over the
@@ -575,6 +602,7 @@ def _cached_partitions() -> int:
     return len(partition_placement._ON_THIS_WORKER)
 
 
+@pytest.mark.stan
 def test_a_beta_loss_on_partitions_is_not_judged_on_its_first_row(glm_normal):
     """The first row is prepared only for the program's sizes; the check that a beta loss leaves
     the data enough weight is about all the rows, so one row must not trigger it."""

@@ -51,6 +51,7 @@ FAMILIES = ["normal", "student_t", "bernoulli", "binomial", "poisson", "categori
 LINEAR_PREDICTOR_FAMILIES = {"normal", "bernoulli", "binomial", "poisson", "exponential"}  # glms with mode 3
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("family", FAMILIES)
 def test_per_example_rows_equal_one_row_gradients(family):
     model, data, keys = family_case(family)
@@ -72,6 +73,7 @@ def test_per_example_rows_equal_one_row_gradients(family):
                                            err_msg=f"{family} ({strategy}) row {i}")
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("strategy", ["copies", "linear_predictor"])
 def test_minibatches_and_several_points_in_one_call(glm_normal, strategy):
     model = glm_normal
@@ -93,6 +95,7 @@ def test_minibatches_and_several_points_in_one_call(glm_normal, strategy):
     np.testing.assert_allclose(many, reference, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("strategy", ["copies", "linear_predictor"])
 def test_gradients_in_a_factor_s_coordinates(glm_normal, strategy):
     """gradients_many_in(thetas, L) is gradients_many(thetas) @ L (Rob-ULA's chain coordinates); the

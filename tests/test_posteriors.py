@@ -109,6 +109,7 @@ def location_normal():
 DIVERGENCES = [rs.KL(), rs.BetaD(0.5), rs.GammaD(0.5)]
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=repr)
 def test_one_parameter_posterior_matches_grid(location_known_sigma, divergence):
     y = contaminated_sample()
@@ -116,6 +117,7 @@ def test_one_parameter_posterior_matches_grid(location_known_sigma, divergence):
     assert_matches_grid(fit, grid_moments_known_sigma(y, divergence))
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("divergence", DIVERGENCES + [rs.GammaD(0.5, form="original")], ids=repr)
 def test_two_parameter_posterior_matches_grid(location_normal, divergence):
     y = contaminated_sample()
@@ -136,6 +138,7 @@ def test_grid_posterior_tends_to_kl_as_beta_and_gamma_vanish():
         assert gaps[-1] < 0.01 * kl[1]  # at 1e-5 far below the posterior sd
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("divergence", [rs.BetaD(1e-5), rs.GammaD(1e-5)], ids=repr)
 def test_small_beta_gamma_nuts_matches_kl_posterior(location_normal, divergence):
     y = contaminated_sample()
@@ -150,6 +153,7 @@ def test_small_beta_gamma_nuts_matches_kl_posterior(location_normal, divergence)
 
 # --- robustness (default, standardised models) --------------------------------
 
+@pytest.mark.stan
 def test_normal_location_is_robust_and_scores_flag_outliers():
     """10% outliers at +10 sd. 'sd' is the clean outcome's standard deviation."""
     rng = np.random.default_rng(5)
@@ -168,6 +172,7 @@ def test_normal_location_is_robust_and_scores_flag_outliers():
     assert set(scores.nsmallest(20).index) == set(range(20))
 
 
+@pytest.mark.stan
 def test_glm_coefficient_is_robust_and_scores_flag_outliers(glm_normal_standardized):
     """Outliers at +10 sd on the 10% of rows with the largest x_1 (they lever the slope)."""
     rng = np.random.default_rng(6)

@@ -29,6 +29,7 @@ def conjugate(y):
     return y.sum() / lam, 1 / lam, lam
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("metric", ["unit", "dense", "diag"])
 def test_plain_ula_matches_the_exact_ula_law(normal_known_sigma, metric):
     """With the dense (or, in 1-D, the same diagonal) metric the chain runs in z = sqrt(lam) mu,
@@ -64,6 +65,7 @@ def test_plain_ula_matches_the_exact_ula_law(normal_known_sigma, metric):
     assert summary.loc["mu", "r_hat"] < 1.01
 
 
+@pytest.mark.stan
 def test_lrv_ignores_planted_outliers_where_ula_does_not(normal_known_sigma):
     rng = np.random.default_rng(3)
     clean = rng.normal(0.0, 1.0, 80)
@@ -82,6 +84,7 @@ def test_lrv_ignores_planted_outliers_where_ula_does_not(normal_known_sigma):
     assert np.nanmean(robust.draws("kept_fraction")) == pytest.approx(0.64, abs=0.01)
 
 
+@pytest.mark.stan
 def test_default_step_size_comes_from_the_curvature(normal_known_sigma):
     """Unit metric: 0.2 / lam (the Hessian of -log posterior, lam = n + 1/100 here)."""
     y = np.random.default_rng(5).normal(size=30)
@@ -92,6 +95,7 @@ def test_default_step_size_comes_from_the_curvature(normal_known_sigma):
     assert fit.inverse_metric == pytest.approx(np.eye(1))
 
 
+@pytest.mark.stan
 def test_default_step_size_ignores_the_curvature_of_dropped_outliers(glm_normal):
     """20% of rows with x = 50 (high leverage): they add about 0.2 n 2500 / sigma^2 to the
     Hessian of the plain mean's drift, against about n for the clean rows. At a random start
@@ -108,6 +112,7 @@ def test_default_step_size_ignores_the_curvature_of_dropped_outliers(glm_normal)
     assert robust > 100 * plain
 
 
+@pytest.mark.stan
 def test_pointwise_quantities_come_on_demand_and_log_density_can_be_left_out(normal_known_sigma):
     y = np.random.default_rng(5).normal(size=30)
     data = {"y": y}
@@ -132,6 +137,7 @@ def test_pointwise_quantities_come_on_demand_and_log_density_can_be_left_out(nor
     assert lean.diagnostics()["diverged_chains"] == 0
 
 
+@pytest.mark.stan
 def test_clean_gradient_total_is_the_mean_times_one_minus_epsilon_n(normal_known_sigma):
     """(1 - epsilon) n times the plain mean is learning rate 1 - epsilon with total n: same chain."""
     y = np.random.default_rng(8).normal(size=30)
@@ -144,6 +150,7 @@ def test_clean_gradient_total_is_the_mean_times_one_minus_epsilon_n(normal_known
     assert not np.allclose(clean.draws("mu"), plain.draws("mu"))
 
 
+@pytest.mark.stan
 def test_a_too_large_step_diverges_with_a_warning(normal_known_sigma):
     """eta lam = 30 (the dense metric makes lam 1): the chain multiplies its distance to the
     mean by 29 each step."""
@@ -155,6 +162,7 @@ def test_a_too_large_step_diverges_with_a_warning(normal_known_sigma):
     assert fit.diagnostics()["diverged_chains"] == 1
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("kwargs,match", [
     ({"epsilon": 0.5}, r"^epsilon: must lie in \[0, 0.5\)"),
     ({"epsilon": -0.1}, r"^epsilon: "),
@@ -193,6 +201,7 @@ def shifted_regression():
     return {"X": X, "y": y}
 
 
+@pytest.mark.stan
 def test_defaults_converge_on_a_plain_regression(glm_normal_standardized, shifted_regression):
     """Default warmup (mode, dense metric, step 0.2), default estimator, 4 chains x 2000 draws:
     every parameter has R-hat <= 1.01 and bulk and tail ESS >= 100, so no warning; and the
@@ -218,6 +227,7 @@ def leverage_regression(seed):
     return {"X": X, "y": y}, np.setdiff1d(np.arange(300), bad)
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("design", ["shifted_y", "leverage"])
 def test_default_estimator_stays_near_the_clean_rows_posterior(glm_normal, shifted_regression, design):
     """What Rob-ULA aims at is the posterior given the clean rows. On the plain regression (where
@@ -243,6 +253,7 @@ def test_default_estimator_stays_near_the_clean_rows_posterior(glm_normal, shift
         assert (z.abs() < 1.5).all(), (seed, z.round(2).to_dict())
 
 
+@pytest.mark.stan
 def test_ula_defaults_reach_the_nuts_posterior(glm_normal_standardized, shifted_regression):
     """epsilon = 0 and the plain mean: ULA targets the KL posterior that NUTS samples exactly.
 
@@ -271,6 +282,7 @@ def test_ula_defaults_reach_the_nuts_posterior(glm_normal_standardized, shifted_
         assert abs(ratio - inflation) < 4 * se, (name, ratio, se)
 
 
+@pytest.mark.stan
 def test_tuning_scores_each_setting_on_the_held_out_rows(normal_known_sigma):
     """The curve's scores are log mean_s N(y_i | mu_s, 1) over the held-out rows, recomputed
     here from the same split and seed; the choice is the best score, refitted on every row."""
@@ -301,6 +313,7 @@ def test_tuning_scores_each_setting_on_the_held_out_rows(normal_known_sigma):
     assert row["validation_loglik_se"] == pytest.approx(pointwise.std(ddof=1) / np.sqrt(20), rel=1e-10)
 
 
+@pytest.mark.stan
 def test_epsilon_zero_is_plain_ula_and_starts_the_default_grid(normal_known_sigma):
     """The default grid holds epsilon = 0, where the default estimator (row-trimmed mean) keeps every
     row: its draws are plain ULA's with the same seed (up to the order of summation), so its
@@ -322,6 +335,7 @@ def test_epsilon_zero_is_plain_ula_and_starts_the_default_grid(normal_known_sigm
     np.testing.assert_allclose(trimmed.draws("mu"), ula.draws("mu"), rtol=0, atol=1e-9)
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("kwargs,match", [
     ({"epsilons": [0.6]}, r"^epsilons: need values in \[0, 0.5\)"),
     ({"estimators": []}, r"^estimators: need at least one"),
@@ -334,6 +348,7 @@ def test_tuning_bad_input(normal_known_sigma, kwargs, match):
         rs.tune_rob_ula(normal_known_sigma, {"y": np.zeros(10)}, **kwargs)
 
 
+@pytest.mark.stan
 def test_auto_estimator_follows_the_family(normal_known_sigma):
     from robust_stan.methods.rob_ula.sampler import default_estimator
 
@@ -346,6 +361,7 @@ def test_auto_estimator_follows_the_family(normal_known_sigma):
     assert fit.settings.estimator == "row_trimmed_mean"
 
 
+@pytest.mark.stan
 def test_diag_metric_is_diagonal_and_dense_is_not(glm_normal, shifted_regression):
     """The diagonal metric is 1 / |H_jj| per coordinate (after the drift-slope rescaling, also
     diagonal); the dense one carries the Hessian's correlations (intercept and log sigma against

@@ -100,6 +100,7 @@ def case(request):
     return name, data, adapt_delta, original, robust
 
 
+@pytest.mark.stan
 def test_kl_rewrite_keeps_the_log_density_up_to_one_constant(case):
     name, data, _, original, robust = case
     rng = np.random.default_rng(3)
@@ -117,6 +118,7 @@ def test_kl_rewrite_keeps_the_log_density_up_to_one_constant(case):
     assert np.ptp(differences) <= 1e-8 * max(abs(lp_original), 1.0), (name, differences)
 
 
+@pytest.mark.stan
 def test_nuts_on_the_kl_rewrite_agrees_with_the_original_program(case):
     name, data, adapt_delta, original, robust = case
     options = dict(chains=4, iter_warmup=500, iter_sampling=1000, seed=11, adapt_delta=adapt_delta,
@@ -134,6 +136,7 @@ def test_nuts_on_the_kl_rewrite_agrees_with_the_original_program(case):
     assert np.all(np.abs(z) < 4.5), (name, z.abs().sort_values().tail(3))
 
 
+@pytest.mark.stan
 def test_fit_object_and_arviz_groups():
     data = _linear_regression(np.random.default_rng(7))
     original = rs.from_stan(_program("linear_regression"), engine=ENGINE)
@@ -172,6 +175,7 @@ def test_fit_object_and_arviz_groups():
         plain.outlier_scores()
 
 
+@pytest.mark.stan
 def test_from_stan_gives_every_program_the_fit_object_and_groups_of_the_built_in_models(case):
     """Each program as written: a ProgramFit (the robustified program's class) whose ArviZ groups
     are the built-in models' where the program has the quantity: observed_data from the data
@@ -199,6 +203,7 @@ def test_from_stan_gives_every_program_the_fit_object_and_groups_of_the_built_in
     assert robust_groups == (expected - {"log_likelihood"}) | {"model_log_likelihood", "constant_data", "robust_loss"}
 
 
+@pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 20 draws: only their values matter
 def test_robust_loss_is_the_library_loss_of_each_row():
     """robust_loss of the rewritten normal likelihood against the beta loss in closed form."""
@@ -213,6 +218,7 @@ def test_robust_loss_is_the_library_loss_of_each_row():
     np.testing.assert_allclose(fit.robust_loss["y"], -np.exp(0.5 * log_p) / 0.5 + integral / 1.5, rtol=1e-10)
 
 
+@pytest.mark.stan
 def test_beta_rewrite_resists_planted_outliers():
     rng = np.random.default_rng(21)
     n = 100
@@ -278,6 +284,7 @@ OUTLIERS = {
 ROBUSTNESS_SETTINGS = {"logistic_regression": dict(n=400, every=20, divergence=rs.BetaD(1.0))}
 
 
+@pytest.mark.stan
 def test_beta_rewrite_of_every_program_resists_planted_outliers(case):
     """Spoiled rows: the KL posterior mean of the watched parameter leaves the clean-data posterior
     mean by more than 5 of the clean posterior's sds, the beta posterior mean stays within 3 of
@@ -299,6 +306,7 @@ def test_beta_rewrite_of_every_program_resists_planted_outliers(case):
     assert abs(beta["mean"] - reference["mean"]) < tolerance, (name, beta, reference)
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("method", ["mixed", "difference"])
 def test_per_example_gradients_are_exact(method):
     data = _linear_regression(np.random.default_rng(7))
@@ -328,6 +336,7 @@ def test_per_example_gradients_are_exact(method):
             _two_outcomes(rng), np.zeros(5))
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("name", ["linear_regression", "loop_likelihood", "poisson_offset"])
 def test_per_example_gradients_from_mixed_derivatives_equal_the_differences(name):
     """The two exact methods agree: d sweeps of forward over reverse mode with the weights as
@@ -349,6 +358,7 @@ def test_per_example_gradients_from_mixed_derivatives_equal_the_differences(name
                                   mixed[rows])
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("divergence", [rs.KL(), rs.BetaD(0.3)], ids=repr)
 def test_variational_on_a_robustified_program(divergence):
     data = _linear_regression(np.random.default_rng(7))
@@ -364,6 +374,7 @@ def test_variational_on_a_robustified_program(divergence):
         assert abs(summary.loc[name, "mean"] - nuts.loc[name, "mean"]) < 0.25 * nuts.loc[name, "sd"]
 
 
+@pytest.mark.stan
 def test_learning_rate_scales_the_loss_without_a_compile():
     """log pi_w(theta) = log prior(theta) - w sum_i l_i(theta): the log densities at three rates lie
     on a line in w whose slope is minus the total BetaD(0.5) loss of the normal regression, written
@@ -383,6 +394,7 @@ def test_learning_rate_scales_the_loss_without_a_compile():
     assert sum(rs.COMPILE_COUNTS.values()) == builds
 
 
+@pytest.mark.stan
 def test_rewritten_program_reads_well_and_names_its_origin():
     code = rs.robustify(_program("loop_likelihood"), engine=ENGINE).stan_code
     assert "#include robust_stan.stanfunctions" in code
@@ -577,6 +589,7 @@ def test_from_stan_and_robustify_on_the_cmdstan_engine(name):
                                                                            .to_arviz()))
 
 
+@pytest.mark.stan
 def test_rob_ula_on_a_robustified_program():
     """rs.rob_ula on a robustified regression (per-example gradients by mixed derivatives). Plain ULA
     (estimator "mean") with KL targets the KL posterior: its means agree with NUTS's on the same
@@ -622,6 +635,7 @@ def test_methods_that_need_the_built_in_models_say_so():
         rs.dpvi(model, data, epsilon=1.0, clip=1.0, sampling_rate=0.1, steps=10)
 
 
+@pytest.mark.stan
 def test_coreset_on_a_robustified_program_is_the_built_in_models_coreset():
     """target_lupdf.stan robustified is rs.location("normal", standardize=False) written by hand (mu ~
     normal(0, 10), sigma ~ exponential(1); log densities equal up to a constant). rs.coreset restricts
@@ -716,6 +730,7 @@ def test_per_example_gradients_refuse_the_original_gamma_form():
                                     divergence=rs.GammaD(0.5, form="original"))
 
 
+@pytest.mark.stan
 def test_rows_a_loop_never_reaches_are_reported():
     """An AR(1) likelihood from the second row on: the first row has no log_lik, and the fit says so."""
     code = """data { int<lower=2> N; vector[N] y; }

@@ -21,6 +21,8 @@ from robust_stan.results.arviz_output import scalar_diagnostics
 
 from .conftest import ENGINE
 
+pytestmark = pytest.mark.stan  # every test here compiles or loads a Stan program
+
 NUTS = dict(chains=4, iter_warmup=400, iter_sampling=600, show_progress=False)
 
 # name: (the model for (standardize, unit of y), whether it has predictors X). A known sigma

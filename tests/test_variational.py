@@ -30,6 +30,7 @@ def conjugate_regression():
     return model, {"X": X, "y": y}, cov @ X.T @ y, cov, precision
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("family", ["meanfield", "fullrank"])
 def test_recovers_the_conjugate_posterior(conjugate_regression, family):
     """The issue's targets: mean within 2% of the posterior sd; mean-field variances within 5%
@@ -68,6 +69,7 @@ def test_recovers_the_conjugate_posterior(conjugate_regression, family):
         assert abs(fit.elbo - log_z) < 4 * fit.elbo_se + 1e-5 * abs(log_z)
 
 
+@pytest.mark.stan
 def test_minibatch_slices_are_exact_pieces_of_the_full_density(conjugate_regression):
     """Two disjoint batches (weight factor 1) add up to the full log density, with the prior once."""
     model, data, *_ = conjugate_regression
@@ -80,6 +82,7 @@ def test_minibatch_slices_are_exact_pieces_of_the_full_density(conjugate_regress
     assert first.log_density(theta) + second.log_density(theta) - prior == pytest.approx(full, rel=1e-12)
 
 
+@pytest.mark.stan
 def test_minibatch_fit_finds_the_posterior_mean(conjugate_regression):
     """Batches of 20 of 100 rows: unbiased gradients, so the fitted mean is still the posterior
     mean, up to the optimiser's remaining noise (checked at a quarter of a posterior sd)."""
@@ -88,6 +91,7 @@ def test_minibatch_fit_finds_the_posterior_mean(conjugate_regression):
     assert np.all(np.abs(fit.q.mean - mean) < 0.25 * np.sqrt(np.diag(cov)))
 
 
+@pytest.mark.stan
 def test_full_rank_matches_nuts_on_logistic_regression():
     """A non-conjugate posterior (n = 300, 3 coefficients): the full-rank Gaussian's mean is
     within 0.1 posterior sd of NUTS's (whose own Monte Carlo error is about 0.02 sd)."""
@@ -104,6 +108,7 @@ def test_full_rank_matches_nuts_on_logistic_regression():
         assert np.all(np.abs(difference) < 0.1 * nuts_draws.std(axis=0)), (name, difference)
 
 
+@pytest.mark.stan
 def test_beta_and_gamma_vi_downweight_planted_outliers(glm_normal_standardized):
     """10% of outcomes shifted by 10 sd: KL-VI's coefficients follow them, beta- and gamma-VI's
     predictions on clean test data stay close (predictive RMSE of the posterior-mean fit)."""
@@ -123,6 +128,7 @@ def test_beta_and_gamma_vi_downweight_planted_outliers(glm_normal_standardized):
     assert beta < 1.2 and gamma < 1.2  # the noise sd is 1
 
 
+@pytest.mark.stan
 @pytest.mark.parametrize("kwargs,match", [
     ({"eta": 0.0}, r"^eta: must be positive"),
     ({"eta": -0.1}, r"^eta: "),
@@ -142,6 +148,7 @@ def test_bad_input(conjugate_regression, kwargs, match):
         model.variational(data, show_progress=False, **kwargs)
 
 
+@pytest.mark.stan
 @pytest.mark.skipif(ENGINE == "cmdstan", reason="checks the message on engines without Stan's own ADVI")
 @pytest.mark.parametrize("method", ["advi", "pathfinder", "laplace"])
 def test_stan_methods_need_cmdstan(conjugate_regression, method):
@@ -195,6 +202,7 @@ def test_stan_advi_on_cmdstan_is_centred_on_the_posterior():
     assert np.all(np.abs(means.mean(axis=0) - mean) < 4 * noise + 4 * sd / np.sqrt(2000 * len(means)))
 
 
+@pytest.mark.stan
 def test_influence_of_one_moved_outcome(glm_normal_standardized):
     """Moving y[0] out to 30 (about 10 sd away): under KL the fitted sigma^2 grows by about
     (30 - fit)^2 / n = 18 and the test log-likelihood falls by far more than 0.3; the beta fit
@@ -225,6 +233,7 @@ def test_influence_of_one_moved_outcome(glm_normal_standardized):
         rs.influence(fit, data, 0, values, test, divergence=rs.KL())
 
 
+@pytest.mark.stan
 def test_influence_from_a_model_fits_it_first(glm_normal_standardized):
     """Given a Model, influence first fits it with the same seed and options, so its table is
     the one from that fit, number for number."""
@@ -242,6 +251,7 @@ def test_influence_from_a_model_fits_it_first(glm_normal_standardized):
         rs.influence(fit, data, 3, [4.0], test, warm_start=fit.q)
 
 
+@pytest.mark.stan
 def test_influence_refits_the_unchanged_data_once_per_fit(glm_normal_standardized, monkeypatch):
     """Moving several points in turn (Table 5) needs one baseline refit, not one per point; the
     kept baseline gives the numbers a fresh one gives. Other test data get their own baseline."""

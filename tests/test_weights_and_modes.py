@@ -12,6 +12,8 @@ import robust_stan as rs
 
 from .conftest import ENGINE
 
+pytestmark = pytest.mark.stan  # every test here compiles or loads a Stan program
+
 DIVERGENCES = [rs.KL(), rs.BetaD(0.4), rs.GammaD(0.3), rs.GammaD(0.3, form="original")]
 DECOMPOSABLE = DIVERGENCES[:3]
 IDS = ["KL", "beta", "gamma", "gamma-original"]
