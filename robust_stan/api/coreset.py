@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..building.divergences import BetaD, Divergence, GammaD, as_divergence
+from ..building.divergences import Divergence, DivergenceCode, as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
 from ..methods.coresets.construction import METHODS, OPTIMIZERS, CoresetSettings, greedy_coreset, uniform_coreset
@@ -97,8 +97,7 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
     if optimizer not in OPTIMIZERS:
         raise RobustStanInputError(f"optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
     divergence = as_divergence(divergence)  # None: KL
-    if method == "beta_cores" and not (isinstance(divergence, BetaD) or
-                                       (isinstance(divergence, GammaD) and divergence.code == 2)):
+    if method == "beta_cores" and divergence.code not in (DivergenceCode.BETA, DivergenceCode.GAMMA):
         raise RobustStanInputError(f"divergence: beta_cores needs rs.BetaD(beta) or a decomposable rs.GammaD, "
                                    f"got {divergence!r} (for the log-likelihood gains use method='sparse_vi')")
     if method == "sparse_vi" and inner == "beta":

@@ -7,8 +7,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ..building.data import PreparedData, log_density_on_outcome_scale, outcome_values, to_original_scale, with_switches
-from ..building.divergences import Divergence
+from ..building.data import (Pointwise, PreparedData, log_density_on_outcome_scale, outcome_values, to_original_scale,
+                             with_switches)
+from ..building.divergences import Divergence, DivergenceCode
 from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
@@ -42,7 +43,7 @@ def outlier_scores(log_lik: np.ndarray, divergence, beta: float | None = None) -
     """Per observation: the posterior mean of p(y_i | theta)^beta (from ``log_lik``, (chains,
     draws, n)) over its median across observations; beta defaults to the divergence's own."""
     if beta is None:
-        if divergence is None or divergence.code == 0:  # None: a program fitted as written
+        if divergence is None or divergence.code == DivergenceCode.KL:  # None: a program fitted as written
             raise RobustStanInputError("beta: a KL fit has no beta of its own; pass outlier_scores(beta=...)")
         beta = divergence.param
     if not beta > 0:
@@ -165,7 +166,7 @@ class Fit:
         ``divergence`` (default: the fit's own), y_rep and, with ``y_score`` (families that have
         it), d/dy and d^2/dy^2 of log p. One engine call per chain; nothing is kept."""
         self._require_rows_here()
-        data = with_switches(self.stan_data, pointwise=2 if y_score else True, divergence=divergence)
+        data = with_switches(self.stan_data, pointwise=Pointwise.Y_SCORE if y_score else Pointwise.ON, divergence=divergence)
         parameters = parameter_columns(self.raw.variables, [f"{p.name}_copies" for p in self.model.spec.parameters])
         return self.model.compile().generated_quantities(data, parameters, self.settings.seed, self.raw.backend)
 

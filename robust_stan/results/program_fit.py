@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from ..building.data import Pointwise
 from ..building.robustify import WEIGHT_PARAMETERS
 from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
@@ -49,7 +50,7 @@ class ProgramFit:
             outcomes = self.model.outcomes
             if outcomes:
                 parameters = parameter_columns(self.raw.variables, self.parameter_names)
-                data = dict(self.stan_data, rs_pointwise=1)
+                data = dict(self.stan_data, rs_pointwise=int(Pointwise.ON))
                 computed = self.model.compile().generated_quantities(data, parameters, self.settings.seed,
                                                                      self.raw.backend)
                 self._pointwise = {kind: {y: computed[f"rs_{kind}_{y}"] for y in outcomes}

@@ -32,6 +32,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...building.data import slice_rows, with_switches
+from ...building.divergences import refuse_original_gamma
 from ...common.errors import RobustStanInputError, require_count, require_positive, require_seed
 from ...engines import RawDraws
 from ...gradients.oracles import constrained_draws, make_oracle
@@ -146,10 +147,9 @@ class VariationalTarget:
         self.dimension = self.full.dimension
         self.n = int(stan_data["N"]) if n_rows is None else int(n_rows)
         self.batch_size = batch_size
-        if batch_size is not None and stan_data["divergence"] == 3:
-            raise RobustStanInputError(
-                "batch_size: the original gamma form is not a sum over observations, so a minibatch gives no "
-                "unbiased estimate of it; run it full-batch (batch_size=None) or use rs.GammaD(gamma)")
+        if batch_size is not None:
+            refuse_original_gamma(stan_data["divergence"], "batch_size", "a minibatch gives no unbiased estimate "
+                                  "of it", "run it full-batch (batch_size=None) or use rs.GammaD(gamma)")
         if batch_size is not None and batch_size > self.n:
             raise RobustStanInputError(f"batch_size: at most the {self.n} rows, got {batch_size}")
         # With minibatches the ELBO is tracked on a fixed random subset of rows (weights
