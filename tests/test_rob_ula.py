@@ -132,6 +132,22 @@ def test_pointwise_quantities_come_on_demand_and_log_density_can_be_left_out(nor
     assert lean.diagnostics()["diverged_chains"] == 0
 
 
+def test_a_run_without_a_seed_records_none_and_a_seeded_run_repeats(normal_known_sigma):
+    """seed=None draws a fresh seed for the run and records None (the run cannot be repeated): two
+    such runs differ. A seeded run records its seed and repeats exactly."""
+    data = {"y": np.random.default_rng(4).normal(size=30)}
+    kwargs = dict(epsilon=0.1, step_size=1e-2, iters=20, warmup=0, chains=2, show_progress=False,
+                  init="random", metric="unit")
+    unseeded = [rs.rob_ula(normal_known_sigma, data, seed=None, **kwargs) for _ in range(2)]
+    assert [fit.settings.seed for fit in unseeded] == [None, None]
+    assert not np.array_equal(unseeded[0].draws("mu"), unseeded[1].draws("mu"))
+    seeded = [rs.rob_ula(normal_known_sigma, data, seed=4, **kwargs) for _ in range(2)]
+    assert [fit.settings.seed for fit in seeded] == [4, 4]
+    np.testing.assert_array_equal(seeded[0].draws("mu"), seeded[1].draws("mu"))
+    # a fit without a seed still draws its y_rep (Stan's generator gets a seed drawn for the fit)
+    assert np.all(np.isfinite(unseeded[0].draws("y_rep")))
+
+
 def test_clean_gradient_total_is_the_mean_times_one_minus_epsilon_n(normal_known_sigma):
     """(1 - epsilon) n times the plain mean is learning rate 1 - epsilon with total n: same chain."""
     y = np.random.default_rng(8).normal(size=30)

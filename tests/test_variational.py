@@ -123,6 +123,21 @@ def test_beta_and_gamma_vi_downweight_planted_outliers(glm_normal_standardized):
     assert beta < 1.2 and gamma < 1.2  # the noise sd is 1
 
 
+def test_a_run_without_a_seed_records_none_and_a_seeded_run_repeats(conjugate_regression):
+    """seed=None draws a fresh seed for the run and records None (the run cannot be repeated): two
+    such runs differ. A seeded run records its seed and repeats exactly."""
+    model, data, *_ = conjugate_regression
+    options = dict(iter=300, draws=50, show_progress=False)
+    unseeded = [model.variational(data, seed=None, **options) for _ in range(2)]
+    assert [fit.settings.seed for fit in unseeded] == [None, None]
+    assert not np.array_equal(unseeded[0].draws("b"), unseeded[1].draws("b"))
+    seeded = [model.variational(data, seed=5, **options) for _ in range(2)]
+    assert [fit.settings.seed for fit in seeded] == [5, 5]
+    np.testing.assert_array_equal(seeded[0].draws("b"), seeded[1].draws("b"))
+    # a fit without a seed still draws its y_rep (Stan's generator gets a seed drawn for the fit)
+    assert np.all(np.isfinite(unseeded[0].draws("y_rep")))
+
+
 @pytest.mark.parametrize("kwargs,match", [
     ({"eta": 0.0}, r"^eta: must be positive"),
     ({"eta": -0.1}, r"^eta: "),
@@ -179,6 +194,20 @@ def test_stan_methods_on_cmdstan_target_the_same_posterior(method):
     distinct = len(np.unique(b, axis=0))
     assert np.all(np.abs(b.mean(axis=0) - mean) < 4 * sd / np.sqrt(distinct))
     assert "posterior" in group_names(fit.to_arviz())
+
+
+@NEEDS_CMDSTAN
+def test_stan_methods_record_a_missing_seed_as_none():
+    """Stan's Pathfinder without a seed records None and two runs differ; with a seed it records
+    it and repeats exactly."""
+    model, data, _, _ = cmdstan_conjugate_regression()
+    options = dict(method="pathfinder", family="fullrank", draws=100, show_progress=False)
+    unseeded = [model.variational(data, seed=None, **options) for _ in range(2)]
+    assert [fit.settings.seed for fit in unseeded] == [None, None]
+    assert not np.array_equal(unseeded[0].draws("b"), unseeded[1].draws("b"))
+    seeded = [model.variational(data, seed=3, **options) for _ in range(2)]
+    assert [fit.settings.seed for fit in seeded] == [3, 3]
+    np.testing.assert_array_equal(seeded[0].draws("b"), seeded[1].draws("b"))
 
 
 @NEEDS_CMDSTAN

@@ -21,7 +21,6 @@ from .model import Model
 # Default priors, on the fitted (standardised) scale.
 _SCALE_PRIOR = "exponential(1)"
 _NU_PRIOR = "gamma(2, 0.1)"  # Juarez and Steel (2010)
-_STANDARDIZE = {"normal": "affine", "student_t": "affine", "exponential": "scale"}
 FLIP_RATE = "flip_rate"  # the mislabelling likelihood's parameter (glm's mislabel=True)
 
 
@@ -52,7 +51,7 @@ def _builtin_model(kind, fam, data, decls, defaults, priors, args, rescale, stan
         priors=_merge_priors(defaults, priors, [p.name for p in params]),
         args=args,
         title=title,
-        standardize=_STANDARDIZE.get(fam.name) if standardize else None,
+        standardize=fam.standardize if standardize else None,
         rescale=rescale if standardize else {},
         linear_predictor=linear_predictor,
         known=dict(known or {}),

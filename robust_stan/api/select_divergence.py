@@ -82,7 +82,7 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     family = model.spec.family
     if criterion == "hscore" and not family.y_score:
         reason = ("its outcome is discrete" if not family.continuous else
-                  "its outcome is a vector" if family.name == "multi_normal" else
+                  "its outcome is a vector" if family.multivariate else
                   "its density does not vanish at the edge of its support (y = 0), where the H-score's "
                   "integration by parts needs it to")
         raise RobustStanInputError(f"criterion: 'hscore' needs a continuous outcome on the whole real line "

@@ -177,12 +177,12 @@ def beta_loss_effective_sample_size(family, y: np.ndarray, beta: float, weights:
     observed frequencies (discrete families). None for multi_normal (no pilot here).
     """
     y = np.asarray(y)
-    if family.name == "multi_normal" or y.size == 0:
+    if family.multivariate or y.size == 0:
         return None
-    if family.name in ("normal", "student_t"):
+    if family.standardize == "affine":
         scale = robust_scale(y)
         log_p = -np.log(scale) - 0.5 * np.log(2 * np.pi) - 0.5 * ((y - np.median(y)) / scale) ** 2
-    elif family.name == "exponential":
+    elif family.standardize == "scale":
         rate = np.log(2.0) / (float(np.median(y)) or float(np.mean(y)) or 1.0)
         log_p = np.log(rate) - rate * y
     else:
@@ -234,7 +234,7 @@ def prepare_data(
         raise RobustStanInputError("data: missing the outcome 'y'")
     family = spec.family
     raw = {k: _as_array(k, v) for k, v in data.items()}
-    if family.name == "categorical" and "K" not in raw:
+    if family.class_labels and "K" not in raw:
         raw["K"] = np.asarray(int(np.max(raw["y"])) if raw["y"].size else 2)
         raw["K_inferred"] = True
     y = family.check_outcome(raw["y"], raw)
@@ -242,13 +242,7 @@ def prepare_data(
     n = len(y)
     if n == 0:
         raise RobustStanInputError("y: no observations (N = 0); the posterior would be the prior")
-    out: dict = {"N": n}
-    if family.name == "multi_normal":
-        out["D"] = y.shape[1]
-    if family.name == "categorical":
-        out["K"] = int(raw["K"])
-    if family.name == "binomial":
-        out["trials"] = raw["trials"].astype(np.int64)
+    out: dict = {"N": n, **family.extra_stan_data(y, raw)}
     if "X" in spec.data_names() and "X" not in raw:
         raise RobustStanInputError("data: missing the predictor matrix 'X'")
     for name in spec.data_names():

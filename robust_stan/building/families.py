@@ -67,6 +67,24 @@ class Family:
     # is replaced by one of the other classes with probability e; this is the Stan expression of
     # e's identification bound (empty: the family has no such likelihood)
     mislabel_bound: str = ""
+    # how the built-in models standardise the outcome (rs.glm/rs.location with standardize=True):
+    # "affine" (minus the median, over 1.4826 x MAD), "scale" (over the median) or None (as given);
+    # the beta loss's "data barely count" pilot fits the matching density (normal, exponential)
+    standardize: str | None = None
+    # the outcome is a class label 1..K, with K given as data or read from y as max(y)
+    class_labels: bool = False
+
+    @property
+    def multivariate(self) -> bool:
+        """True when each observation is a vector (multi_normal)."""
+        return self.y_library_type == "array[] vector"
+
+    def extra_stan_data(self, y: np.ndarray, data: dict) -> dict:
+        """The family's own program data (``extra_data``: binomial's trials, categorical's K,
+        multi_normal's D) from the checked outcome ``y`` and the user's ``data``."""
+        values = {"D": lambda: y.shape[1], "K": lambda: int(data["K"]),
+                  "trials": lambda: data["trials"].astype(np.int64)}
+        return {name: values[name]() for name in self.extra_data}
 
     # --- facts used by the library template -------------------------------
     @property
@@ -155,6 +173,7 @@ _register(
         continuous=True,
         y_score=True,
         native=True,
+        standardize="affine",
     )
 )
 _register(
@@ -171,6 +190,7 @@ _register(
         links=("identity",),
         continuous=True,
         y_score=True,
+        standardize="affine",
     )
 )
 _register(
@@ -242,6 +262,7 @@ _register(
         continuous=False,
         extra_data=("K",),
         mislabel_bound="(K - 1.0) / K",
+        class_labels=True,
     )
 )
 _register(
@@ -277,6 +298,7 @@ _register(
         default_link="log",
         links=("log",),
         continuous=True,
+        standardize="scale",
     )
 )
 

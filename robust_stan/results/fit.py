@@ -11,6 +11,7 @@ from ..building.data import (Pointwise, PreparedData, log_density_on_outcome_sca
                              with_switches)
 from ..building.divergences import Divergence, DivergenceCode
 from ..common.errors import RobustStanInputError, RobustStanWarning
+from ..common.seeds import fresh_seed
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data, scalar_diagnostics
@@ -57,6 +58,16 @@ def sample_stats_dataset(sampler: dict[str, np.ndarray], attrs: dict):
     """The sampler statistics as ArviZ's sample_stats group, with ArviZ's names."""
     return draws_dataset({_SAMPLE_STATS.get(k, k): (v.astype(bool) if k == "divergent__" else v)
                           for k, v in sampler.items()}, attrs=attrs)
+
+
+def quantities_seed(fit) -> int:
+    """Stan's RNG seed for a fit's generated quantities (y_rep): the run's own seed, or for a run
+    given none (``settings.seed`` None) one drawn the first time it is needed and kept with the fit."""
+    if fit.settings.seed is not None:
+        return fit.settings.seed
+    if getattr(fit, "_drawn_seed", None) is None:
+        fit._drawn_seed = fresh_seed()
+    return fit._drawn_seed
 
 
 def nuts_diagnostics(sampler: dict[str, np.ndarray], settings) -> dict:
@@ -168,7 +179,7 @@ class Fit:
         self._require_rows_here()
         data = with_switches(self.stan_data, pointwise=Pointwise.Y_SCORE if y_score else Pointwise.ON, divergence=divergence)
         parameters = parameter_columns(self.raw.variables, [f"{p.name}_copies" for p in self.model.spec.parameters])
-        return self.model.compile().generated_quantities(data, parameters, self.settings.seed, self.raw.backend)
+        return self.model.compile().generated_quantities(data, parameters, quantities_seed(self), self.raw.backend)
 
     @property
     def log_lik(self) -> np.ndarray:
