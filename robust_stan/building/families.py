@@ -73,6 +73,12 @@ class Family:
     standardize: str | None = None
     # the outcome is a class label 1..K, with K given as data or read from y as max(y)
     class_labels: bool = False
+    # the built-in models' parameters (rs.glm, rs.location): a location mu and a scale sigma (with the
+    # prior SCALE_PRIOR), plus these shape parameters (name, declaration, default prior), shared by all rows
+    location_scale: bool = False
+    shape_parameters: tuple[tuple[str, str, str], ...] = ()
+    # the default prior of rs.location's intercept alpha on the family's linear-predictor scale
+    intercept_prior: str = "normal(0, 2.5)"
 
     @property
     def multivariate(self) -> bool:
@@ -147,6 +153,12 @@ class Family:
         return _OUTCOME_CHECKS[self.name](y, data)
 
 
+#: The built-in models' default prior of a scale (sigma, tau), on the fitted scale.
+SCALE_PRIOR = "exponential(1)"
+#: student_t's degrees of freedom: declaration and default prior (Juarez and Steel 2010).
+NU_PARAMETER = ("nu", "real<lower=1> nu", "gamma(2, 0.1)")
+
+
 def _real_vector(name: str, broadcast: str = "rep_vector({name}, size(y))") -> FamilyArg:
     return FamilyArg(name, "real", "vector", broadcast, "vector[N] {name}")
 
@@ -174,6 +186,7 @@ _register(
         y_score=True,
         native=True,
         standardize="affine",
+        location_scale=True,
     )
 )
 _register(
@@ -191,6 +204,8 @@ _register(
         continuous=True,
         y_score=True,
         standardize="affine",
+        location_scale=True,
+        shape_parameters=(NU_PARAMETER,),
     )
 )
 _register(
@@ -244,6 +259,7 @@ _register(
         continuous=False,
         integral_table=True,
         native=True,
+        intercept_prior="normal(0, 5)",
     )
 )
 _register(
