@@ -11,7 +11,7 @@ from robust_stan.results.arviz_output import group_names
 from robust_stan.building.data import slice_rows
 from robust_stan.engines.cmdstan_engine import cmdstan_available
 
-from .conftest import ENGINE, regression_data
+from .conftest import ENGINE, check_seed_is_recorded_truly, regression_data
 
 
 @pytest.fixture(scope="module")
@@ -127,15 +127,10 @@ def test_a_run_without_a_seed_records_none_and_a_seeded_run_repeats(conjugate_re
     """seed=None draws a fresh seed for the run and records None (the run cannot be repeated): two
     such runs differ. A seeded run records its seed and repeats exactly."""
     model, data, *_ = conjugate_regression
-    options = dict(iter=300, draws=50, show_progress=False)
-    unseeded = [model.variational(data, seed=None, **options) for _ in range(2)]
-    assert [fit.settings.seed for fit in unseeded] == [None, None]
-    assert not np.array_equal(unseeded[0].draws("b"), unseeded[1].draws("b"))
-    seeded = [model.variational(data, seed=5, **options) for _ in range(2)]
-    assert [fit.settings.seed for fit in seeded] == [5, 5]
-    np.testing.assert_array_equal(seeded[0].draws("b"), seeded[1].draws("b"))
+    unseeded = check_seed_is_recorded_truly(
+        lambda seed: model.variational(data, iter=300, draws=50, seed=seed, show_progress=False), "b")
     # a fit without a seed still draws its y_rep (Stan's generator gets a seed drawn for the fit)
-    assert np.all(np.isfinite(unseeded[0].draws("y_rep")))
+    assert np.all(np.isfinite(unseeded.draws("y_rep")))
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -201,13 +196,8 @@ def test_stan_methods_record_a_missing_seed_as_none():
     """Stan's Pathfinder without a seed records None and two runs differ; with a seed it records
     it and repeats exactly."""
     model, data, _, _ = cmdstan_conjugate_regression()
-    options = dict(method="pathfinder", family="fullrank", draws=100, show_progress=False)
-    unseeded = [model.variational(data, seed=None, **options) for _ in range(2)]
-    assert [fit.settings.seed for fit in unseeded] == [None, None]
-    assert not np.array_equal(unseeded[0].draws("b"), unseeded[1].draws("b"))
-    seeded = [model.variational(data, seed=3, **options) for _ in range(2)]
-    assert [fit.settings.seed for fit in seeded] == [3, 3]
-    np.testing.assert_array_equal(seeded[0].draws("b"), seeded[1].draws("b"))
+    check_seed_is_recorded_truly(lambda seed: model.variational(data, method="pathfinder", family="fullrank",
+                                                                draws=100, seed=seed, show_progress=False), "b")
 
 
 @NEEDS_CMDSTAN
