@@ -85,7 +85,7 @@ def run_stan_method(program: RobustProgram, method: str, stan_data: dict, family
     draws : int
         Approximate draws to return.
     seed : int or None
-        CmdStan's seed.
+        CmdStan's seed; None draws one from the operating system's entropy and records None.
     show_progress : bool
         Progress output of the compile.
     init : dict or None
