@@ -165,7 +165,7 @@ def test_loo_refuses_what_it_cannot_give(glm_normal_standardized, contaminated):
     short = dict(chains=1, iter_warmup=200, iter_sampling=100, show_progress=False)
     original = glm_normal_standardized.sample(contaminated, divergence=rs.GammaD(0.3, form="original"),
                                               seed=1, **short)
-    with pytest.raises(rs.RobustStanInputError, match="not a sum over rows"):
+    with pytest.raises(rs.RobustStanInputError, match="not a sum over observations"):
         original.loo()
     approximate = glm_normal_standardized.variational(contaminated, divergence=rs.BetaD(0.3), draws=100, seed=1,
                                                       show_progress=False)

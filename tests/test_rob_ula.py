@@ -14,7 +14,7 @@ import pytest
 import robust_stan as rs
 from robust_stan.results.arviz_output import group_names
 
-from .conftest import ENGINE
+from .conftest import ENGINE, check_seed_is_recorded_truly
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +135,19 @@ def test_pointwise_quantities_come_on_demand_and_log_density_can_be_left_out(nor
     assert "lp" not in lean.to_arviz().sample_stats
     np.testing.assert_array_equal(lean.draws("log_lik"), full.draws("log_lik"))
     assert lean.diagnostics()["diverged_chains"] == 0
+
+
+@pytest.mark.stan
+def test_a_run_without_a_seed_records_none_and_a_seeded_run_repeats(normal_known_sigma):
+    """seed=None draws a fresh seed for the run and records None (the run cannot be repeated): two
+    such runs differ. A seeded run records its seed and repeats exactly."""
+    data = {"y": np.random.default_rng(4).normal(size=30)}
+    kwargs = dict(epsilon=0.1, step_size=1e-2, iters=20, warmup=0, chains=2, show_progress=False,
+                  init="random", metric="unit")
+    unseeded = check_seed_is_recorded_truly(
+        lambda seed: rs.rob_ula(normal_known_sigma, data, seed=seed, **kwargs), "mu")
+    # a fit without a seed still draws its y_rep (Stan's generator gets a seed drawn for the fit)
+    assert np.all(np.isfinite(unseeded.draws("y_rep")))
 
 
 @pytest.mark.stan

@@ -11,7 +11,7 @@ from robust_stan.results.arviz_output import group_names
 from robust_stan.building.data import slice_rows
 from robust_stan.engines.cmdstan_engine import cmdstan_available
 
-from .conftest import ENGINE, regression_data
+from .conftest import ENGINE, check_seed_is_recorded_truly, regression_data
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +129,17 @@ def test_beta_and_gamma_vi_downweight_planted_outliers(glm_normal_standardized):
 
 
 @pytest.mark.stan
+def test_a_run_without_a_seed_records_none_and_a_seeded_run_repeats(conjugate_regression):
+    """seed=None draws a fresh seed for the run and records None (the run cannot be repeated): two
+    such runs differ. A seeded run records its seed and repeats exactly."""
+    model, data, *_ = conjugate_regression
+    unseeded = check_seed_is_recorded_truly(
+        lambda seed: model.variational(data, iter=300, draws=50, seed=seed, show_progress=False), "b")
+    # a fit without a seed still draws its y_rep (Stan's generator gets a seed drawn for the fit)
+    assert np.all(np.isfinite(unseeded.draws("y_rep")))
+
+
+@pytest.mark.stan
 @pytest.mark.parametrize("kwargs,match", [
     ({"eta": 0.0}, r"^eta: must be positive"),
     ({"eta": -0.1}, r"^eta: "),
@@ -186,6 +197,15 @@ def test_stan_methods_on_cmdstan_target_the_same_posterior(method):
     distinct = len(np.unique(b, axis=0))
     assert np.all(np.abs(b.mean(axis=0) - mean) < 4 * sd / np.sqrt(distinct))
     assert "posterior" in group_names(fit.to_arviz())
+
+
+@NEEDS_CMDSTAN
+def test_stan_methods_record_a_missing_seed_as_none():
+    """Stan's Pathfinder without a seed records None and two runs differ; with a seed it records
+    it and repeats exactly."""
+    model, data, _, _ = cmdstan_conjugate_regression()
+    check_seed_is_recorded_truly(lambda seed: model.variational(data, method="pathfinder", family="fullrank",
+                                                                draws=100, seed=seed, show_progress=False), "b")
 
 
 @NEEDS_CMDSTAN

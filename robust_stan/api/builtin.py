@@ -13,15 +13,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from ..building.families import FAMILIES, get_family
+from ..building.families import FAMILIES, SCALE_PRIOR, get_family
 from ..building.spec import Argument, LinearPredictor, ModelSpec, ParameterDeclaration, split_statements
 from ..common.errors import RobustStanInputError
 from .model import Model
 
-# Default priors, on the fitted (standardised) scale.
-_SCALE_PRIOR = "exponential(1)"
-_NU_PRIOR = "gamma(2, 0.1)"  # Juarez and Steel (2010)
-_STANDARDIZE = {"normal": "affine", "student_t": "affine", "exponential": "scale"}
 FLIP_RATE = "flip_rate"  # the mislabelling likelihood's parameter (glm's mislabel=True)
 
 
@@ -52,7 +48,7 @@ def _builtin_model(kind, fam, data, decls, defaults, priors, args, rescale, stan
         priors=_merge_priors(defaults, priors, [p.name for p in params]),
         args=args,
         title=title,
-        standardize=_STANDARDIZE.get(fam.name) if standardize else None,
+        standardize=fam.standardize if standardize else None,
         rescale=rescale if standardize else {},
         linear_predictor=linear_predictor,
         known=dict(known or {}),
@@ -97,37 +93,31 @@ def location(
     data_lines: list[str] = []
     transformed_data = ""
     rescale: dict[str, str] = {}
-    if fam.name in ("normal", "student_t"):
+    if fam.location_scale:  # normal, student_t
         decls, defaults = ["real mu"], {"mu": "normal(0, 10)"}
         args = {"mu": Argument("mu", "mu")}
         rescale["mu"] = "location"
-        for name, decl, prior in (("sigma", "real<lower=0> sigma", _SCALE_PRIOR), ("nu", "real<lower=1> nu", _NU_PRIOR)):
-            if name == "nu" and fam.name != "student_t":
-                continue
+        fixable = [("sigma", "real<lower=0> sigma", SCALE_PRIOR), *fam.shape_parameters]
+        for name, decl, prior in fixable:
             if name in known:
-                data_lines.append(f"real<lower={0 if name == 'sigma' else 1}> {name}")
+                data_lines.append(decl)  # a known value is data with the parameter's bounds
             else:
                 decls.append(decl)
                 defaults[name] = prior
             args[name] = Argument(name, name)
         if "sigma" not in known:
             rescale["sigma"] = "scale"
-        unknown_known = sorted(set(known) - {"sigma", "nu"} - ({"nu"} if fam.name == "student_t" else set()))
-        if unknown_known or (fam.name == "normal" and "nu" in known):
-            raise RobustStanInputError(f"known: the {fam.name} location model can fix only sigma"
-                                       + (" and nu" if fam.name == "student_t" else ""))
-    elif fam.name in ("bernoulli", "binomial", "poisson"):
-        decls = ["real alpha"]
-        defaults = {"alpha": "normal(0, 5)" if fam.name == "poisson" else "normal(0, 2.5)"}
-        args = {"eta": Argument("eta", "alpha")}
-    elif fam.name == "categorical":
-        decls, defaults = ["vector[K - 1] alpha"], {"alpha": "normal(0, 2.5)"}
+        if set(known) - {name for name, _, _ in fixable}:
+            raise RobustStanInputError(f"known: the {fam.name} location model can fix only "
+                                       + " and ".join(name for name, _, _ in fixable))
+    elif fam.class_labels:  # categorical
+        decls, defaults = ["vector[K - 1] alpha"], {"alpha": fam.intercept_prior}
         args = {"eta": Argument("eta", "append_col(0, alpha')")}
-    elif fam.name == "multi_normal":
+    elif fam.multivariate:  # multi_normal
         decls, defaults = ["vector[D] mu"], {"mu": "normal(0, 10)"}
         if covariance == "estimated":
             decls += ["vector<lower=0>[D] tau", "cholesky_factor_corr[D] L_Omega"]
-            defaults.update(tau=_SCALE_PRIOR, L_Omega="lkj_corr_cholesky(2)")
+            defaults.update(tau=SCALE_PRIOR, L_Omega="lkj_corr_cholesky(2)")
             args = {"mu": Argument("mu", "mu"), "L": Argument("L", "diag_pre_multiply(tau, L_Omega)")}
         elif covariance == "known":
             data_lines.append("cov_matrix[D] Sigma")
@@ -135,11 +125,15 @@ def location(
             args = {"mu": Argument("mu", "mu"), "L": Argument("L", "L_Sigma")}
         else:
             raise RobustStanInputError(f"covariance: must be 'estimated' or 'known', got {covariance!r}")
-    else:  # exponential
+    elif fam.standardize == "scale":  # exponential: a positive rate, which moves inversely with y's scale
         decls, defaults = ["real<lower=0> rate"], {"rate": "lognormal(0, 2.5)"}
         args = {"rate": Argument("rate", "rate")}
         rescale["rate"] = "inverse_scale"
-    if known and fam.name not in ("normal", "student_t"):
+    else:  # bernoulli, binomial, poisson: one linear-predictor argument eta
+        decls = ["real alpha"]
+        defaults = {"alpha": fam.intercept_prior}
+        args = {"eta": Argument("eta", "alpha")}
+    if known and not fam.location_scale:
         raise RobustStanInputError(f"known: the {fam.name} location model has no fixable parameters")
     return _builtin_model("location", fam, "; ".join(data_lines), decls, defaults, priors, args, rescale,
                           standardize, engine, f"robust-stan location model, family {fam.name}", transformed_data,
@@ -230,7 +224,7 @@ def glm(
     rescale: dict[str, str] = {}
     b_prior = "normal(0, prior_scale_b)"
     linear_predictor = None
-    if fam.name == "categorical":
+    if fam.class_labels:  # categorical
         decls = ["vector[K - 1] alpha", "matrix[P, K - 1] B"]
         defaults = {"alpha": "normal(0, 2.5)", "B": "for (k in 1:(K - 1)) B[:, k] ~ normal(0, prior_scale_b)"}
         args = {
@@ -240,12 +234,12 @@ def glm(
                 "append_col(rep_vector(0, N), rep_matrix(alpha', N) + X * B)",
             )
         }
-    elif fam.name == "multi_normal":
+    elif fam.multivariate:  # multi_normal
         decls = ["vector[D] alpha", "matrix[P, D] B", "vector<lower=0>[D] tau", "cholesky_factor_corr[D] L_Omega"]
         defaults = {
             "alpha": "normal(0, 2.5)",
             "B": "for (d in 1:D) B[:, d] ~ normal(0, prior_scale_b)",
-            "tau": _SCALE_PRIOR,
+            "tau": SCALE_PRIOR,
             "L_Omega": "lkj_corr_cholesky(2)",
         }
         args = {
@@ -256,18 +250,18 @@ def glm(
         decls = ["real alpha", "vector[P] b"]
         defaults = {"alpha": "normal(0, 2.5)", "b": b_prior}
         linear, linear_vec = "alpha + X[n] * b", "alpha + X * b"
-        if fam.name in ("normal", "student_t"):
+        if fam.location_scale:  # normal, student_t
             decls.append("real<lower=0> sigma")
-            defaults["sigma"] = _SCALE_PRIOR
+            defaults["sigma"] = SCALE_PRIOR
             args = {"mu": Argument("mu", linear, linear_vec), "sigma": Argument("sigma", "sigma")}
             rescale.update(alpha="location", b="scale", sigma="scale")
-            # student_t's nu cannot vary by row in the library, so it has no mode 3
-            linear_predictor = LinearPredictor("mu") if fam.name == "normal" else None
-            if fam.name == "student_t":
-                decls.append("real<lower=1> nu")
-                defaults["nu"] = _NU_PRIOR
-                args["nu"] = Argument("nu", "nu")
-        elif fam.name == "exponential":
+            # a shape parameter (student_t's nu) cannot vary by row in the library, so no mode 3
+            linear_predictor = None if fam.shape_parameters else LinearPredictor("mu")
+            for name, decl, prior in fam.shape_parameters:
+                decls.append(decl)
+                defaults[name] = prior
+                args[name] = Argument(name, name)
+        elif fam.standardize == "scale":  # exponential: the mean is exp(alpha + x'b), the rate its inverse
             args = {"rate": Argument("rate", f"exp(-({linear}))", f"exp(-({linear_vec}))")}
             rescale.update(alpha="log_scale")
             linear_predictor = LinearPredictor("rate", "exp(-({eta}))")

@@ -6,9 +6,10 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..building.divergences import BetaD, Divergence, GammaD, as_divergence
+from ..building.divergences import Divergence, DivergenceCode, as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
-from ..common.errors import RobustStanInputError, require_count, require_positive, require_seed
+from ..common.errors import RobustStanInputError, require_count, require_positive
+from ..common.seeds import seed_to_use
 from ..methods.coresets.construction import METHODS, OPTIMIZERS, CoresetSettings, greedy_coreset, uniform_coreset
 from ..building.data import PreparedData
 from ..common.cluster import Cluster
@@ -97,8 +98,7 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
     if optimizer not in OPTIMIZERS:
         raise RobustStanInputError(f"optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
     divergence = as_divergence(divergence)  # None: KL
-    if method == "beta_cores" and not (isinstance(divergence, BetaD) or
-                                       (isinstance(divergence, GammaD) and divergence.code == 2)):
+    if method == "beta_cores" and divergence.code not in (DivergenceCode.BETA, DivergenceCode.GAMMA):
         raise RobustStanInputError(f"divergence: beta_cores needs rs.BetaD(beta) or a decomposable rs.GammaD, "
                                    f"got {divergence!r} (for the log-likelihood gains use method='sparse_vi')")
     if method == "sparse_vi" and inner == "beta":
@@ -108,7 +108,7 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
         size=size, draws=require_count("draws", draws, 2), iters_per_point=require_count("iters_per_point", iters_per_point, 0),
         select_batch=require_count("select_batch", select_batch), opt_batch=require_count("opt_batch", opt_batch),
         step_size=require_positive("step_size", step_size), optimizer=optimizer,
-        seed=_seed(seed), show_progress=bool(show_progress))
+        seed=seed_to_use(seed), show_progress=bool(show_progress))
     if is_partitioned(data):
         return _partitioned_coreset(model, data, method, divergence, inner, sampler, settings, learning_rate,
                                     groups, start, refresh, cluster)
@@ -180,11 +180,6 @@ def _prepared(model, data: Mapping, divergence: Divergence, learning_rate: float
     if isinstance(model, StanProgramModel):
         return PreparedData(data, model.stan_data(data, divergence, learning_rate), None, divergence)
     return model.prepare(data, divergence, learning_rate)
-
-
-def _seed(seed) -> int:
-    seed = require_seed(seed)
-    return int(np.random.default_rng().integers(0, 2**31 - 1)) if seed is None else seed
 
 
 def _checked_start(start, labels, n_units: int, size: int, method: str, refresh) -> np.ndarray:

@@ -165,7 +165,7 @@ def _refuse_data_dependent_settings(model: Model, data: Mapping) -> None:
     if "prior_scale_b" in spec.data_names() and "prior_scale_b" not in data:
         raise RobustStanInputError("data: give 'prior_scale_b' (the default, 2.5 / sd of each column of X, "
                                    "comes from the data and would not be private)")
-    if spec.family.name == "categorical" and "K" not in data:
+    if spec.family.class_labels and "K" not in data:
         raise RobustStanInputError("data: give 'K' (the number of categories; read from y it would not be private)")
 
 

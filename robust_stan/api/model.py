@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..building.data import PreparedData, prepare_data
-from ..building.divergences import Divergence, as_divergence
+from ..building.divergences import Divergence, as_divergence, refuse_original_gamma
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError, RobustStanWarning
@@ -213,9 +213,8 @@ class Model(RobustProgram):
             raise RobustStanInputError("weights: not with rows held in partitions (give each partition's rows "
                                        "their weights by repeating or leaving out rows)")
         divergence = as_divergence(divergence)
-        if divergence.code == 3:
-            raise RobustStanInputError("divergence: the original gamma form is not a sum over observations, so the "
-                                       "partitions' terms do not add up to it; use rs.GammaD(gamma) or rows in memory")
+        refuse_original_gamma(divergence, "divergence", "the partitions' terms do not add up to it",
+                              "use rs.GammaD(gamma) or rows in memory")
         prepared, placed, make_target = partitioned_variational_target(self, data, divergence, learning_rate, cluster)
         try:
             start = None if init is None else self.unconstrain_init(init, prepared.stan_data, prepared.scaling)

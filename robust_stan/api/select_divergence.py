@@ -8,7 +8,7 @@ from functools import partial
 import numpy as np
 
 from ..building.data import with_switches
-from ..building.divergences import KL, BetaD, Divergence, GammaD
+from ..building.divergences import KL, BetaD, Divergence, DivergenceCode, GammaD, refuse_original_gamma
 from ..common.cluster import Cluster, run_tasks
 from ..common.errors import RobustStanInputError
 from ..gradients.oracles import unconstrained_draws
@@ -82,7 +82,7 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     family = model.spec.family
     if criterion == "hscore" and not family.y_score:
         reason = ("its outcome is discrete" if not family.continuous else
-                  "its outcome is a vector" if family.name == "multi_normal" else
+                  "its outcome is a vector" if family.multivariate else
                   "its density does not vanish at the edge of its support (y = 0), where the H-score's "
                   "integration by parts needs it to")
         raise RobustStanInputError(f"criterion: 'hscore' needs a continuous outcome on the whole real line "
@@ -209,9 +209,8 @@ def _grid(grid) -> list[Divergence]:
     out = []
     for value in values:
         if isinstance(value, Divergence):
-            if value.code == 3:
-                raise RobustStanInputError("grid: the original gamma form is not a sum over rows and has no H-score "
-                                           "per row; use rs.GammaD(gamma) (decomposable) or rs.BetaD")
+            refuse_original_gamma(value, "grid", "it has no H-score per row",
+                                  "use rs.GammaD(gamma) (decomposable) or rs.BetaD")
             out.append(value)
         elif isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
                 and np.isfinite(value) and value > 0:
@@ -221,7 +220,7 @@ def _grid(grid) -> list[Divergence]:
     kinds = {type(d) for d in out} - {KL}
     if len(kinds) > 1:
         raise RobustStanInputError("grid: mixes beta and gamma divergences; choose one kind (KL may join either)")
-    if kinds == {GammaD} and not all(d.code == 2 for d in out if isinstance(d, GammaD)):
+    if kinds == {GammaD} and not all(d.code == DivergenceCode.GAMMA for d in out if isinstance(d, GammaD)):
         raise RobustStanInputError("grid: gamma divergences must be the decomposable form")
     out.sort(key=grid_value)
     if len({grid_value(d) for d in out}) != len(out):

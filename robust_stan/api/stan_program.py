@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..building.data import check_learning_rate, check_weights
-from ..building.divergences import Divergence, as_divergence
+from ..building.data import Pointwise, check_learning_rate, check_weights
+from ..building.divergences import Divergence, DivergenceCode, as_divergence, refuse_original_gamma
 from ..building.families import FAMILIES
 from ..building.robustify import (SWITCHES, WEIGHT_PARAMETERS, Likelihood, RobustifyError, likelihood_outcomes,
                                   robustify_program)
@@ -104,13 +104,13 @@ class StanProgramModel(ProgramOnEngine):
         out = {name: _as_stan_value(name, data[name]) for name in self.data_names}
         divergence = as_divergence(divergence)
         if not self.robustified:
-            if divergence.code != 0 or learning_rate != 1.0 or weights is not None:
+            if divergence.code != DivergenceCode.KL or learning_rate != 1.0 or weights is not None:
                 raise RobustStanInputError("divergence, learning_rate, weights: this program is used as written "
                                            "(rs.from_stan); make its likelihood robust with rs.robustify")
             return out
         switches = divergence.stan_data()
         out.update(rs_divergence=switches["divergence"], rs_divergence_param=switches["divergence_param"],
-                   rs_learning_rate=check_learning_rate(learning_rate), rs_pointwise=0, rs_weights_are_parameters=0)
+                   rs_learning_rate=check_learning_rate(learning_rate), rs_pointwise=int(Pointwise.OFF), rs_weights_are_parameters=0)
         out.update(self._weights(out, weights))
         return out
 
@@ -174,9 +174,7 @@ class StanProgramModel(ProgramOnEngine):
         self._require_one_outcome("per_example_gradients")
         if method not in ("auto", "mixed", "difference"):
             raise RobustStanInputError(f"method: must be 'auto', 'mixed' or 'difference', got {method!r}")
-        if as_divergence(divergence).code == 3:
-            raise RobustStanInputError("divergence: the original gamma form is not a sum over observations, so it "
-                                       "has no per-example gradients; use rs.GammaD(gamma) (decomposable), beta or KL")
+        refuse_original_gamma(as_divergence(divergence), "divergence", "it has no per-example gradients")
         stan_data = self.stan_data(data, divergence)
         theta = self.check_theta(stan_data, theta_unconstrained)
         if method == "mixed" or (method == "auto" and second_order_available()):

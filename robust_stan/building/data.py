@@ -9,15 +9,37 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import IntEnum
 
 import numpy as np
 
 from ..common.errors import RobustStanInputError, RobustStanWarning, require_positive
-from .divergences import KL, Divergence
+from .divergences import KL, Divergence, DivergenceCode, refuse_original_gamma
 from .families import STAN_INT_MAX
 from .spec import LINEAR_PREDICTOR_MODELS, ModelSpec
 
-MODES = {"posterior": 0, "per_example": 1, "prior": 2, "per_example_linear_predictor": 3}
+
+
+class Mode(IntEnum):
+    """The generated program's ``mode`` switch: what its model block computes."""
+
+    POSTERIOR = 0  # prior plus the (robust) likelihood
+    PER_EXAMPLE = 1  # one copy of the parameters per batch row, each row's loss on its own copy
+    PRIOR = 2  # the prior alone
+    PER_EXAMPLE_LINEAR_PREDICTOR = 3  # per-example, copying the intercept (the row's eta) but not the coefficients
+
+
+class Pointwise(IntEnum):
+    """The generated program's ``pointwise`` switch (``rs_pointwise`` in a robustified program,
+    which has OFF and ON only): which per-observation generated quantities it fills."""
+
+    OFF = 0
+    ON = 1  # log_lik, robust_loss and y_rep
+    Y_SCORE = 2  # also d/dy and d^2/dy^2 of log p, where the family has them
+
+
+#: The mode names the code uses (``mode="per_example"``), by code.
+MODES = {mode.name.lower(): mode for mode in Mode}
 
 
 @dataclass(frozen=True)
@@ -55,10 +77,11 @@ def outcome_values(data: Mapping) -> np.ndarray:
 
 
 def mode_code(mode: str) -> int:
-    """The program's code for a mode name, or an error naming ``mode``."""
+    """The program's code for a mode name (a :class:`Mode` as a plain int, as Stan data), or an
+    error naming ``mode``."""
     if mode not in MODES:
         raise RobustStanInputError(f"mode: must be one of {list(MODES)}, got {mode!r}")
-    return MODES[mode]
+    return int(MODES[mode])
 
 
 def log_density_on_outcome_scale(spec: ModelSpec, log_lik, scaling: Scaling):
@@ -154,12 +177,12 @@ def beta_loss_effective_sample_size(family, y: np.ndarray, beta: float, weights:
     observed frequencies (discrete families). None for multi_normal (no pilot here).
     """
     y = np.asarray(y)
-    if family.name == "multi_normal" or y.size == 0:
+    if family.multivariate or y.size == 0:
         return None
-    if family.name in ("normal", "student_t"):
+    if family.standardize == "affine":
         scale = robust_scale(y)
         log_p = -np.log(scale) - 0.5 * np.log(2 * np.pi) - 0.5 * ((y - np.median(y)) / scale) ** 2
-    elif family.name == "exponential":
+    elif family.standardize == "scale":
         rate = np.log(2.0) / (float(np.median(y)) or float(np.mean(y)) or 1.0)
         log_p = np.log(rate) - rate * y
     else:
@@ -170,7 +193,7 @@ def beta_loss_effective_sample_size(family, y: np.ndarray, beta: float, weights:
 
 def warn_if_the_data_barely_count(family, y_fitted: np.ndarray, stan_data: dict, divergence: Divergence) -> None:
     """A RobustStanWarning when a beta loss leaves the data less than one observation's worth."""
-    if divergence.code != 1:
+    if divergence.code != DivergenceCode.BETA:
         return
     ess = beta_loss_effective_sample_size(family, y_fitted, divergence.param, stan_data["weights"],
                                           stan_data["learning_rate"])
@@ -211,7 +234,7 @@ def prepare_data(
         raise RobustStanInputError("data: missing the outcome 'y'")
     family = spec.family
     raw = {k: _as_array(k, v) for k, v in data.items()}
-    if family.name == "categorical" and "K" not in raw:
+    if family.class_labels and "K" not in raw:
         raw["K"] = np.asarray(int(np.max(raw["y"])) if raw["y"].size else 2)
         raw["K_inferred"] = True
     y = family.check_outcome(raw["y"], raw)
@@ -219,13 +242,7 @@ def prepare_data(
     n = len(y)
     if n == 0:
         raise RobustStanInputError("y: no observations (N = 0); the posterior would be the prior")
-    out: dict = {"N": n}
-    if family.name == "multi_normal":
-        out["D"] = y.shape[1]
-    if family.name == "categorical":
-        out["K"] = int(raw["K"])
-    if family.name == "binomial":
-        out["trials"] = raw["trials"].astype(np.int64)
+    out: dict = {"N": n, **family.extra_stan_data(y, raw)}
     if "X" in spec.data_names() and "X" not in raw:
         raise RobustStanInputError("data: missing the predictor matrix 'X'")
     for name in spec.data_names():
@@ -281,11 +298,8 @@ def prepare_data(
     out["mode"] = mode_code(mode)
     if mode == "per_example_linear_predictor" and spec.linear_predictor is None:
         raise RobustStanInputError(f"mode: 'per_example_linear_predictor' needs {LINEAR_PREDICTOR_MODELS}")
-    if mode.startswith("per_example") and div.code == 3:
-        raise RobustStanInputError(
-            "divergence: the original gamma form is not a sum over observations, so it has no per-example "
-            "gradients; use rs.GammaD(gamma) (decomposable), rs.BetaD or rs.KL()"
-        )
+    if mode.startswith("per_example"):
+        refuse_original_gamma(div, "divergence", "it has no per-example gradients")
     rows = np.arange(n) if batch is None else np.asarray(batch)
     if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer):
         raise RobustStanInputError("batch: must be a 1-D array of row indices (0-based)")
@@ -293,12 +307,12 @@ def prepare_data(
         raise RobustStanInputError(f"batch: row indices must lie in 0..{n - 1}")
     out["n_batch"] = int(rows.size)
     out["batch"] = (rows + 1).astype(np.int64)
-    out["pointwise"] = 1  # the program's per-observation generated quantities (NUTS turns them off)
+    out["pointwise"] = int(Pointwise.ON)  # the program's per-observation generated quantities (NUTS turns them off)
     return out, scaling
 
 
 def with_switches(stan_data: dict, *, mode: str | None = None, learning_rate: float | None = None,
-                  weights=None, pointwise: bool | None = None, divergence: Divergence | None = None) -> dict:
+                  weights=None, pointwise: bool | Pointwise | None = None, divergence: Divergence | None = None) -> dict:
     """A copy of prepared Stan data with another ``mode``, ``learning_rate``, ``weights`` (checked),
     ``pointwise`` (whether the generated quantities include log_lik, robust_loss and y_rep) or
     ``divergence`` (a checked :class:`Divergence`): the variants a method needs (the prior alone,
@@ -307,8 +321,9 @@ def with_switches(stan_data: dict, *, mode: str | None = None, learning_rate: fl
     out = dict(stan_data)
     if divergence is not None:
         out.update(divergence.stan_data())
-    if pointwise is not None:  # False / True, or 2: also the y-derivatives (y_score) where the family has them
-        out["pointwise"] = 2 if pointwise == 2 and not isinstance(pointwise, bool) else int(bool(pointwise))
+    if pointwise is not None:  # False / True, or Pointwise.Y_SCORE: also the y-derivatives where the family has them
+        y_score = pointwise == Pointwise.Y_SCORE and not isinstance(pointwise, bool)
+        out["pointwise"] = int(Pointwise.Y_SCORE if y_score else Pointwise.ON if pointwise else Pointwise.OFF)
     if mode is not None:
         out["mode"] = mode_code(mode)
     if learning_rate is not None:

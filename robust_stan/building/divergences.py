@@ -7,15 +7,50 @@ so switching divergence never recompiles.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 
 from ..common.errors import RobustStanInputError, require_positive
+
+
+class DivergenceCode(IntEnum):
+    """The program's ``divergence`` switch (``rs_divergence`` in a robustified program)."""
+
+    KL = 0
+    BETA = 1
+    GAMMA = 2  # the decomposable form, a sum over observations
+    GAMMA_ORIGINAL = 3  # Fujisawa and Eguchi's log-ratio form, not a sum over observations
+
+
+#: Why the original gamma form is refused wherever rows are taken one at a time.
+NOT_A_SUM = "the original gamma form is not a sum over observations"
+
+
+def refuse_original_gamma(divergence, argument: str, consequence: str,
+                          remedy: str = "use rs.GammaD(gamma) (decomposable), rs.BetaD or rs.KL()") -> None:
+    """Raise a RobustStanInputError naming ``argument`` when ``divergence`` (a
+    :class:`Divergence` or a program's divergence code) is the original gamma form.
+
+    Parameters
+    ----------
+    divergence : Divergence or int
+        The divergence, or the code a program's data hold.
+    argument : str
+        The argument the error names.
+    consequence : str
+        What the caller cannot do, completing "not a sum over observations, so ...".
+    remedy : str, optional
+        What to use instead.
+    """
+    code = divergence.code if isinstance(divergence, Divergence) else int(divergence)
+    if code == DivergenceCode.GAMMA_ORIGINAL:
+        raise RobustStanInputError(f"{argument}: {NOT_A_SUM}, so {consequence}; {remedy}")
 
 
 @dataclass(frozen=True)
 class Divergence:
     """Base class: ``code`` and ``param`` are what the Stan program reads."""
 
-    code: int = 0
+    code: DivergenceCode = DivergenceCode.KL
     param: float = 0.0
 
     @property
@@ -24,14 +59,15 @@ class Divergence:
 
     def stan_data(self) -> dict:
         # The program ignores the parameter under KL; 1.0 keeps it a valid positive real.
-        return {"divergence": self.code, "divergence_param": self.param if self.code else 1.0}
+        return {"divergence": int(self.code),
+                "divergence_param": self.param if self.code != DivergenceCode.KL else 1.0}
 
 
 class KL(Divergence):
     """Ordinary Bayes: l_i = -log p(y_i | theta)."""
 
     def __init__(self):
-        super().__init__(0, 0.0)
+        super().__init__(DivergenceCode.KL, 0.0)
 
     def __repr__(self) -> str:
         return "KL()"
@@ -45,7 +81,7 @@ class BetaD(Divergence):
     """
 
     def __init__(self, beta: float):
-        super().__init__(1, require_positive("beta", beta))
+        super().__init__(DivergenceCode.BETA, require_positive("beta", beta))
 
     @property
     def beta(self) -> float:
@@ -66,7 +102,7 @@ class GammaD(Divergence):
     observations; ``form="original"`` is Fujisawa and Eguchi's log-ratio form.
     """
 
-    FORMS = {"decomposable": 2, "original": 3}
+    FORMS = {"decomposable": DivergenceCode.GAMMA, "original": DivergenceCode.GAMMA_ORIGINAL}
 
     def __init__(self, gamma: float, form: str = "decomposable"):
         if form not in self.FORMS:
@@ -79,11 +115,11 @@ class GammaD(Divergence):
 
     @property
     def form(self) -> str:
-        return "decomposable" if self.code == 2 else "original"
+        return "decomposable" if self.code == DivergenceCode.GAMMA else "original"
 
     @property
     def label(self) -> str:
-        return f"gamma={self.param:g}" + ("" if self.code == 2 else " (original)")
+        return f"gamma={self.param:g}" + ("" if self.code == DivergenceCode.GAMMA else " (original)")
 
     def __repr__(self) -> str:
         return f"GammaD({self.param:g}, form={self.form!r})"

@@ -67,6 +67,30 @@ class Family:
     # is replaced by one of the other classes with probability e; this is the Stan expression of
     # e's identification bound (empty: the family has no such likelihood)
     mislabel_bound: str = ""
+    # how the built-in models standardise the outcome (rs.glm/rs.location with standardize=True):
+    # "affine" (minus the median, over 1.4826 x MAD), "scale" (over the median) or None (as given);
+    # the beta loss's "data barely count" pilot fits the matching density (normal, exponential)
+    standardize: str | None = None
+    # the outcome is a class label 1..K, with K given as data or read from y as max(y)
+    class_labels: bool = False
+    # the built-in models' parameters (rs.glm, rs.location): a location mu and a scale sigma (with the
+    # prior SCALE_PRIOR), plus these shape parameters (name, declaration, default prior), shared by all rows
+    location_scale: bool = False
+    shape_parameters: tuple[tuple[str, str, str], ...] = ()
+    # the default prior of rs.location's intercept alpha on the family's linear-predictor scale
+    intercept_prior: str = "normal(0, 2.5)"
+
+    @property
+    def multivariate(self) -> bool:
+        """True when each observation is a vector (multi_normal)."""
+        return self.y_library_type == "array[] vector"
+
+    def extra_stan_data(self, y: np.ndarray, data: dict) -> dict:
+        """The family's own program data (``extra_data``: binomial's trials, categorical's K,
+        multi_normal's D) from the checked outcome ``y`` and the user's ``data``."""
+        values = {"D": lambda: y.shape[1], "K": lambda: int(data["K"]),
+                  "trials": lambda: data["trials"].astype(np.int64)}
+        return {name: values[name]() for name in self.extra_data}
 
     # --- facts used by the library template -------------------------------
     @property
@@ -129,6 +153,12 @@ class Family:
         return _OUTCOME_CHECKS[self.name](y, data)
 
 
+#: The built-in models' default prior of a scale (sigma, tau), on the fitted scale.
+SCALE_PRIOR = "exponential(1)"
+#: student_t's degrees of freedom: declaration and default prior (Juarez and Steel 2010).
+NU_PARAMETER = ("nu", "real<lower=1> nu", "gamma(2, 0.1)")
+
+
 def _real_vector(name: str, broadcast: str = "rep_vector({name}, size(y))") -> FamilyArg:
     return FamilyArg(name, "real", "vector", broadcast, "vector[N] {name}")
 
@@ -155,6 +185,8 @@ _register(
         continuous=True,
         y_score=True,
         native=True,
+        standardize="affine",
+        location_scale=True,
     )
 )
 _register(
@@ -171,6 +203,9 @@ _register(
         links=("identity",),
         continuous=True,
         y_score=True,
+        standardize="affine",
+        location_scale=True,
+        shape_parameters=(NU_PARAMETER,),
     )
 )
 _register(
@@ -224,6 +259,7 @@ _register(
         continuous=False,
         integral_table=True,
         native=True,
+        intercept_prior="normal(0, 5)",
     )
 )
 _register(
@@ -242,6 +278,7 @@ _register(
         continuous=False,
         extra_data=("K",),
         mislabel_bound="(K - 1.0) / K",
+        class_labels=True,
     )
 )
 _register(
@@ -277,6 +314,7 @@ _register(
         default_link="log",
         links=("log",),
         continuous=True,
+        standardize="scale",
     )
 )
 

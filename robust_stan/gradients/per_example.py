@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..building.data import MODES, slice_rows
+from ..building.data import Mode, slice_rows
+from ..building.divergences import refuse_original_gamma
 from ..building.spec import LINEAR_PREDICTOR_MODELS
 from ..common.errors import RobustStanInputError
 from .oracles import GradientOracle, make_oracle
@@ -56,10 +57,7 @@ class PerExampleGradients:
     def __init__(self, program: RobustProgram, stan_data: dict, oracle: str = "auto", strategy: str = "auto"):
         self.program = program
         self.strategy = _choose_strategy(program.spec, strategy)
-        if stan_data["divergence"] == 3:
-            raise RobustStanInputError(
-                "divergence: the original gamma form is not a sum over observations, so it has no per-example "
-                "gradients; use rs.GammaD(gamma) (decomposable), rs.BetaD or rs.KL()")
+        refuse_original_gamma(stan_data["divergence"], "divergence", "it has no per-example gradients")
         self.shared_data = stan_data
         self.n = int(self.shared_data["N"])
         layout = program.parameter_layout(self.shared_data)
@@ -76,7 +74,7 @@ class PerExampleGradients:
             self._copied.remove(at)
             self._design = np.asarray(self.shared_data[lp.design], dtype=float)
         # what every batch's oracle shares: its mode and the size of one row's copies
-        self._mode = MODES["per_example_linear_predictor" if self.strategy == "linear_predictor" else "per_example"]
+        self._mode = Mode.PER_EXAMPLE_LINEAR_PREDICTOR if self.strategy == "linear_predictor" else Mode.PER_EXAMPLE
         self._copy_size = sum(self._per_copy_sizes[i] for i in self._copied)
         self._oracle_kind = oracle
         self._oracles: dict[bytes, GradientOracle] = {}

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common.errors import RobustStanInputError
+from ..building.divergences import refuse_original_gamma
 from ..engines import compile_program
 from ..engines.httpstan_engine import httpstan_available
 from ..engines.native_model import SECOND_ORDER_MARK
@@ -55,9 +55,7 @@ class WeightDerivativeGradients:
     """
 
     def __init__(self, stan_code: str, stan_data: dict, outcome: str, dimension: int, show_progress: bool = False):
-        if int(stan_data["rs_divergence"]) == 3:
-            raise RobustStanInputError("divergence: the original gamma form is not a sum over observations, so it "
-                                       "has no per-example gradients; use rs.GammaD(gamma) (decomposable), beta or KL")
+        refuse_original_gamma(stan_data["rs_divergence"], "divergence", "it has no per-example gradients")
         if not second_order_available():
             raise RuntimeError("per-example gradients of a robustified program need httpstan (pip install httpstan), "
                                "which builds the program with second-order autodiff")

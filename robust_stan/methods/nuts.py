@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..building.data import with_switches
-from ..common.errors import RobustStanInputError, require_count, require_seed
+from ..common.errors import RobustStanInputError, require_count
+from ..common.seeds import seed_to_use
 from ..engines import NutsSettings, RawDraws
 from ..gradients.program import RobustProgram
 
@@ -18,9 +17,7 @@ def nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, m
         require_count(name, value, low)
     if not 0 < float(adapt_delta) < 1:
         raise RobustStanInputError(f"adapt_delta: must lie in (0, 1), got {adapt_delta}")
-    seed = require_seed(seed)
-    if seed is None:
-        seed = int(np.random.default_rng().integers(0, 2**31 - 1))
+    seed = seed_to_use(seed)
     return NutsSettings(int(chains), int(iter_warmup), int(iter_sampling), int(thin), int(seed),
                         float(adapt_delta), int(max_treedepth), bool(show_progress))
 

@@ -115,7 +115,7 @@ def prepare_partitioned(program: RobustProgram, data: Mapping, divergence: Diver
                                    "own centre and scale; build the model with standardize=False")
     data = unified_dask_values(data)
     partitions = split_partitions(data)  # checked before any pass over the rows (but a Dask frame's row counts)
-    if program.spec.family.name == "categorical" and "K" not in partitions.shared:
+    if program.spec.family.class_labels and "K" not in partitions.shared:
         raise RobustStanInputError("data['K']: give the number of categories with rows held in partitions "
                                    "(each partition would infer its own)")
     partitions.shared.update(global_prior_scales(program.spec, data, cluster))

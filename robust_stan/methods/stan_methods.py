@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..common.errors import RobustStanInputError, RobustStanWarning, require_count
+from ..common.errors import RobustStanInputError, RobustStanWarning, require_count, require_seed
+from ..common.seeds import seed_to_use
 from ..engines import RawDraws
 from ..engines.cmdstan_engine import SIG_FIGS
 from ..gradients.program import RobustProgram
@@ -27,7 +28,7 @@ class StanMethodSettings:
 
     method: str
     draws: int
-    seed: int
+    seed: int | None  # None: the run drew its own and cannot be repeated
     show_progress: bool
     options: dict
     chains: int = 1
@@ -84,7 +85,7 @@ def run_stan_method(program: RobustProgram, method: str, stan_data: dict, family
     draws : int
         Approximate draws to return.
     seed : int or None
-        CmdStan's seed.
+        CmdStan's seed; None draws one from the operating system's entropy and records None.
     show_progress : bool
         Progress output of the compile.
     init : dict or None
@@ -113,7 +114,7 @@ def run_stan_method(program: RobustProgram, method: str, stan_data: dict, family
     if "inits" in options:
         raise RobustStanInputError("inits: give the starting values as init= (parameter values by name)")
     compiled = program.compile(show_progress=show_progress)
-    result = _call_cmdstanpy(compiled.model, method, stan_data, family, int(draws), seed, init, options)
+    result = _call_cmdstanpy(compiled.model, method, stan_data, family, int(draws), seed_to_use(seed), init, options)
     variables = {}
     for name in result.metadata.stan_vars:
         values = np.asarray(result.stan_variable(name, mean=False) if method == "advi" else result.stan_variable(name))
@@ -122,5 +123,5 @@ def run_stan_method(program: RobustProgram, method: str, stan_data: dict, family
     table = np.asarray(result.variational_sample if method == "advi" else result.draws())
     table = table.reshape(-1, len(columns))
     sampler = {c: table[:, i][None] for i, c in enumerate(columns) if c.endswith("__")}
-    settings = StanMethodSettings(method, int(draws), int(seed or 0), show_progress, dict(options))
+    settings = StanMethodSettings(method, int(draws), require_seed(seed), show_progress, dict(options))
     return RawDraws(variables, sampler, backend=result), settings

@@ -7,9 +7,11 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ..building.data import PreparedData, log_density_on_outcome_scale, outcome_values, to_original_scale, with_switches
-from ..building.divergences import Divergence
+from ..building.data import (Pointwise, PreparedData, log_density_on_outcome_scale, outcome_values, to_original_scale,
+                             with_switches)
+from ..building.divergences import Divergence, DivergenceCode
 from ..common.errors import RobustStanInputError, RobustStanWarning
+from ..common.seeds import fresh_seed
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data, scalar_diagnostics
@@ -42,7 +44,7 @@ def outlier_scores(log_lik: np.ndarray, divergence, beta: float | None = None) -
     """Per observation: the posterior mean of p(y_i | theta)^beta (from ``log_lik``, (chains,
     draws, n)) over its median across observations; beta defaults to the divergence's own."""
     if beta is None:
-        if divergence is None or divergence.code == 0:  # None: a program fitted as written
+        if divergence is None or divergence.code == DivergenceCode.KL:  # None: a program fitted as written
             raise RobustStanInputError("beta: a KL fit has no beta of its own; pass outlier_scores(beta=...)")
         beta = divergence.param
     if not beta > 0:
@@ -56,6 +58,16 @@ def sample_stats_dataset(sampler: dict[str, np.ndarray], attrs: dict):
     """The sampler statistics as ArviZ's sample_stats group, with ArviZ's names."""
     return draws_dataset({_SAMPLE_STATS.get(k, k): (v.astype(bool) if k == "divergent__" else v)
                           for k, v in sampler.items()}, attrs=attrs)
+
+
+def quantities_seed(fit) -> int:
+    """Stan's RNG seed for a fit's generated quantities (y_rep): the run's own seed, or for a run
+    given none (``settings.seed`` None) one drawn the first time it is needed and kept with the fit."""
+    if fit.settings.seed is not None:
+        return fit.settings.seed
+    if getattr(fit, "_drawn_seed", None) is None:
+        fit._drawn_seed = fresh_seed()
+    return fit._drawn_seed
 
 
 def nuts_diagnostics(sampler: dict[str, np.ndarray], settings) -> dict:
@@ -165,9 +177,9 @@ class Fit:
         ``divergence`` (default: the fit's own), y_rep and, with ``y_score`` (families that have
         it), d/dy and d^2/dy^2 of log p. One engine call per chain; nothing is kept."""
         self._require_rows_here()
-        data = with_switches(self.stan_data, pointwise=2 if y_score else True, divergence=divergence)
+        data = with_switches(self.stan_data, pointwise=Pointwise.Y_SCORE if y_score else Pointwise.ON, divergence=divergence)
         parameters = parameter_columns(self.raw.variables, [f"{p.name}_copies" for p in self.model.spec.parameters])
-        return self.model.compile().generated_quantities(data, parameters, self.settings.seed, self.raw.backend)
+        return self.model.compile().generated_quantities(data, parameters, quantities_seed(self), self.raw.backend)
 
     @property
     def log_lik(self) -> np.ndarray:

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..building.divergences import DivergenceCode, refuse_original_gamma
 from ..common.errors import RobustStanInputError, RobustStanWarning
 from .arviz_output import SAMPLE_DIMS, arviz_major, draws_dataset, native_inference_data
 
@@ -53,7 +54,7 @@ def ordinary_loo_applies(divergence, learning_rate: float, weights: Sequence[np.
     weights : sequence of arrays
         The row weights v (one array per outcome).
     """
-    if divergence is not None and divergence.code != 0:
+    if divergence is not None and divergence.code != DivergenceCode.KL:
         return False
     return all(np.all(learning_rate * np.asarray(v, dtype=float) == 1.0) for v in weights)
 
@@ -72,9 +73,9 @@ def require_loo_draws(method: str, divergence) -> None:
     if method != "nuts":
         raise RobustStanInputError(f"fit: loo needs NUTS draws of the posterior; this is a {method} fit, whose "
                                    "draws come from an approximation of it")
-    if divergence is not None and divergence.code == 3:
-        raise RobustStanInputError("fit: the original gamma form is not a sum over rows, so leaving one row out "
-                                   "has no per-row importance ratio; use GammaD(gamma) (decomposable)")
+    if divergence is not None:
+        refuse_original_gamma(divergence, "fit", "leaving one row out has no per-row importance ratio",
+                              "use GammaD(gamma) (decomposable)")
 
 
 def generalized_log_ratios(robust_loss: np.ndarray, weights: np.ndarray, learning_rate: float) -> np.ndarray:

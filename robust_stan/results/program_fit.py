@@ -8,12 +8,14 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from ..building.data import Pointwise
 from ..building.robustify import WEIGHT_PARAMETERS
 from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data
-from .fit import nuts_diagnostics, outlier_scores, sample_stats_dataset, summary_table, warn_if_poor_convergence
+from .fit import (nuts_diagnostics, outlier_scores, quantities_seed, sample_stats_dataset, summary_table,
+                  warn_if_poor_convergence)
 from .loo import (MODEL_LOG_LIKELIHOOD, MODEL_LOG_LIKELIHOOD_NOTE, generalized_log_ratios, generalized_loo,
                   ordinary_loo_applies, require_loo_draws)
 
@@ -49,8 +51,8 @@ class ProgramFit:
             outcomes = self.model.outcomes
             if outcomes:
                 parameters = parameter_columns(self.raw.variables, self.parameter_names)
-                data = dict(self.stan_data, rs_pointwise=1)
-                computed = self.model.compile().generated_quantities(data, parameters, self.settings.seed,
+                data = dict(self.stan_data, rs_pointwise=int(Pointwise.ON))
+                computed = self.model.compile().generated_quantities(data, parameters, quantities_seed(self),
                                                                      self.raw.backend)
                 self._pointwise = {kind: {y: computed[f"rs_{kind}_{y}"] for y in outcomes}
                                    for kind in ("log_lik", "robust_loss")}

@@ -33,7 +33,7 @@ import re
 
 import numpy as np
 
-from ...building.data import slice_rows, with_switches
+from ...building.data import Pointwise, slice_rows, with_switches
 from ...building.divergences import KL, Divergence
 from ...common.errors import RobustStanInputError
 from ...engines import NutsSettings, RawDraws
@@ -224,12 +224,12 @@ class ProgramCoresetTarget(CoresetTargetBase):
         n_rows = len(stan_data[f"rs_weights_{self.outcome}"])
         super().__init__(program, divergence, inner, sampler, n_rows, float(stan_data["rs_learning_rate"]),
                          list(program.parameter_names), unit_rows, nuts_warmup)
-        self.stan_data = dict(stan_data, rs_pointwise=0)
+        self.stan_data = dict(stan_data, rs_pointwise=int(Pointwise.OFF))
 
-    def _with(self, divergence: Divergence, weights: np.ndarray, pointwise: int) -> dict:
+    def _with(self, divergence: Divergence, weights: np.ndarray, pointwise: Pointwise) -> dict:
         switches = divergence.stan_data()
         return dict(self.stan_data, rs_divergence=switches["divergence"],
-                    rs_divergence_param=switches["divergence_param"], rs_pointwise=pointwise,
+                    rs_divergence_param=switches["divergence_param"], rs_pointwise=int(pointwise),
                     **{f"rs_weights_{self.outcome}": weights})
 
     def posterior_data(self, units, weights) -> dict:
@@ -238,10 +238,10 @@ class ProgramCoresetTarget(CoresetTargetBase):
         if units.size:
             rows, on_rows = self.rows_of(units, weights)
             row_weights[rows] = on_rows
-        return self._with(self.inner_divergence, row_weights, pointwise=0)
+        return self._with(self.inner_divergence, row_weights, pointwise=Pointwise.OFF)
 
     def row_losses(self, rows: np.ndarray, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        data = self._with(self.divergence, np.ones(self.n_rows), pointwise=1)
+        data = self._with(self.divergence, np.ones(self.n_rows), pointwise=Pointwise.ON)
         computed = self._compiled.generated_quantities(data, columns[None], seed=1)
         return (computed[f"rs_robust_loss_{self.outcome}"][0][:, rows],
                 computed[f"rs_log_lik_{self.outcome}"][0][:, rows])

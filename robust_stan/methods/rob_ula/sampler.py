@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from ...building.data import with_switches
 from ...common.errors import RobustStanInputError, RobustStanWarning, require_count, require_positive, require_seed
+from ...common.seeds import seed_to_use
 from ...engines import RawDraws
 from ...gradients.oracles import GradientOracle, constrained_draws
 from ...gradients.per_example import PerExampleGradients
@@ -42,7 +43,7 @@ class RobULASettings:
     iter_warmup: int
     iter_sampling: int
     thin: int
-    seed: int
+    seed: int | None  # None: the run drew its own and cannot be repeated
     epsilon: float
     estimator: str
     step_size: float
@@ -337,7 +338,8 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
     n, d = per_example.n, per_example.dimension
     total = n if gradient_total == "n" else (1 - epsilon) * n
     plain = estimate is plain_mean  # ULA follows every row
-    rng = np.random.default_rng(require_seed(seed))
+    seed = require_seed(seed)
+    rng = np.random.default_rng(seed_to_use(seed))
 
     loss_scale = learning_rate * total
     truncation_epsilon = 0.0 if plain else epsilon
@@ -435,6 +437,6 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
     variables = constrained_draws(target.output(), thetas)
     sampler = {"lp__": target.log_density_at(thetas)} if log_density else {}
     sampler.update(step_size=np.full((chains, kept_draws), eta), kept_fraction=kept)
-    settings = RobULASettings(chains, warmup, iters, thin, int(seed or 0), float(epsilon),
+    settings = RobULASettings(chains, warmup, iters, thin, seed, float(epsilon),
                               getattr(estimate, "__name__", "custom"), float(eta), show_progress, init, metric)
     return RobULAOutput(RawDraws(variables, sampler), settings, scaling.inverse_metric, thetas)

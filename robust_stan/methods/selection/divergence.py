@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...building.divergences import KL, BetaD, Divergence, GammaD
+from ...building.divergences import KL, BetaD, Divergence, DivergenceCode, GammaD
 from .calibration import MinimumLoss
 from ..importance import K_HAT_LIMIT, psis
 from ..mode_census import GridModes
@@ -50,7 +50,7 @@ MODES_RHAT = 1.1
 
 def grid_value(divergence: Divergence) -> float:
     """A grid point's position: beta or gamma, and 0 for KL."""
-    return 0.0 if divergence.code == 0 else float(divergence.stan_data()["divergence_param"])
+    return 0.0 if divergence.code == DivergenceCode.KL else float(divergence.stan_data()["divergence_param"])
 
 
 def loss_y_derivatives(log_lik: np.ndarray, robust_loss: np.ndarray, y_score: np.ndarray,
@@ -58,9 +58,9 @@ def loss_y_derivatives(log_lik: np.ndarray, robust_loss: np.ndarray, y_score: np
     """d/dy and d^2/dy^2 of -l(y_i; theta) per row, from log p, the loss and the y_score pairs
     (..., N, 2) of the program (module docstring)."""
     s, s2 = y_score[..., 0], y_score[..., 1]
-    if divergence.code == 0:
+    if divergence.code == DivergenceCode.KL:
         return s, s2
-    if divergence.code == 1:
+    if divergence.code == DivergenceCode.BETA:
         b = grid_value(divergence)
         power = np.exp(b * log_lik)
         return power * s, power * (b * s**2 + s2)

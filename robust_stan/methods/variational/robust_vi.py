@@ -32,7 +32,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...building.data import slice_rows, with_switches
+from ...building.divergences import refuse_original_gamma
 from ...common.errors import RobustStanInputError, require_count, require_positive, require_seed
+from ...common.seeds import seed_to_use
 from ...engines import RawDraws
 from ...gradients.oracles import constrained_draws, make_oracle
 from ...gradients.program import RobustProgram
@@ -146,10 +148,9 @@ class VariationalTarget:
         self.dimension = self.full.dimension
         self.n = int(stan_data["N"]) if n_rows is None else int(n_rows)
         self.batch_size = batch_size
-        if batch_size is not None and stan_data["divergence"] == 3:
-            raise RobustStanInputError(
-                "batch_size: the original gamma form is not a sum over observations, so a minibatch gives no "
-                "unbiased estimate of it; run it full-batch (batch_size=None) or use rs.GammaD(gamma)")
+        if batch_size is not None:
+            refuse_original_gamma(stan_data["divergence"], "batch_size", "a minibatch gives no unbiased estimate "
+                                  "of it", "run it full-batch (batch_size=None) or use rs.GammaD(gamma)")
         if batch_size is not None and batch_size > self.n:
             raise RobustStanInputError(f"batch_size: at most the {self.n} rows, got {batch_size}")
         # With minibatches the ELBO is tracked on a fixed random subset of rows (weights
@@ -206,7 +207,7 @@ class VariationalSettings:
     tol_rel_obj: float
     eval_elbo: int
     batch_size: int | None
-    seed: int
+    seed: int | None  # None: the run drew its own and cannot be repeated
     show_progress: bool
     iterations_run: int
     converged: bool
@@ -260,7 +261,7 @@ def fit_variational(program: RobustProgram, stan_data: dict, family: str = "mean
     if batch_size is not None:
         batch_size = require_count("batch_size", batch_size)
     seed = require_seed(seed)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed_to_use(seed))
     if target is None:
         target = VariationalTarget(program, stan_data, batch_size, oracle, rng)
     else:
@@ -324,7 +325,7 @@ def fit_variational(program: RobustProgram, stan_data: dict, family: str = "mean
     variables = constrained_draws(program.oracle_for(with_switches(stan_data, pointwise=False), oracle), thetas[None])
     sampler = {"lp__": lp[None], "log_q": log_q[None]}
     settings = VariationalSettings(family, draws, grad_samples, elbo_samples, eta, iter, tol_rel_obj, eval_elbo,
-                                   batch_size, int(seed or 0), show_progress, t, converged)
+                                   batch_size, seed, show_progress, t, converged)
     return VariationalOutput(RawDraws(variables, sampler), settings, q, elbo=float(np.mean(elbo_terms)),
                              elbo_se=float(np.std(elbo_terms, ddof=1) / np.sqrt(draws)),
                              elbo_trace={"iteration": np.array(trace_iterations), "elbo": np.array(trace_elbo)})
