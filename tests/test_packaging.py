@@ -37,3 +37,11 @@ def test_package_data_ships_every_library_file():
         assert files
         for file in files:
             assert any(fnmatch.fnmatch(file.name, pattern) for pattern in patterns[package]), file
+
+
+def test_the_package_is_marked_typed():
+    """PEP 561: robust_stan/py.typed exists and package data ships it, so type checkers read the
+    package's annotations in an installed copy."""
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert (ROOT / "robust_stan" / "py.typed").is_file()
+    assert "py.typed" in patterns["robust_stan"]
