@@ -19,7 +19,6 @@ from .families import STAN_INT_MAX
 from .spec import LINEAR_PREDICTOR_MODELS, ModelSpec
 
 
-
 class Mode(IntEnum):
     """The generated program's ``mode`` switch: what its model block computes."""
 

@@ -74,7 +74,7 @@ class PerExampleGradients:
             self._copied.remove(at)
             self._design = np.asarray(self.shared_data[lp.design], dtype=float)
         # what every batch's oracle shares: its mode and the size of one row's copies
-        self._mode = Mode.PER_EXAMPLE_LINEAR_PREDICTOR if self.strategy == "linear_predictor" else Mode.PER_EXAMPLE
+        self._mode = int(Mode.PER_EXAMPLE_LINEAR_PREDICTOR if self.strategy == "linear_predictor" else Mode.PER_EXAMPLE)
         self._copy_size = sum(self._per_copy_sizes[i] for i in self._copied)
         self._oracle_kind = oracle
         self._oracles: dict[bytes, GradientOracle] = {}

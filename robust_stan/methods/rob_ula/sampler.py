@@ -27,7 +27,6 @@ from tqdm.auto import tqdm
 
 from ...building.data import with_switches
 from ...common.errors import RobustStanInputError, RobustStanWarning, require_count, require_positive, require_seed
-from ...common.seeds import seed_to_use
 from ...engines import RawDraws
 from ...gradients.oracles import GradientOracle, constrained_draws
 from ...gradients.per_example import PerExampleGradients
@@ -112,15 +111,15 @@ def default_estimator(family) -> str:
     Why (``examples/results/rob_ula_bias``, issue 51): Rob-ULA aims at the posterior given the
     clean rows. The row-trimmed mean drops the epsilon n rows whose whitened gradients lie
     farthest from the coordinate-wise median, so where the corrupted rows are those, its drift
-    is the clean rows' own and the chain centres on their posterior (on normal regressions with
-    outliers in y or bad leverage points, within 0.22 posterior sds on 29 of 30 runs). The
+    is the clean rows' own and the chain centres on their posterior (the measured bias, on normal
+    regressions with outliers in y or bad leverage points, is in that results page). The
     coordinate-wise trimmed mean cuts epsilon n values from both ends of every coordinate: under
     one-sided outliers it also cuts clean rows from the other end, which moves the intercept and
     the scale by a fixed fraction of a residual sd, and the dense metric mixes that into the
     coefficients. A wrong label, though, has a gradient no larger than a clean misclassified
     row's, so on logistic regression with flipped labels the rows farthest away are the
     informative clean ones, and dropping them overstates the coefficients: there the trimmed
-    mean was the less biased of the two on all 6 runs (neither is unbiased).
+    mean was the less biased of the two in the study (neither is unbiased).
     """
     return "row_trimmed_mean" if family.continuous else "trimmed_mean"
 
@@ -339,7 +338,7 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
     total = n if gradient_total == "n" else (1 - epsilon) * n
     plain = estimate is plain_mean  # ULA follows every row
     seed = require_seed(seed)
-    rng = np.random.default_rng(seed_to_use(seed))
+    rng = np.random.default_rng(seed)  # None: fresh entropy from the operating system
 
     loss_scale = learning_rate * total
     truncation_epsilon = 0.0 if plain else epsilon

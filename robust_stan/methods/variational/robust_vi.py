@@ -34,7 +34,6 @@ from tqdm.auto import tqdm
 from ...building.data import slice_rows, with_switches
 from ...building.divergences import refuse_original_gamma
 from ...common.errors import RobustStanInputError, require_count, require_positive, require_seed
-from ...common.seeds import seed_to_use
 from ...engines import RawDraws
 from ...gradients.oracles import constrained_draws, make_oracle
 from ...gradients.program import RobustProgram
@@ -261,7 +260,7 @@ def fit_variational(program: RobustProgram, stan_data: dict, family: str = "mean
     if batch_size is not None:
         batch_size = require_count("batch_size", batch_size)
     seed = require_seed(seed)
-    rng = np.random.default_rng(seed_to_use(seed))
+    rng = np.random.default_rng(seed)  # None: fresh entropy from the operating system
     if target is None:
         target = VariationalTarget(program, stan_data, batch_size, oracle, rng)
     else:
