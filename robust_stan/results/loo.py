@@ -93,6 +93,18 @@ def generalized_log_ratios(robust_loss: np.ndarray, weights: np.ndarray, learnin
     return learning_rate * np.asarray(weights, dtype=float) * np.asarray(robust_loss, dtype=float)
 
 
+def _arviz_stats():
+    """The ``arviz_stats`` module, used on the ArviZ 1.x line only. ArviZ 1.x requires it, so it is
+    not declared here (declaring it would pull ArviZ 1.x's stack into an ArviZ 0.x install); an
+    installation that lacks it anyway gets an error saying what to install."""
+    try:
+        import arviz_stats
+    except ImportError as error:
+        raise ImportError("ArviZ 1.x is installed without arviz-stats, which it requires and robust-stan's "
+                          "LOO uses: pip install arviz-stats") from error
+    return arviz_stats
+
+
 def relative_efficiency(posterior: Mapping[str, np.ndarray]) -> float:
     """ArviZ's relative efficiency of the draws for PSIS: the mean over every element of
     ``posterior`` of its ESS (method "mean") over the number of draws; 1 for one chain.
@@ -108,8 +120,7 @@ def relative_efficiency(posterior: Mapping[str, np.ndarray]) -> float:
         return 1.0
     dataset = draws_dataset(posterior)
     if arviz_major() >= 1:
-        import arviz_stats  # noqa: F401  (registers the azstats accessor; a requirement of ArviZ 1.x itself)
-
+        _arviz_stats()  # registers the azstats accessor
         ess = dataset.azstats.ess(method="mean")
     else:
         import arviz
@@ -132,8 +143,9 @@ def smoothed_log_weights(log_ratios: np.ndarray, reff: float) -> tuple[np.ndarra
     ratios = np.asarray(log_ratios, dtype=float)
     chains, draws, rows = ratios.shape
     if arviz_major() >= 1:
-        import arviz_stats  # noqa: F401  (registers the azstats accessor)
         import xarray as xr
+
+        _arviz_stats()  # registers the azstats accessor
 
         # arviz_stats smooths exp(-input), the convention of log-likelihood input: hand it minus the ratios
         log_weights, khat = xr.DataArray(-ratios, dims=(*SAMPLE_DIMS, "row")).azstats.psislw(
@@ -201,8 +213,9 @@ def generalized_loo(log_lik: np.ndarray, log_ratios: np.ndarray, posterior: Mapp
 
 def _arviz_stats_loo(log_lik, log_weights, khat, posterior, var_name, obs_dims, reff):
     """arviz_stats.loo itself, given the smoothed weights and k-hat (ArviZ 1.x)."""
-    import arviz_stats
     import xarray as xr
+
+    arviz_stats = _arviz_stats()
 
     tree = native_inference_data({"posterior": draws_dataset(posterior),
                                   "log_likelihood": draws_dataset({var_name: log_lik}, {var_name: obs_dims})})
