@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import robust_stan as rs
+from robust_stan.building.divergences import DivergenceCode
 from robust_stan.building.data import with_switches
 from robust_stan.engines.base import parameter_columns
 from robust_stan.methods.selection.divergence import (Evaluation, GridPoint, _best_below_a_rise, grid_value,
@@ -44,7 +45,7 @@ def test_y_derivatives_against_finite_differences(family, known):
     y, h = data["y"], 1e-4
     for divergence in (rs.KL(), rs.BetaD(0.4), rs.GammaD(0.3)):
         at = {shift: _quantities_at(model, fit.stan_data, columns, y + shift, divergence) for shift in (-h, 0.0, h)}
-        if divergence.code == 0:
+        if divergence.code == DivergenceCode.KL:
             log_p = {shift: q["log_lik"] for shift, q in at.items()}
             score = at[0.0]["y_score"]
             np.testing.assert_allclose(score[..., 0], (log_p[h] - log_p[-h]) / (2 * h), rtol=0, atol=1e-6)

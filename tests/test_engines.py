@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import robust_stan as rs
+from robust_stan.building.divergences import DivergenceCode
 from robust_stan.results.arviz_output import group_names
 from robust_stan.engines import resolve_engine
 from robust_stan.engines.bridgestan_oracle import bridgestan_available
@@ -248,7 +249,7 @@ def test_cmdstan_and_httpstan_log_densities_and_gradients_agree(divergence):
             lp_h, g_h = via_httpstan.log_density_gradient(data, theta, divergence=divergence, jacobian=jacobian)
             assert lp_c == pytest.approx(lp_h, rel=1e-8)
             np.testing.assert_allclose(g_c, g_h, rtol=1e-8, atol=1e-10)
-    if divergence.code != 3:
+    if divergence.code != DivergenceCode.GAMMA_ORIGINAL:
         theta = points(4, 1)[0]
         np.testing.assert_allclose(via_cmdstan.per_example_gradients(data, theta, divergence),
                                    via_httpstan.per_example_gradients(data, theta, divergence), rtol=1e-8, atol=1e-10)

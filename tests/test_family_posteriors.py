@@ -21,6 +21,7 @@ import pytest
 from scipy import special, stats
 
 import robust_stan as rs
+from robust_stan.building.divergences import DivergenceCode
 from robust_stan.results.arviz_output import scalar_diagnostics
 
 from .conftest import ENGINE
@@ -42,9 +43,9 @@ def _log_sum_pmf_power(log_pmf: np.ndarray, a: float, axis: int = -1) -> np.ndar
 def total_loss(log_p: np.ndarray, log_i: np.ndarray, divergence) -> np.ndarray:
     """DESIGN.md section 2: the total loss over observations (last axis), weights 1."""
     a = divergence.param
-    if divergence.code == 1:
+    if divergence.code == DivergenceCode.BETA:
         return (-np.exp(a * log_p) / a + np.exp(log_i) / (1 + a)).sum(axis=-1)
-    if divergence.code == 2:
+    if divergence.code == DivergenceCode.GAMMA:
         return (-((1 + a) / a) * np.exp(a * log_p - a / (1 + a) * log_i)).sum(axis=-1)
     n = log_p.shape[-1]
     return (-(n / a) * (special.logsumexp(a * log_p, axis=-1) - np.log(n))

@@ -12,6 +12,7 @@ from scipy import stats
 from scipy.special import logsumexp
 
 import robust_stan as rs
+from robust_stan.building.divergences import DivergenceCode
 from robust_stan.results import arviz_output
 
 from .conftest import ENGINE
@@ -33,13 +34,13 @@ def total_loss(y, mu, sigma, divergence):
     """Total loss sum_i l_i for a normal model; mu, sigma broadcast (grids)."""
     y = y.reshape((-1,) + (1,) * np.ndim(mu))
     log_p = stats.norm.logpdf(y, mu, sigma)
-    if divergence.code == 0:
+    if divergence.code == DivergenceCode.KL:
         return -log_p.sum(axis=0)
     a = divergence.param
     log_i = -0.5 * a * np.log(2 * np.pi * sigma**2) - 0.5 * np.log1p(a)
-    if divergence.code == 1:
+    if divergence.code == DivergenceCode.BETA:
         return (-np.exp(a * log_p) / a + np.exp(log_i) / (1 + a)).sum(axis=0)
-    if divergence.code == 2:
+    if divergence.code == DivergenceCode.GAMMA:
         return (-((1 + a) / a) * np.exp(a * log_p - a / (1 + a) * log_i)).sum(axis=0)
     n = len(y)  # original gamma form; I is the same for every observation here
     return -(n / a) * (logsumexp(a * log_p, axis=0) - np.log(n)) + (n / (1 + a)) * log_i

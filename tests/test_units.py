@@ -17,6 +17,7 @@ import pytest
 from scipy import stats
 
 import robust_stan as rs
+from robust_stan.building.divergences import DivergenceCode
 from robust_stan.results.arviz_output import scalar_diagnostics
 
 from .conftest import ENGINE
@@ -104,7 +105,7 @@ def _quadrature_mean_sd(log_density, y_fitted, sigma_fitted, divergence, prior_s
     centre = np.median(y_fitted)
     grid = np.linspace(centre - 12 * sigma_fitted, centre + 12 * sigma_fitted, 20001)
     log_p = log_density(y_fitted[None, :], grid[:, None], sigma_fitted)
-    if divergence.code == 0:
+    if divergence.code == DivergenceCode.KL:
         log_target = log_p.sum(axis=1)
     else:
         log_target = np.exp(divergence.param * log_p).sum(axis=1) / divergence.param

@@ -125,7 +125,7 @@ def location(
             args = {"mu": Argument("mu", "mu"), "L": Argument("L", "L_Sigma")}
         else:
             raise RobustStanInputError(f"covariance: must be 'estimated' or 'known', got {covariance!r}")
-    elif fam.standardize == "scale":  # exponential: a positive rate, which moves inversely with y's scale
+    elif fam.positive_rate:  # exponential: the rate moves inversely with y's scale
         decls, defaults = ["real<lower=0> rate"], {"rate": "lognormal(0, 2.5)"}
         args = {"rate": Argument("rate", "rate")}
         rescale["rate"] = "inverse_scale"
@@ -261,7 +261,7 @@ def glm(
                 decls.append(decl)
                 defaults[name] = prior
                 args[name] = Argument(name, name)
-        elif fam.standardize == "scale":  # exponential: the mean is exp(alpha + x'b), the rate its inverse
+        elif fam.positive_rate:  # exponential: the mean is exp(alpha + x'b), the rate its inverse
             args = {"rate": Argument("rate", f"exp(-({linear}))", f"exp(-({linear_vec}))")}
             rescale.update(alpha="log_scale")
             linear_predictor = LinearPredictor("rate", "exp(-({eta}))")

@@ -25,8 +25,9 @@ GRID_CENSUS_STARTS = 8
 
 
 def dispersed_starts(dimension: int, seed: int | None, count: int = CENSUS_STARTS) -> list[np.ndarray]:
-    """``count`` points drawn as Stan draws its inits, from a generator seeded by ``seed``."""
-    rng = np.random.default_rng([0 if seed is None else seed, 7])
+    """``count`` points drawn as Stan draws its inits, from a generator seeded by ``seed`` (None: fresh
+    entropy, so an unseeded run is not repeatable here either)."""
+    rng = np.random.default_rng(None if seed is None else [seed, 7])
     return list(rng.uniform(-2.0, 2.0, size=(count, dimension)))
 
 
@@ -41,5 +42,5 @@ def starts_in_largest_mode(program, prepared: PreparedData, census: ModeCensus, 
                            seed: int | None) -> list[dict]:
     """One start per chain, each a draw of the largest mode's Laplace approximation, as constrained
     values by parameter name on the outcome's own scale (as :meth:`Model.sample` takes them)."""
-    rng = np.random.default_rng([0 if seed is None else seed, 11])
+    rng = np.random.default_rng(None if seed is None else [seed, 11])
     return program.inits_at(census.modes[0].draws(chains, rng), prepared.stan_data, prepared.scaling)

@@ -79,6 +79,9 @@ class Family:
     shape_parameters: tuple[tuple[str, str, str], ...] = ()
     # the default prior of rs.location's intercept alpha on the family's linear-predictor scale
     intercept_prior: str = "normal(0, 2.5)"
+    # the built-in models' parameter is a positive rate (exponential): rs.location declares
+    # real<lower=0> rate, rs.glm models the mean exp(eta) and so the rate exp(-eta)
+    positive_rate: bool = False
 
     @property
     def multivariate(self) -> bool:
@@ -315,6 +318,7 @@ _register(
         links=("log",),
         continuous=True,
         standardize="scale",
+        positive_rate=True,
     )
 )
 

@@ -11,10 +11,10 @@ and dims are the same on both lines.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import lru_cache
 
 import numpy as np
 
+from ..common.arviz_version import arviz_major
 from ..methods.importance import psis
 
 #: Dims of the Monte Carlo draws, first in every array of draws.
@@ -22,14 +22,6 @@ SAMPLE_DIMS = ("chain", "draw")
 
 #: The tail quantiles of the tail ESS: ArviZ 0.x's default, which ArviZ 1.x wants given.
 TAIL_PROBABILITIES = (0.05, 0.95)
-
-
-@lru_cache(maxsize=None)
-def arviz_major() -> int:
-    """Major version of the installed ArviZ (0 or 1)."""
-    import arviz
-
-    return int(arviz.__version__.split(".")[0])
 
 
 def draws_dataset(variables: Mapping[str, np.ndarray], dims: Mapping[str, list[str]] | None = None,
