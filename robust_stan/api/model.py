@@ -357,7 +357,8 @@ class Model(RobustProgram):
         Raises
         ------
         RobustStanInputError
-            If an option is unknown or invalid for the method, or the method needs another engine.
+            If the family, the method or an option's value is invalid, or the method needs another
+        engine.
         """
         if is_partitioned(data):
             return self._variational_on_partitions(data, divergence, learning_rate, weights, family, method, draws,
