@@ -274,8 +274,27 @@ def check_trace_model(posterior: PrivatePosterior, blocks: int = 20, level: floa
 
 def dpvi_baseline(release, kind: str = "last_iterate", burn_in=0.5, draws: int = 4000,
                   seed: int = 0) -> PrivatePosterior:
-    """The baselines from the same release: ``"last_iterate"``, q(theta; phi_T) (naive), or
-    ``"averaged"``, q of the mean of the post-burn-in iterates phi_T*..phi_{T-1} (DPVIm)."""
+    """A baseline posterior from the same DP-VI release, with no further privacy cost.
+
+    Parameters
+    ----------
+    release : DPVIFit or DPVIRelease
+        What :func:`dpvi` released.
+    kind : {"last_iterate", "averaged"}, default "last_iterate"
+        q(theta; phi_T) at the last iterate (naive), or q at the mean of the post-burn-in
+        iterates (DPVIm).
+    burn_in : float or int, default 0.5
+        For "averaged": T*, the first iterate averaged, as an iteration count or a fraction of T.
+    draws : int, default 4000
+        Draws from q (even: two chains of independent draws).
+    seed : int, default 0
+        Seed of the draws.
+
+    Returns
+    -------
+    PrivatePosterior
+        The baseline's draws.
+    """
     release = _release_of(release)
     if kind not in ("last_iterate", "averaged"):
         raise RobustStanInputError(f"kind: must be 'last_iterate' or 'averaged', got {kind!r}")
