@@ -30,8 +30,10 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
          draws_per_step: int = 10, initial_variance: float = 1.0, divergence=None, seed: int | None = None,
          show_progress: bool = True, cluster: Cluster | None = None, init: Mapping | None = None,
          q_scale: str = "variance") -> DPVIFit:
-    """(epsilon, delta)-differentially private mean-field VI by DP-SGD (noise-aware DPVI paper,
-    ``../shared/papers/noise-aware-dpvi.txt``; :mod:`robust_stan.methods.dpvi.mechanism` has the objective).
+    """(epsilon, delta)-differentially private mean-field VI by DP-SGD.
+
+    The mechanism of Alrawajfeh, Jälkö and Honkela (2025, arXiv:2410.19371), noise-aware DPVI;
+    :mod:`robust_stan.methods.dpvi.mechanism` has the objective.
 
     q is a Gaussian on the unconstrained scale with independent coordinates, phi = (mu, u).
     Each step: a Poisson subsample at rate ``sampling_rate`` (kappa); each row's gradient of its
