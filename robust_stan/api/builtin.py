@@ -89,15 +89,13 @@ def location(
         multi_normal only: estimate the covariance or read it from data['Sigma'].
     priors : dict of str or None, default None
         Replacement priors by parameter name, e.g. ``{"mu": "normal(0, 1)"}``.
-    standardize : bool, default True
-        Standardise a continuous outcome before fitting (results on the original scale).
-    engine : str, default "auto"
-        "cmdstan" or "httpstan"; "auto" takes $ROBUST_STAN_ENGINE, else the one installed.
+    standardize, engine
+        As for :func:`glm`.
 
     Returns
     -------
     Model
-        The model, compiled on first use.
+        The location model, compiled on first use.
 
     Raises
     ------
@@ -357,7 +355,7 @@ def custom(
     Returns
     -------
     Model
-        The model, compiled on first use.
+        Your model, compiled when first used.
 
     Raises
     ------

@@ -116,12 +116,12 @@ class Model(RobustProgram):
         theta_unconstrained : array_like
             The point, of length :meth:`unconstrained_dimension`.
         jacobian : bool, default True
-            Include the log Jacobian of the constraining transform.
+            Include the log Jacobian of the constraining transform (as Stan's sampler does).
 
         Returns
         -------
         float
-            The log density.
+            log pi at the point, up to the prior's dropped constants.
         """
         stan_data = self.stan_data(data, divergence, learning_rate, weights, mode, batch)
         theta = self.check_theta(stan_data, theta_unconstrained)
@@ -134,12 +134,8 @@ class Model(RobustProgram):
 
         Parameters
         ----------
-        data, divergence, learning_rate, weights, mode, batch
-            As for :meth:`prepare`.
-        theta_unconstrained : array_like
-            The point, of length :meth:`unconstrained_dimension`.
-        jacobian : bool, default True
-            Include the log Jacobian of the constraining transform.
+        data, divergence, learning_rate, weights, mode, batch, theta_unconstrained, jacobian
+            As for :meth:`log_density`.
 
         Returns
         -------

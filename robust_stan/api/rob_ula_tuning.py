@@ -55,13 +55,13 @@ class RobULATuning:
 
         Parameters
         ----------
-        ax : matplotlib.axes.Axes or None, default None
-            Axes to draw on; None makes a new figure.
+        ax : matplotlib.axes.Axes, optional
+            Where to draw; a new figure when omitted.
 
         Returns
         -------
         matplotlib.axes.Axes
-            The axes drawn on.
+            ``ax``, or the new figure's axes.
         """
         import matplotlib.pyplot as plt
 

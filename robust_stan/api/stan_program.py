@@ -206,12 +206,12 @@ class StanProgramModel(ProgramOnEngine):
         theta_unconstrained : array_like
             The point, of length d.
         jacobian : bool, default True
-            Include the log Jacobian of the constraining transform.
+            Add the log absolute Jacobian determinant of the transform to the unconstrained scale.
 
         Returns
         -------
         float
-            The log density.
+            The program's target at the point.
         """
         stan_data = self.stan_data(data, divergence, learning_rate, weights)
         return self.compile().log_density(stan_data, self.check_theta(stan_data, theta_unconstrained), jacobian)
@@ -223,19 +223,13 @@ class StanProgramModel(ProgramOnEngine):
 
         Parameters
         ----------
-        data, divergence, learning_rate, weights
-            As for :meth:`stan_data`.
-        theta_unconstrained : array_like
-            The point, of length d.
-        jacobian : bool, default True
-            Include the log Jacobian of the constraining transform.
+        data, divergence, learning_rate, weights, theta_unconstrained, jacobian
+            As for :meth:`log_density`.
 
         Returns
         -------
-        log_density : float
-            As :meth:`log_density`.
-        gradient : numpy.ndarray
-            Its gradient, length d.
+        tuple of (float, numpy.ndarray)
+            The log density and its gradient, length d.
         """
         stan_data = self.stan_data(data, divergence, learning_rate, weights)
         return self.compile().log_density_gradient(stan_data, self.check_theta(stan_data, theta_unconstrained), jacobian)
@@ -542,7 +536,7 @@ def from_stan(stan_file_or_code, engine: str = "auto") -> StanProgramModel:
     Returns
     -------
     StanProgramModel
-        The program, compiled on first use.
+        Your program as written, compiled when first needed.
 
     Raises
     ------
@@ -585,7 +579,7 @@ def robustify(stan_file_or_code, likelihood="auto", engine: str = "auto") -> Sta
     Returns
     -------
     StanProgramModel
-        The robustified program, compiled on first use.
+        The rewritten program (``stan_code`` shows it), built when first needed.
 
     Raises
     ------

@@ -80,7 +80,7 @@ class CompiledProgram(abc.ABC):
         Returns
         -------
         float
-            The log density.
+            The target, constants included.
         """
 
     @abc.abstractmethod
@@ -136,10 +136,8 @@ class CompiledProgram(abc.ABC):
 
         Parameters
         ----------
-        data : dict
-            Stan data.
-        theta : numpy.ndarray
-            The unconstrained point.
+        data, theta
+            As for :meth:`log_density`.
         include_gqs : bool, default True
             Also the transformed parameters and generated quantities.
 

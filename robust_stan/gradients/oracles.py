@@ -47,9 +47,9 @@ class GradientOracle(ABC):
         Parameters
         ----------
         theta : numpy.ndarray
-            The unconstrained point.
+            The point on the unconstrained scale, length d.
         jacobian : bool, default True
-            Include the log Jacobian of the constraining transform.
+            Whether the change of variables' log Jacobian is included.
 
         Returns
         -------
@@ -101,12 +101,12 @@ class GradientOracle(ABC):
         Parameters
         ----------
         values : dict
-            Every parameter's constrained value by name.
+            Constrained values by parameter name, every parameter given.
 
         Returns
         -------
         numpy.ndarray
-            The unconstrained point.
+            theta, length d.
         """
 
     def log_density(self, theta: np.ndarray, jacobian: bool = True) -> float:
@@ -114,7 +114,9 @@ class GradientOracle(ABC):
 
         Parameters
         ----------
-        theta, jacobian
+        theta : numpy.ndarray
+            The unconstrained point.
+        jacobian : bool, default True
             As for :meth:`log_density_gradient`.
 
         Returns

@@ -189,12 +189,10 @@ class PerExampleGradients:
 
         Parameters
         ----------
-        thetas : numpy.ndarray
-            (points, d) unconstrained points.
+        thetas, batch
+            As for :meth:`gradients_many`.
         factor : numpy.ndarray
-            (d, k).
-        batch : array_like of int or None, default None
-            0-based rows; None is every row.
+            (d, k), with theta = factor z.
 
         Returns
         -------

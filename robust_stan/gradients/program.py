@@ -66,7 +66,7 @@ class RobustProgram(ProgramOnEngine):
         Parameters
         ----------
         stan_data : dict
-            Stan data (sizes may depend on them).
+            The Stan data, which fix the number of copies.
 
         Returns
         -------
@@ -155,7 +155,7 @@ class RobustProgram(ProgramOnEngine):
         stan_data : dict
             Stan data.
         scaling : Scaling
-            How the outcome was standardised.
+            The outcome's standardisation, to move values to the fitted scale.
 
         Returns
         -------
@@ -180,10 +180,8 @@ class RobustProgram(ProgramOnEngine):
         ----------
         thetas : array_like
             Unconstrained points, one per row.
-        stan_data : dict
-            Stan data.
-        scaling : Scaling
-            How the outcome was standardised.
+        stan_data, scaling
+            As for :meth:`unconstrain_init`.
 
         Returns
         -------

@@ -126,12 +126,10 @@ class WeightDerivativeGradients:
 
         Parameters
         ----------
-        thetas : numpy.ndarray
-            (points, d).
+        thetas, batch
+            As for :meth:`gradients_many`.
         factor : numpy.ndarray
             (d, k).
-        batch : array_like of int or None, default None
-            As for :meth:`gradients`.
 
         Returns
         -------

@@ -58,9 +58,9 @@ class LaplaceApproximation:
         Parameters
         ----------
         count : int
-            Number of draws.
+            How many draws.
         rng : numpy.random.Generator
-            Source of randomness.
+            The generator they come from.
 
         Returns
         -------

@@ -110,7 +110,7 @@ class PrivatePosterior:
         Parameters
         ----------
         percentiles : tuple of float, default (5, 50, 95)
-            The percentiles reported.
+            Percentiles of the draws to report.
 
         Returns
         -------

@@ -127,7 +127,7 @@ class UnitGains:
         Parameters
         ----------
         kind : {"beta", "classical"}
-            Which gains.
+            The gains of the beta loss or of the log-likelihood.
 
         Returns
         -------
@@ -141,8 +141,8 @@ class UnitGains:
 
         Parameters
         ----------
-        kind : {"beta", "classical"}
-            Which gains.
+        kind : str
+            "beta" or "classical", as for :meth:`coreset`.
 
         Returns
         -------
@@ -156,8 +156,8 @@ class UnitGains:
 
         Parameters
         ----------
-        kind : {"beta", "classical"}
-            Which gains.
+        kind : str
+            Which gains, "beta" or "classical".
         residual : numpy.ndarray
             (S,), the residual over the draws.
 
@@ -173,8 +173,8 @@ class UnitGains:
 
         Parameters
         ----------
-        kind : {"beta", "classical"}
-            Which gains.
+        kind : str
+            Which gains (as for :meth:`coreset`).
 
         Returns
         -------

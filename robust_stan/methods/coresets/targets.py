@@ -156,10 +156,8 @@ class CoresetTargetBase:
 
         Parameters
         ----------
-        units : array_like of int
-            The coreset units.
-        weights : array_like
-            Their weights.
+        units, weights
+            As for :meth:`draw`.
         data : dict or None, default None
             Stan data of pi_w; None builds them.
 
@@ -202,10 +200,8 @@ class CoresetTargetBase:
 
         Parameters
         ----------
-        units : array_like of int
-            The coreset units.
-        weights : array_like
-            Their weights.
+        units, weights
+            The units and weights that define pi_w.
 
         Returns
         -------
@@ -265,10 +261,8 @@ class CoresetTargetBase:
 
         Parameters
         ----------
-        units : array_like of int
-            The coreset units.
-        weights : array_like
-            Their weights.
+        units, weights
+            pi_w's units and their weights (as for :meth:`draw`).
 
         Returns
         -------
@@ -384,9 +378,9 @@ class ProgramCoresetTarget(CoresetTargetBase):
         Parameters
         ----------
         units : array_like of int
-            The coreset units.
+            The coreset units, whose rows get weights.
         weights : array_like
-            Their weights.
+            Their weights (every other row gets 0).
 
         Returns
         -------
