@@ -91,7 +91,7 @@ class Model(RobustProgram):
         Parameters
         ----------
         data, divergence, learning_rate, weights, mode, batch
-            As for :meth:`prepare`.
+            The same arguments as :meth:`prepare` takes.
 
         Returns
         -------

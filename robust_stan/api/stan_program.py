@@ -183,7 +183,7 @@ class StanProgramModel(ProgramOnEngine):
         Parameters
         ----------
         stan_data : dict
-            From :meth:`stan_data`.
+            The program's Stan data (from :meth:`stan_data`).
 
         Returns
         -------
@@ -242,12 +242,12 @@ class StanProgramModel(ProgramOnEngine):
         stan_data : dict
             From :meth:`stan_data`.
         oracle : {"auto", "bridgestan", "httpstan"}, default "auto"
-            Engine of the log density and gradients.
+            Which engine computes them.
 
         Returns
         -------
         GradientOracle
-            Log density and gradient at unconstrained points.
+            The program's log density and gradient with these data.
         """
         return make_oracle(self.stan_code, stan_data, self.dimension(stan_data), oracle)
 
@@ -297,7 +297,7 @@ class StanProgramModel(ProgramOnEngine):
         Parameters
         ----------
         stan_data : dict
-            From :meth:`stan_data`.
+            Stan data with the divergence set (:meth:`stan_data`).
 
         Returns
         -------
@@ -319,10 +319,8 @@ class StanProgramModel(ProgramOnEngine):
 
         Parameters
         ----------
-        stan_data : dict
-            From :meth:`stan_data`.
-        oracle : {"auto", "bridgestan", "httpstan"}, default "auto"
-            Engine of the log densities and gradients.
+        stan_data, oracle
+            The Stan data and engine, as for :meth:`oracle_for`.
 
         Returns
         -------
@@ -382,7 +380,7 @@ class StanProgramModel(ProgramOnEngine):
         Parameters
         ----------
         stan_data : dict
-            From :meth:`stan_data`.
+            Stan data holding the outcome.
 
         Returns
         -------

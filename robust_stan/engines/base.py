@@ -90,7 +90,7 @@ class CompiledProgram(abc.ABC):
         Parameters
         ----------
         data, theta, jacobian
-            As for :meth:`log_density`.
+            The Stan data, unconstrained point and Jacobian switch of :meth:`log_density`.
 
         Returns
         -------

@@ -53,10 +53,8 @@ class GradientOracle(ABC):
 
         Returns
         -------
-        log_density : float
-            The log density.
-        gradient : numpy.ndarray
-            Its gradient.
+        tuple of (float, numpy.ndarray)
+            Stan's log density and its gradient.
         """
 
     @abstractmethod
