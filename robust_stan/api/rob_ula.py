@@ -25,20 +25,8 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
 
     Rob-ULA (Bhatia, Ma, Dragan, Bartlett and Jordan 2019, arXiv:1907.11826) is the unadjusted
     Langevin algorithm whose drift replaces the sum of the per-example gradients by a robust mean
-    of them times n, aiming at the posterior given the clean rows. It reaches that posterior only
-    where the estimator keeps exactly the clean rows (the default does when the corrupted rows'
-    gradients lie farthest and ``epsilon`` is their share); otherwise it drops clean rows with the
-    largest residuals, so scale parameters come out too small. Outliers that nearly fit the model
-    and flipped labels are not separable by any estimator; where the coefficients must be right,
-    NUTS on the beta posterior (``model.sample(data, rs.BetaD(...), inits="mode")``) is the
-    alternative. ``examples/results/rob_ula_bias/README.md`` compares the estimators.
-
-    The warmup is robust-stan's (the paper starts anywhere with a fixed step): the chains start
-    near the trimmed mode, run in coordinates ``z`` with ``theta = L z`` where ``L`` whitens the
-    drift's slope at that mode (computed once, so the stationary law does not depend on the seed),
-    and take a step of 0.2 over the largest eigenvalue of that slope. A chain whose state or
-    gradient stops being finite is stopped with a warning (its later draws are NaN); a run whose
-    R-hat or ESS is poor warns, as NUTS does.
+    of them times n, aiming at the posterior given the clean rows. A run whose R-hat or ESS is
+    poor warns, as NUTS does.
 
     Parameters
     ----------
@@ -118,6 +106,23 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     ------
     RobustStanInputError
         If an argument is out of range or the model cannot give per-example gradients.
+
+    Notes
+    -----
+    Rob-ULA reaches the clean rows' posterior only where the estimator keeps exactly the clean
+    rows (the default does when the corrupted rows' gradients lie farthest and ``epsilon`` is
+    their share); otherwise it drops clean rows with the largest residuals, so scale parameters
+    come out too small. Outliers that nearly fit the model and flipped labels are not separable
+    by any estimator; where the coefficients must be right, NUTS on the beta posterior
+    (``model.sample(data, rs.BetaD(...), inits="mode")``) is the alternative.
+    ``examples/results/rob_ula_bias/README.md`` compares the estimators.
+
+    The warmup is robust-stan's (the paper starts anywhere with a fixed step): the chains start
+    near the trimmed mode and run in coordinates ``z`` with ``theta = L z``, where ``L`` whitens
+    the drift's slope at that mode; ``L`` is computed once, there, because a robust drift is not
+    the gradient of a log density, so an ``L`` drawn from the chains would make the stationary
+    law depend on the seed. A chain whose state or gradient stops being finite is stopped with a
+    warning; its later draws are NaN.
     """
     own_program = isinstance(model, StanProgramModel)
     if is_partitioned(data):
