@@ -66,27 +66,41 @@ def location(
     standardize: bool = True,
     engine: str = "auto",
 ) -> Model:
-    """y_i ~ family(theta): one location (and scale) shared by every observation.
+    """A location model: y_i ~ family(theta), one location (and scale) shared by every observation.
 
-    Parameters and default priors (fitted scale):
-      normal:       mu ~ normal(0, 10), sigma ~ exponential(1)
-      student_t:    mu ~ normal(0, 10), sigma ~ exponential(1), nu ~ gamma(2, 0.1)
-      bernoulli, binomial: alpha (logit) ~ normal(0, 2.5)
-      poisson:      alpha (log rate) ~ normal(0, 5)
-      categorical:  alpha[K-1] (logits against class 1) ~ normal(0, 2.5)
-      multi_normal: mu[D] ~ normal(0, 10); covariance="estimated" gives
-                    tau[D] ~ exponential(1), L_Omega ~ lkj_corr_cholesky(2);
-                    covariance="known" reads data['Sigma'] (D x D)
-      exponential:  rate ~ lognormal(0, 2.5)
+    Parameters and default priors (fitted scale): normal: mu ~ normal(0, 10), sigma ~
+    exponential(1); student_t: the same and nu ~ gamma(2, 0.1); bernoulli, binomial: alpha (logit)
+    ~ normal(0, 2.5); poisson: alpha (log rate) ~ normal(0, 5); categorical: alpha[K-1] (logits
+    against class 1) ~ normal(0, 2.5); multi_normal: mu[D] ~ normal(0, 10) with tau[D] ~
+    exponential(1), L_Omega ~ lkj_corr_cholesky(2), or data['Sigma'] (D x D) when the covariance is
+    known; exponential: rate ~ lognormal(0, 2.5). The mislabelling likelihood of :func:`glm` is not
+    offered: with one probability shared by every row, the flip rate and alpha are not identified.
 
-    ``known={"sigma": 1.0}`` (normal, student_t) fixes the scale, in the units
-    of y; for student_t ``known={"nu": 4}`` fixes the degrees of freedom. Known
-    values are passed to the program as data (so one compiled program serves
-    every value): with the outcome standardised, sigma is divided by the same
-    scale as y. Giving the same name in the data too is an error.
-    ``priors`` replaces defaults by parameter name, e.g. ``{"mu": "normal(0, 1)"}``.
-    The mislabelling likelihood (:func:`glm`'s ``mislabel``) is not offered here: with
-    one probability shared by every row, the flip rate and alpha are not identified.
+    Parameters
+    ----------
+    family : str
+        The likelihood, as for :func:`glm`.
+    known : dict of float or None, default None
+        Fixed values: ``{"sigma": 1.0}`` (normal, student_t) fixes the scale, in the units of y;
+        ``{"nu": 4}`` fixes student_t's degrees of freedom. They are passed as data, so one
+        compiled program serves every value; with the outcome standardised, sigma is divided by
+        the same scale as y. Giving the same name in the data too is an error.
+    covariance : {"estimated", "known"}, default "estimated"
+        multi_normal only: estimate the covariance or read it from data['Sigma'].
+    priors : dict of str or None, default None
+        Replacement priors by parameter name, e.g. ``{"mu": "normal(0, 1)"}``.
+    standardize, engine
+        As for :func:`glm`.
+
+    Returns
+    -------
+    Model
+        The location model, compiled on first use.
+
+    Raises
+    ------
+    RobustStanInputError
+        If the family is unknown or ``known`` names a parameter the family does not have.
     """
     fam = get_family(family)
     known = _checked_known(known)
@@ -171,16 +185,15 @@ def glm(
     standardize: bool = True,
     engine: str = "auto",
 ) -> Model:
-    """y_i ~ family(link^-1(alpha + x_i' b), extra parameters), with data X (N x P).
+    """A generalised linear model: y_i ~ family(link^-1(alpha + x_i' b), extra parameters).
 
-    Links: normal, student_t, multi_normal identity; bernoulli, binomial logit;
-    poisson log; categorical softmax (class 1 is the reference: alpha[K-1],
-    B[P, K-1]); exponential log (the mean is exp(alpha + x'b), rate its inverse).
-    multi_normal: alpha[D], B[P, D], covariance diag(tau) L_Omega.
-    Default priors (fitted scale): alpha ~ normal(0, 2.5); each coefficient
-    b_j ~ normal(0, prior_scale_b[j]) with prior_scale_b[j] = 2.5 / sd(X[:, j])
-    unless data['prior_scale_b'] is given; sigma, tau ~ exponential(1);
-    nu ~ gamma(2, 0.1); L_Omega ~ lkj_corr_cholesky(2).
+    The data are ``X`` (N x P) and ``y``. Links: normal, student_t, multi_normal identity;
+    bernoulli, binomial logit; poisson log; categorical softmax (class 1 is the reference:
+    alpha[K-1], B[P, K-1]); exponential log (the mean is exp(alpha + x'b)). multi_normal: alpha[D],
+    B[P, D], covariance diag(tau) L_Omega. Default priors (fitted scale): alpha ~ normal(0, 2.5);
+    b_j ~ normal(0, prior_scale_b[j]) with prior_scale_b[j] = 2.5 / sd(X[:, j]) unless
+    data['prior_scale_b'] is given; sigma, tau ~ exponential(1); nu ~ gamma(2, 0.1);
+    L_Omega ~ lkj_corr_cholesky(2).
 
     Parameters
     ----------
@@ -190,18 +203,12 @@ def glm(
     link : str, optional
         The link function; the family's default (above) when omitted.
     mislabel : bool, default False
-        bernoulli and categorical only: the mislabelling likelihood. Each observed
-        label is the true one with probability 1 - flip_rate and each of the other
-        K - 1 classes with probability flip_rate / (K - 1), so with s = softmax(eta)
-        p(y = k) = (1 - flip_rate) s_k + flip_rate / (K - 1) (1 - s_k); for bernoulli
-        p(y = 1) = flip_rate + (1 - 2 flip_rate) inv_logit(alpha + x' b). Use it when
-        labels are flipped at random: random flips are a misspecification rather than
-        outliers, and no beta or gamma removes the attenuation they cause. The
-        parameter ``flip_rate`` lies below its identification bound (1/2 for bernoulli,
-        (K - 1)/K for categorical) with the prior flip_rate ~ uniform(0, bound);
-        replace it through ``priors``, e.g. ``{"flip_rate": "beta(1, 9)"}`` when flips
-        are believed rare. The mislabelled probabilities enter the density, the beta
-        and gamma integral terms, ``log_lik`` and ``y_rep`` alike, so every divergence
+        bernoulli and categorical only: the mislabelling likelihood, in which each observed label
+        is the true one with probability 1 - flip_rate and each of the other K - 1 classes with
+        probability flip_rate / (K - 1). Use it when labels are flipped at random (a
+        misspecification no beta or gamma removes). ``flip_rate`` lies below its identification
+        bound (1/2 for bernoulli, (K - 1)/K for categorical) with a uniform prior up to it;
+        replace that through ``priors``, e.g. ``{"flip_rate": "beta(1, 9)"}``. Every divergence
         and method applies.
     priors : dict of str, optional
         Replacement priors by parameter name, e.g. ``{"alpha": "normal(0, 1)"}``.
@@ -209,6 +216,17 @@ def glm(
         Standardise a continuous outcome before fitting (results on the original scale).
     engine : str, default "auto"
         "cmdstan" or "httpstan"; "auto" takes $ROBUST_STAN_ENGINE, else the one installed.
+
+    Returns
+    -------
+    Model
+        The model, compiled on first use.
+
+    Raises
+    ------
+    RobustStanInputError
+        If the family, link or a prior's name is unknown, or ``mislabel`` is asked of another
+        family.
     """
     fam = get_family(family)
     link = link or fam.default_link
@@ -295,7 +313,9 @@ def custom(
     vectorised: dict[str, str] | None = None,
     **args: str,
 ) -> Model:
-    """A model from your own Stan fragments, e.g. a hierarchical regression::
+    """A model from your own Stan fragments and one of the built-in likelihood families.
+
+    For example, a hierarchical regression::
 
         rs.custom("normal",
                   data="int<lower=1> P; matrix[N, P] X; int<lower=1> G; array[N] int<lower=1, upper=G> g;",
@@ -303,19 +323,44 @@ def custom(
                   priors="b ~ normal(0, 5); u ~ normal(0, tau); tau ~ exponential(1); sigma ~ exponential(1);",
                   mu="X[n] * b + u[g[n]]", sigma="sigma")
 
-    ``transformed_data`` takes Stan statements run once on the data (e.g.
-    ``"matrix[P, P] L = cholesky_decompose(S);"``), not once per draw.
-    ``N`` and ``y`` (and ``trials``/``K``/``D`` for binomial/categorical/
-    multi_normal) are declared for you. Each family argument is a Stan
-    expression for observation ``n``; one without ``n`` is shared by all rows.
-    Outcomes are used as given (no standardisation): mind the units, since the
-    beta and gamma losses are not invariant to them.
+    ``N`` and ``y`` (and ``trials``/``K``/``D`` for binomial/categorical/multi_normal) are declared
+    for you. Outcomes are used as given (no standardisation): mind the units, since the beta and
+    gamma losses are not invariant to them.
 
-    ``vectorised`` optionally gives, per argument, one Stan expression for all N
-    rows at once (e.g. ``{"mu": "X * b"}``); the posterior mode then evaluates
-    that instead of a loop over rows, which is much faster for matrix-heavy
-    arguments (a neural network's layers). The per-observation form is still
-    used per example; the two must agree.
+    Parameters
+    ----------
+    family : str
+        The likelihood family, a key of :data:`robust_stan.FAMILIES`.
+    data : str, default ""
+        Stan declarations of the data beyond ``N`` and ``y``.
+    transformed_data : str, default ""
+        Stan statements run once on the data (e.g. ``"matrix[P, P] L = cholesky_decompose(S);"``),
+        not once per draw.
+    parameters : str
+        Stan declarations of the parameters.
+    priors : str, default ""
+        Stan statements of the priors.
+    engine : str, default "auto"
+        "cmdstan" or "httpstan"; "auto" takes $ROBUST_STAN_ENGINE, else the one installed.
+    title : str or None, default None
+        A name for the model in messages and the generated program's header.
+    vectorised : dict of str or None, default None
+        Per family argument, one Stan expression for all N rows at once (e.g. ``{"mu": "X * b"}``);
+        the posterior mode then evaluates that instead of a loop over rows. The per-observation
+        form is still used per example; the two must agree.
+    **args : str
+        The family's arguments (``mu="X[n] * b"``, ``sigma="sigma"``, ...), each a Stan expression
+        for observation ``n``; one without ``n`` is shared by all rows.
+
+    Returns
+    -------
+    Model
+        Your model, compiled when first used.
+
+    Raises
+    ------
+    RobustStanInputError
+        If the family is unknown or an argument it needs is missing.
     """
     fam = get_family(family)
     vectorised = dict(vectorised or {})

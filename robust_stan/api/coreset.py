@@ -27,64 +27,85 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
             seed: int | None = None, show_progress: bool = True, cluster: Cluster | None = None) -> Coreset:
     """A weighted subset of at most ``size`` rows (or groups) whose posterior stands in for the data's.
 
-    Methods (``../shared/papers/beta-cores.txt``, Algorithm 1 and eq. 9-14):
+    The greedy methods follow Algorithm 1 of Manousakas and Mascolo (2020, arXiv:2008.13600):
+    each added unit is followed by ``iters_per_point`` steps on the weights, each from ``draws``
+    fresh draws of the weighted posterior pi_w and a batch of ``opt_batch`` units; selection uses a
+    batch of ``select_batch`` units. Every step costs one draw of ``draws`` parameters on the
+    coreset rows and one engine call for the batch's pointwise losses, so nothing costs O(N).
+    Your own program (:func:`robustify`, one likelihood outcome) works too, but robust-stan cannot
+    cut its rows out (its transformed data may use every row), so each draw and gains call then
+    costs O(N) rows.
 
-    - ``"beta_cores"``: Manousakas and Mascolo's beta-Cores; the gains are minus the
-      ``divergence``'s loss (``rs.BetaD(beta)``, or a decomposable ``rs.GammaD``), so rows
-      the robust posterior disowns add nothing and are left out.
-    - ``"sparse_vi"``: the same algorithm with the log-likelihood gains (Campbell and
-      Beronov 2019).
-    - ``"uniform"``: ``size`` rows drawn with replacement, weight N * count / size.
+    Parameters
+    ----------
+    model : Model or StanProgramModel
+        A built-in model or a robustified program with one likelihood outcome.
+    data : mapping
+        The model's data. Values that are Dask arrays split into row chunks, Dask DataFrames or
+        Series, or lists of ``.npy`` or ``.parquet`` paths are rows held in partitions (built-in
+        models with ``standardize=False``; not with ``groups``, ``refresh`` or
+        ``sampler="exact"``): each batch's gains are computed where the partitions live and the
+        coreset's rows are fetched as they join, with the in-memory run's choices.
+    size : int
+        The most units the coreset holds.
+    method : {"beta_cores", "sparse_vi", "uniform"}, default "beta_cores"
+        "beta_cores": the gains are minus the ``divergence``'s loss, so rows the robust posterior
+        disowns add nothing; "sparse_vi": the same algorithm with log-likelihood gains (Campbell
+        and Beronov 2019, arXiv:1906.03329); "uniform": ``size`` rows drawn with replacement,
+        weight N * count / size.
+    divergence : Divergence or None, default None
+        ``rs.BetaD(beta)`` or a decomposable ``rs.GammaD`` for "beta_cores"; None is KL.
+    draws : int, default 100
+        Draws of pi_w per weight step.
+    iters_per_point : int, default 100
+        Weight steps after each added unit.
+    select_batch : int, default 1000
+        Units scored when choosing the next one.
+    opt_batch : int, default 200
+        Units in each weight step's batch.
+    inner : {"beta", "classical"}, default "beta"
+        The loss of pi_w: the beta loss (the paper's algorithm) or the classical likelihood (the
+        authors' code).
+    sampler : {"laplace", "nuts", "exact"}, default "laplace"
+        How pi_w is drawn from: the L-BFGS mode of the weighted program with the covariance from a
+        finite-difference Hessian; the engine's NUTS (one chain, 300 warmup iterations); or the
+        conjugate posterior of ``rs.location("multi_normal", covariance="known",
+        priors={"mu": "normal(m0, s0)"})`` (``inner="classical"`` only).
+    groups : array_like or None, default None
+        One label per row; the units are then the groups (a group's gain is the sum over its
+        rows, its weight applies to each of them).
+    step_size : float, default 1.0
+        The weight steps' size is ``step_size / (1 + t)``.
+    optimizer : {"adam", "sgd"}, default "adam"
+        Adam restarted per point (the authors' choice) or SGD as Algorithm 1 prints it.
+    learning_rate : float, default 1.0
+        Weight ``w`` on the data term of pi_w.
+    start : sequence or None, default None
+        Units (row numbers, or group labels with ``groups``) the greedy methods begin from,
+        weight N / len(start) each; ``size`` more are then added.
+    refresh : callable or None, default None
+        For models whose data depend on the coreset (a neural-linear model whose features come
+        from a network retrained on the coreset rows, the paper's section 4.3): called with the
+        row weights (N,) after every addition's weight steps, it returns new data for the same N
+        rows, run by the same compiled program.
+    seed : int or None, default None
+        Seed of the run; None draws fresh entropy (not reproducible).
+    show_progress : bool, default True
+        Show a progress bar.
+    cluster : Cluster or None, default None
+        Workers for rows held in partitions; None computes here.
 
-    The weighted posterior pi_w drawn from inside the loop uses the beta loss
-    (``inner="beta"``, the paper's algorithm) or the classical likelihood
-    (``inner="classical"``, the authors' code). ``sampler``: ``"laplace"`` (L-BFGS mode of the
-    weighted program on the coreset rows, covariance from the finite-difference Hessian of
-    the engine's gradients), ``"nuts"`` (the engine, one chain, 300 warmup iterations) or
-    ``"exact"`` (the conjugate posterior of ``rs.location("multi_normal", covariance="known",
-    priors={"mu": "normal(m0, s0)"})``, inner="classical" only). Each added point is followed by
-    ``iters_per_point`` steps on the weights (``optimizer="adam"``, the authors' choice,
-    restarted per point, or ``"sgd"`` as Algorithm 1 prints it; step ``step_size / (1 + t)``),
-    each from ``draws`` fresh draws and a batch of ``opt_batch`` units; selection uses a batch
-    of ``select_batch`` units.
+    Returns
+    -------
+    Coreset
+        The weights and the trace; ``coreset.sample()`` and ``coreset.variational()`` fit its
+        posterior with the same compiled program. A :class:`~robust_stan.results.coreset.ProgramCoreset`
+        for your own program.
 
-    ``groups``: one label per row; the units are then the groups (a group's gain is the
-    sum over its rows, its weight applies to each of them).
-
-    ``start``: units (row numbers, or group labels with ``groups``) the greedy methods begin
-    from, weight N / len(start) each (in units); ``size`` more are then added.
-    ``refresh(weights)``: for models whose data depend on the coreset (a neural-linear model,
-    whose features come from a network retrained on the coreset rows: the paper's
-    section 4.3); it receives the row weights (N,) and returns new data for the same N rows,
-    prepared like ``data`` and run by the same compiled program. It is called after
-    every addition's weight steps (and once at the start, with ``start``); the returned
-    ``Coreset`` holds the last data it returned.
-
-    Cost model: each of the size x (iters_per_point + 1) steps makes one draw of S =
-    ``draws`` parameters (Laplace: an L-BFGS run and 2 d gradients of the program on the
-    coreset rows only, then S constrain calls) and one gains call, the program's
-    standalone generated quantities on the B + M rows at the S draws (S x (B + M)
-    pointwise losses, one engine call). Nothing costs O(N).
-
-    Your own program (``rs.robustify``, one likelihood outcome) works too, with one difference:
-    robust-stan cannot cut its rows out (its transformed data may use every row), so the
-    weighted posterior is the program on all rows with the outcome's weights as data (0 off
-    the coreset) and the gains come from its ``rs_robust_loss_<y>`` and ``rs_log_lik_<y>``;
-    each draw and each gains call then costs O(N) rows. ``refresh`` returns the program's
-    data (its data block's variables).
-
-    Rows held in partitions (``data`` values that are Dask arrays split into row chunks, Dask
-    DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths, one file per partition; a
-    built-in model with ``standardize=False``): each batch's gains are computed where their partitions live (on ``cluster``'s workers, an
-    :class:`rs.Cluster`; here without one) and only their reductions travel; the coreset's rows
-    are fetched here as they join (:mod:`robust_stan.methods.coresets.partitioned`). The choices
-    are the in-memory run's; the result's ``prepared`` then holds the fetched rows only
-    (``local_rows``). Not with ``groups``, ``refresh`` or ``sampler="exact"``.
-
-    Returns a :class:`~robust_stan.results.coreset.Coreset` (a
-    :class:`~robust_stan.results.coreset.ProgramCoreset` for your own program);
-    ``coreset.sample()`` and ``coreset.variational()`` fit its posterior with the same
-    compiled program.
+    Raises
+    ------
+    RobustStanInputError
+        If an argument is invalid or the combination is not supported (the message says which).
     """
     own_program = isinstance(model, StanProgramModel)
     if not own_program:

@@ -30,8 +30,10 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
          draws_per_step: int = 10, initial_variance: float = 1.0, divergence=None, seed: int | None = None,
          show_progress: bool = True, cluster: Cluster | None = None, init: Mapping | None = None,
          q_scale: str = "variance") -> DPVIFit:
-    """(epsilon, delta)-differentially private mean-field VI by DP-SGD (noise-aware DPVI paper,
-    ``../shared/papers/noise-aware-dpvi.txt``; :mod:`robust_stan.methods.dpvi.mechanism` has the objective).
+    """(epsilon, delta)-differentially private mean-field VI by DP-SGD.
+
+    The mechanism of Alrawajfeh, Jälkö and Honkela (2025, arXiv:2410.19371), noise-aware DPVI;
+    :mod:`robust_stan.methods.dpvi.mechanism` has the objective.
 
     q is a Gaussian on the unconstrained scale with independent coordinates, phi = (mu, u).
     Each step: a Poisson subsample at rate ``sampling_rate`` (kappa); each row's gradient of its
@@ -274,8 +276,27 @@ def check_trace_model(posterior: PrivatePosterior, blocks: int = 20, level: floa
 
 def dpvi_baseline(release, kind: str = "last_iterate", burn_in=0.5, draws: int = 4000,
                   seed: int = 0) -> PrivatePosterior:
-    """The baselines from the same release: ``"last_iterate"``, q(theta; phi_T) (naive), or
-    ``"averaged"``, q of the mean of the post-burn-in iterates phi_T*..phi_{T-1} (DPVIm)."""
+    """A baseline posterior from the same DP-VI release, with no further privacy cost.
+
+    Parameters
+    ----------
+    release : DPVIFit or DPVIRelease
+        What :func:`dpvi` released.
+    kind : {"last_iterate", "averaged"}, default "last_iterate"
+        q(theta; phi_T) at the last iterate (naive), or q at the mean of the post-burn-in
+        iterates (DPVIm).
+    burn_in : float or int, default 0.5
+        For "averaged": T*, the first iterate averaged, as an iteration count or a fraction of T.
+    draws : int, default 4000
+        Draws from q (even: two chains of independent draws).
+    seed : int, default 0
+        Seed of the draws.
+
+    Returns
+    -------
+    PrivatePosterior
+        The baseline's draws.
+    """
     release = _release_of(release)
     if kind not in ("last_iterate", "averaged"):
         raise RobustStanInputError(f"kind: must be 'last_iterate' or 'averaged', got {kind!r}")

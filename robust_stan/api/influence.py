@@ -19,18 +19,48 @@ def influence(fit_or_model: VariationalFit | Model, data: Mapping, index: int, v
               divergence: Divergence | None = None, **options) -> pd.DataFrame:
     """How the test log-likelihood moves when training point ``index`` takes each of ``values``.
 
-    ``fit_or_model`` is a variational fit of the model to ``data`` (see
-    :meth:`robust_stan.Model.variational`), whose divergence, learning rate and
-    family are reused; or a Model, which is first fitted to ``data`` by
-    ``model.variational(data, divergence, seed=seed, **options)`` (``divergence``
-    only goes with a Model). Every refit starts from the fit's q with the same seed,
-    and so does a baseline refit on the unchanged data: ``change`` is the refit's
-    test log-likelihood minus the baseline's, so the optimiser's own noise (large
-    with minibatches) cancels. The baseline is kept with the fit, so further calls
-    with the same data, test data and settings (other points) do not refit it.
-    ``variable`` and ``column`` say what is moved (``"y"``, or ``"X"`` with a column). Returns a table with one row per value:
-    ``value``, ``test_loglik`` and ``change``. ``options`` go to the refits (and to
-    the first fit of a Model).
+    Every refit starts from the fit's q with the same seed, and so does a baseline refit on the
+    unchanged data, so ``change`` (the refit's test log-likelihood minus the baseline's) is free
+    of the optimiser's own noise. The baseline is kept with the fit, so further calls with the
+    same data, test data and settings do not refit it.
+
+    Parameters
+    ----------
+    fit_or_model : VariationalFit or Model
+        A variational fit of the model to ``data`` (:meth:`robust_stan.Model.variational`), whose
+        divergence, learning rate and family are reused; or a Model, first fitted by
+        ``model.variational(data, divergence, seed=seed, **options)``.
+    data : mapping
+        The training data.
+    index : int
+        The 0-based training row that moves.
+    values : sequence of float
+        The values it takes.
+    test_data : mapping
+        The data the log-likelihood is computed on.
+    variable : str, default "y"
+        What is moved: ``"y"``, or ``"X"`` with ``column``.
+    column : int or None, default None
+        The column of ``X`` that moves.
+    draws : int, default 200
+        Draws from q for each test log-likelihood.
+    seed : int, default 0
+        Seed of the refits and draws.
+    divergence : Divergence or None, default None
+        Only with a Model: the divergence of its first fit.
+    **options
+        Passed to :meth:`robust_stan.Model.variational` for the refits (and the first fit of a
+        Model).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per value: ``value``, ``test_loglik`` and ``change``.
+
+    Raises
+    ------
+    RobustStanInputError
+        If ``divergence`` comes with a fit, or ``variable``, ``column`` or ``index`` is invalid.
     """
     fit = fit_or_model
     for name in ("warm_start", "show_progress"):

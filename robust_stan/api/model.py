@@ -32,9 +32,17 @@ class Model(RobustProgram):
     """A robust-stan model: its Stan program, and methods that compile it once and reuse it.
 
     Build one with :func:`robust_stan.location`, :func:`robust_stan.glm` or
-    :func:`robust_stan.custom`. ``stan_code`` is the readable program. The
-    divergence, learning rate, weights and mode are data, so every call below
-    reuses one compiled program.
+    :func:`robust_stan.custom`. ``stan_code`` is the readable program. The divergence, learning
+    rate, weights and mode are data, so every method reuses one compiled program.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        Everything the generated program is made of (the entry points above build it).
+    engine : str, default "auto"
+        "cmdstan" or "httpstan"; "auto" takes $ROBUST_STAN_ENGINE, else the one installed.
+    kind : str, default "custom"
+        "location", "glm" or "custom"; a custom program is checked by stanc when built.
     """
 
     def __repr__(self) -> str:
@@ -43,7 +51,35 @@ class Model(RobustProgram):
     # -- data -------------------------------------------------------------------
     def prepare(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                 weights=None, mode: str = "posterior", batch=None) -> PreparedData:
-        """The user's data and settings, checked and converted once (see :meth:`stan_data`)."""
+        """Check and convert the user's data and settings once.
+
+        Parameters
+        ----------
+        data : mapping
+            The model's data by name (``X``, ``y``, ...), as NumPy arrays or lists.
+        divergence : Divergence or None, default None
+            The divergence of the generalized posterior; None is KL (the ordinary likelihood).
+        learning_rate : float, default 1.0
+            Weight ``w`` on the data term, ``w > 0``.
+        weights : array_like or None, default None
+            One non-negative weight per observation multiplying its loss; None gives every row 1.
+        mode : {"posterior", "per_example", "prior"}, default "posterior"
+            What the program computes: the generalized posterior, each observation's loss
+            separately, or the prior alone.
+        batch : array_like of int or None, default None
+            ``mode="per_example"`` only: the 0-based rows to compute; None is every row.
+
+        Returns
+        -------
+        PreparedData
+            The Stan data dict and the outcome's scaling (continuous outcomes of built-in models are
+            standardised; see :func:`robust_stan.glm`).
+
+        Raises
+        ------
+        RobustStanInputError
+            If a data value, the weights or a setting is invalid (the message names it).
+        """
         divergence = as_divergence(divergence)
         stan_data, scaling = prepare_data(self.spec, data, divergence, learning_rate, weights, mode, batch)
         return PreparedData(data, stan_data, scaling, divergence)
@@ -52,9 +88,15 @@ class Model(RobustProgram):
                   weights=None, mode: str = "posterior", batch=None) -> dict:
         """The Stan data dict for this program: checked data plus the robust-stan switches.
 
-        ``mode`` is "posterior", "per_example" (with optional ``batch`` of 0-based
-        rows) or "prior". Continuous outcomes of built-in models come back
-        standardised (see :func:`robust_stan.glm`).
+        Parameters
+        ----------
+        data, divergence, learning_rate, weights, mode, batch
+            The same arguments as :meth:`prepare` takes.
+
+        Returns
+        -------
+        dict
+            Stan data; continuous outcomes of built-in models come back standardised.
         """
         return self.prepare(data, divergence, learning_rate, weights, mode, batch).stan_data
 
@@ -64,8 +106,22 @@ class Model(RobustProgram):
                     jacobian: bool = True) -> float:
         """Log density of the generalized posterior at an unconstrained point.
 
-        Constants of the prior's ``~`` statements are dropped (as in Stan's
-        own log_prob); the loss terms are exact.
+        Constants of the prior's ``~`` statements are dropped (as in Stan's own log_prob); the loss
+        terms are exact.
+
+        Parameters
+        ----------
+        data, divergence, learning_rate, weights, mode, batch
+            As for :meth:`prepare`.
+        theta_unconstrained : array_like
+            The point, of length :meth:`unconstrained_dimension`.
+        jacobian : bool, default True
+            Include the log Jacobian of the constraining transform (as Stan's sampler does).
+
+        Returns
+        -------
+        float
+            log pi at the point, up to the prior's dropped constants.
         """
         stan_data = self.stan_data(data, divergence, learning_rate, weights, mode, batch)
         theta = self.check_theta(stan_data, theta_unconstrained)
@@ -74,38 +130,101 @@ class Model(RobustProgram):
     def log_density_gradient(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
                              learning_rate: float = 1.0, weights=None, mode: str = "posterior", batch=None,
                              jacobian: bool = True) -> tuple[float, np.ndarray]:
-        """Log density and its gradient with respect to the unconstrained parameters."""
+        """Log density and its gradient with respect to the unconstrained parameters.
+
+        Parameters
+        ----------
+        data, divergence, learning_rate, weights, mode, batch, theta_unconstrained, jacobian
+            As for :meth:`log_density`.
+
+        Returns
+        -------
+        log_density : float
+            As :meth:`log_density`.
+        gradient : numpy.ndarray
+            Its gradient, one entry per unconstrained parameter.
+        """
         stan_data = self.stan_data(data, divergence, learning_rate, weights, mode, batch)
         theta = self.check_theta(stan_data, theta_unconstrained)
         return self.compile().log_density_gradient(stan_data, theta, jacobian)
 
     def unconstrained_dimension(self, data: Mapping, mode: str = "posterior", batch=None) -> int:
-        """Number of unconstrained parameters of the program for these data and mode."""
+        """Number of unconstrained parameters of the program for these data and mode.
+
+        Parameters
+        ----------
+        data, mode, batch
+            As for :meth:`prepare`.
+
+        Returns
+        -------
+        int
+            The dimension d.
+        """
         return self.dimension(self.stan_data(data, mode=mode, batch=batch))
 
     def per_example_gradients(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
                               batch=None, oracle: str = "auto", strategy: str = "auto") -> np.ndarray:
         """Gradients of each observation's loss l_i at a shared unconstrained point.
 
-        Returns an array (rows in ``batch``, d), row i = grad l_i(theta), from one
-        gradient call of the program's per-example mode (DESIGN.md section 3).
-        The prior, weights and learning rate are not included. For repeated
-        calls on the same data use :meth:`per_example` (prepares the data once).
-        ``strategy``: "copies" (any model), "linear_predictor" (built-in glms of
-        the normal, bernoulli, binomial, poisson and exponential families;
-        measured 2.2 to 2.5 full gradients, against 12 to 24 for copies) or "auto",
-        the faster one available.
+        One gradient call of the program's per-example mode, in which every row has its own copy of
+        the parameters, gives all rows' gradients. The prior, weights and learning rate are not
+        included. For repeated calls on the same data use :meth:`per_example` (prepares the data once).
+
+        Parameters
+        ----------
+        data, divergence, batch
+            As for :meth:`prepare`.
+        theta_unconstrained : array_like
+            The shared point, of length d.
+        oracle : {"auto", "bridgestan", "httpstan"}, default "auto"
+            Engine of the gradients.
+        strategy : {"auto", "copies", "linear_predictor"}, default "auto"
+            "copies" works for any model; "linear_predictor" (built-in glms of the normal, bernoulli,
+            binomial, poisson and exponential families) is cheaper; "auto" takes the cheaper one
+            available (``benchmarks/per_example_cost.py`` measures both).
+
+        Returns
+        -------
+        numpy.ndarray
+            Shape (rows in ``batch``, d); row i is grad l_i(theta).
         """
         return self.per_example(data, divergence, oracle, strategy).gradients(theta_unconstrained, batch)
 
     def per_example(self, data: Mapping, divergence: Divergence | None = None, oracle: str = "auto",
                     strategy: str = "auto") -> PerExampleGradients:
-        """A reusable :class:`~robust_stan.gradients.per_example.PerExampleGradients` for these data."""
+        """A reusable per-example gradient evaluator for these data.
+
+        Parameters
+        ----------
+        data, divergence
+            As for :meth:`prepare`.
+        oracle, strategy
+            As for :meth:`per_example_gradients`.
+
+        Returns
+        -------
+        PerExampleGradients
+            Gradients of each row's loss at any point, the data prepared once.
+        """
         return PerExampleGradients(self, self.stan_data(data, divergence), oracle, strategy)
 
     def oracle(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                weights=None, mode: str = "posterior", oracle: str = "auto"):
-        """A :class:`~robust_stan.gradients.oracles.GradientOracle` for the program with these data fixed."""
+        """A gradient oracle for the program with these data fixed.
+
+        Parameters
+        ----------
+        data, divergence, learning_rate, weights, mode
+            As for :meth:`prepare`.
+        oracle : {"auto", "bridgestan", "httpstan"}, default "auto"
+            Engine of the log density and gradients.
+
+        Returns
+        -------
+        GradientOracle
+            Log density and gradient at unconstrained points.
+        """
         return self.oracle_for(self.stan_data(data, divergence, learning_rate, weights, mode), oracle)
 
     # -- NUTS ---------------------------------------------------------------------
@@ -113,16 +232,47 @@ class Model(RobustProgram):
                weights=None, chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
                thin: int = 1, seed: int | None = None, inits: dict | list[dict] | str | None = None,
                adapt_delta: float = 0.8, max_treedepth: int = 10, show_progress: bool = True) -> Fit:
-        """Sample the generalized posterior with Stan's NUTS; returns a :class:`~robust_stan.Fit`.
+        """Sample the generalized posterior with Stan's NUTS.
 
-        Arguments are CmdStanPy's. ``inits`` gives constrained starting values
-        by parameter name (one dict for all chains, or one per chain). With
-        outliers the robust posterior can have a second mode that follows them
-        and holds almost none of the mass, where chains from Stan's dispersed
-        starts can settle: ``inits="mode"`` starts each chain from its own draw
-        of the Laplace approximation at the largest mode that L-BFGS finds from
-        32 dispersed starts (:mod:`robust_stan.api.mode_starts`; a search, not a
-        guarantee), and warns when no mode holds 99% of the mass.
+        With outliers the robust posterior can have a second mode that follows them and holds almost
+        none of the mass, where chains from Stan's dispersed starts can settle; ``inits="mode"``
+        starts every chain in the largest mode found by L-BFGS from 32 dispersed starts (a search,
+        not a guarantee) and warns when no mode holds 99% of the mass. A run whose R-hat or ESS is
+        poor warns.
+
+        Parameters
+        ----------
+        data, divergence, learning_rate, weights
+            As for :meth:`prepare`.
+        chains : int, default 4
+            Number of chains.
+        iter_warmup : int, default 1000
+            Warmup iterations per chain.
+        iter_sampling : int, default 1000
+            Kept iterations per chain.
+        thin : int, default 1
+            Keep every ``thin``-th draw.
+        seed : int or None, default None
+            Seed of the run; None draws fresh entropy (not reproducible).
+        inits : dict, list of dict, "mode" or None, default None
+            Constrained starting values by parameter name (one dict for all chains, or one per
+            chain); "mode" as above; None leaves the starts to Stan.
+        adapt_delta : float, default 0.8
+            NUTS's target acceptance rate, in (0, 1).
+        max_treedepth : int, default 10
+            NUTS's maximum tree depth.
+        show_progress : bool, default True
+            Show a progress bar.
+
+        Returns
+        -------
+        Fit
+            The draws, on the outcome's own scale.
+
+        Raises
+        ------
+        RobustStanInputError
+            If an argument is invalid (the message names it).
         """
         prepared = self.prepare(data, divergence, learning_rate, weights)
         settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
@@ -156,36 +306,55 @@ class Model(RobustProgram):
                     weights=None, family: str = "meanfield", method: str = "robust-stan", draws: int = 1000,
                     seed: int | None = None, show_progress: bool = True, init: Mapping | None = None,
                     cluster: Cluster | None = None, **options):
-        """Variational approximation of the generalized posterior; returns a fit with draws from q.
+        """Variational approximation of the generalized posterior.
 
-        ``method="robust-stan"`` (default) runs this library's driver
-        (:mod:`robust_stan.methods.variational.robust_vi`) on either engine: a Gaussian q on the
-        unconstrained scale, ``family`` "meanfield" or "fullrank", fitted by Adam on
-        reparameterisation gradients. Its options, with CmdStanPy's names where they
-        exist: ``grad_samples=5`` draws per step, ``elbo_samples=100``, ``eta=0.05``
-        (Adam's step size, decayed as eta / sqrt(1 + t / eval_elbo)), ``iter=10000``,
-        ``tol_rel_obj=1e-5`` (stop when the ELBO, evaluated every ``eval_elbo=100``
-        steps at fixed draws on the average of the last eval_elbo iterates, changes by
-        less than this relative amount twice in a row; CmdStan's 0.01 stops far too
-        early for the variances), ``batch_size`` (rows per step; None = all),
-        ``init`` (a dict of parameter values; by default q's mean starts uniform on
-        (-init_radius, init_radius), ``init_radius=2`` as in Stan), ``init_sd=1``
-        (q's starting sd; small values suit neural networks), ``warm_start`` (a
-        previous fit's ``q`` to start from) and ``oracle``.
+        The default, robust-stan's own driver, fits a Gaussian q on the unconstrained scale by Adam on
+        reparameterisation gradients, on either engine (the robust VI of Futami, Sato and Sugiyama
+        2018, arXiv:1710.06595). ``method="advi"``, ``"pathfinder"`` and ``"laplace"`` run Stan's
+        own algorithms on the same program through CmdStanPy (CmdStan engine only); ADVI that stops
+        at its iteration limit warns instead of raising (``require_converged=True`` raises).
 
-        ``method="advi"``, ``"pathfinder"`` and ``"laplace"`` run Stan's own
-        algorithms on the same program through CmdStanPy (CmdStan engine only);
-        ``options`` then go to CmdStanPy's method of that name, ``init`` (values by
-        parameter name, any subset) starts ADVI and Pathfinder and Laplace's search for
-        the mode, and ADVI that stops at its iteration limit warns instead of raising
-        (``require_converged=True`` raises).
+        Parameters
+        ----------
+        data, divergence, learning_rate, weights
+            As for :meth:`prepare`. Rows held in partitions (Dask arrays split into row chunks, Dask
+            DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths; ``standardize=False``,
+            robust-stan's driver, no ``weights``) have each step's data term computed where they live
+            and only its sum travels.
+        family : {"meanfield", "fullrank"}, default "meanfield"
+            The Gaussian q's covariance: diagonal or full.
+        method : {"robust-stan", "advi", "pathfinder", "laplace"}, default "robust-stan"
+            The algorithm (see above).
+        draws : int, default 1000
+            Draws from q kept in the fit.
+        seed : int or None, default None
+            Seed of the run; None draws fresh entropy (not reproducible).
+        show_progress : bool, default True
+            Show a progress bar.
+        init : mapping or None, default None
+            Parameter values by name (any subset for Stan's methods) where the optimisation starts;
+            None: q's mean uniform on (-init_radius, init_radius).
+        cluster : Cluster or None, default None
+            Workers for rows held in partitions; None computes here.
+        **options
+            robust-stan's driver: ``grad_samples=5`` draws per step, ``elbo_samples=100``,
+            ``eta=0.05`` (Adam's step, decayed as eta / sqrt(1 + t / eval_elbo)), ``iter=10000``,
+            ``tol_rel_obj=1e-5`` (stop when the ELBO, evaluated every ``eval_elbo=100`` steps, changes
+            by less than this relative amount twice in a row), ``batch_size`` (rows per step; None =
+            all), ``init_radius=2``, ``init_sd=1`` (q's starting sd), ``warm_start`` (a previous fit's
+            ``q``) and ``oracle``. Stan's methods: passed to CmdStanPy's method of that name.
 
-        Rows held in partitions (``data`` values that are Dask arrays split into row chunks, Dask
-        DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths; ``standardize=False``;
-        robust-stan's driver, no ``weights``): each step's data term is computed where its rows live (on ``cluster``'s workers, an
-        :class:`rs.Cluster`; here without one) and only its sum travels
-        (:mod:`robust_stan.methods.variational.partitioned`); the fit is the in-memory one's up
-        to rounding and has no per-observation quantities.
+        Returns
+        -------
+        VariationalFit or StanMethodFit
+            A fit with draws from q (robust-stan's driver: also ``q``, ``elbo`` and its trace), or
+            from Stan's method; with rows in partitions, a fit without per-observation quantities.
+
+        Raises
+        ------
+        RobustStanInputError
+            If the family, the method or an option's value is invalid, or the method needs another
+        engine.
         """
         if is_partitioned(data):
             return self._variational_on_partitions(data, divergence, learning_rate, weights, family, method, draws,

@@ -27,8 +27,22 @@ _ALL_ROWS = "fmax(fmax(X * W1 + rep_matrix(b1', N), 0) * W2 + rep_matrix(b2', N)
 
 
 def mlp(family: str = "normal", engine: str = "auto") -> Model:
-    """A two-hidden-layer ReLU network: ``family`` "normal" or "student_t" (regression) or
-    "bernoulli" (classification). The width H is data, so every width shares one compiled program."""
+    """A two-hidden-layer ReLU network as a model.
+
+    The width H is data, so every width shares one compiled program.
+
+    Parameters
+    ----------
+    family : {"normal", "student_t", "bernoulli"}, default "normal"
+        Regression ("normal", "student_t") or classification ("bernoulli").
+    engine : str, default "auto"
+        "cmdstan" or "httpstan"; "auto" takes $ROBUST_STAN_ENGINE, else the one installed.
+
+    Returns
+    -------
+    Model
+        The network as a :class:`Model` (every divergence and method applies).
+    """
     data = "int<lower=1> P; matrix[N, P] X; int<lower=1> H;"
     title = f"robust-stan neural network, two ReLU layers, {family} output"
     if family == "normal":
@@ -47,9 +61,23 @@ def mlp(family: str = "normal", engine: str = "auto") -> Model:
 
 
 def network_output(fit, X) -> np.ndarray:
-    """The network's output (the normal or t location, or the Bernoulli logit) at inputs ``X``
-    (rows x P) for every posterior draw of a fitted :func:`mlp`: an array (draws, rows),
-    chains stacked. The same arithmetic as the program's vectorised form, in NumPy."""
+    """The network's output at new inputs for every posterior draw of a fitted :func:`mlp`.
+
+    The output is the normal or t location, or the Bernoulli logit; the arithmetic is the
+    program's vectorised form, in NumPy.
+
+    Parameters
+    ----------
+    fit : Fit
+        A fit of a model from :func:`mlp`.
+    X : array_like
+        Inputs, rows x P.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (draws, rows), chains stacked.
+    """
     missing = [name for name in _WEIGHTS if name not in fit.parameter_names]
     if missing:
         raise RobustStanInputError(f"fit: not a fit of rs.mlp (no {', '.join(missing)})")

@@ -21,112 +21,108 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
             init_scale: float = 1.0, metric: str = "dense", seed: int | None = None, show_progress: bool = True,
             oracle: str = "auto", log_density: bool = True,
             gradient_total: str = "n", cluster: Cluster | None = None, combine: str = "median") -> RobULAFit:
-    """Sample with Rob-ULA; returns a fit like :meth:`Model.sample`'s.
+    """Sample a model's robust posterior with Rob-ULA.
 
-    ``model`` is a built-in model (its per-example mode gives the gradients in one call) or a
-    program from :func:`robust_stan.robustify` with one likelihood outcome (gradients by mixed
-    second derivatives, :mod:`robust_stan.gradients.weight_derivatives`; the fit is then a
-    :class:`~robust_stan.results.program_fit.ProgramFit`).
+    Rob-ULA (Bhatia, Ma, Dragan, Bartlett and Jordan 2019, arXiv:1907.11826) is the unadjusted
+    Langevin algorithm whose drift replaces the sum of the per-example gradients by a robust mean
+    of them times n, aiming at the posterior given the clean rows. A run whose R-hat or ESS is
+    poor warns, as NUTS does.
 
-    ``epsilon`` in [0, 0.5) is the assumed fraction of corrupted observations
-    (:func:`robust_stan.tune_rob_ula` chooses it on held-out rows, as the paper does);
-    ``estimator`` is "auto" (:func:`~robust_stan.methods.rob_ula.sampler.default_estimator`: for
-    continuous outcomes the row-trimmed mean, which drops the epsilon n rows whose gradients lie
-    farthest from the coordinate-wise median; for discrete ones the coordinate-wise trimmed
-    mean), a name from :data:`robust_stan.methods.rob_ula.estimators.ESTIMATORS`
-    ("row_trimmed_mean", "lrv" = the paper's Algorithm 2 read literally, "lrv_once",
-    "trimmed_mean" = coordinate-wise, "mean" = plain ULA, "coordinate_median",
-    "median_of_means", "geometric_median") or a callable ``(G, epsilon)``.
-    ``iters`` kept iterations (before thinning) follow ``warmup`` discarded ones.
-    The robust mean of the per-example gradients is multiplied by n
-    (``gradient_total="n"``, the paper's choice) or by (1 - epsilon) n
-    (``"clean"``, the expected number of clean rows).
+    Parameters
+    ----------
+    model : Model or StanProgramModel
+        A built-in model (its per-example mode gives the gradients in one call) or a program from
+        :func:`robust_stan.robustify` with one likelihood outcome (gradients by mixed second
+        derivatives).
+    data : mapping
+        The model's data. Values that are Dask arrays split into row chunks, Dask DataFrames or
+        Series, or lists of ``.npy`` or ``.parquet`` paths (one per partition) are rows held in
+        partitions (built-in models with ``standardize=False`` only): each partition's robust mean
+        is computed where it lives and only that travels.
+    epsilon : float
+        The assumed fraction of corrupted observations, in [0, 0.5);
+        :func:`robust_stan.tune_rob_ula` chooses it on held-out rows, as the paper does.
+    step_size : float or None, default None
+        Step in ``z``'s units (the paper's units when ``metric="unit"``). None: 0.2 over the largest
+        absolute eigenvalue of the drift's slope in ``z`` (0.2 for the dense metric).
+    iters : int, default 5000
+        Kept iterations per chain, before thinning.
+    warmup : int, default 500
+        Discarded iterations per chain before the kept ones.
+    thin : int, default 1
+        Keep every ``thin``-th iteration.
+    chains : int, default 4
+        Number of chains.
+    estimator : str or callable, default "auto"
+        Robust mean of the per-example gradients: "auto"
+        (:func:`~robust_stan.methods.rob_ula.sampler.default_estimator`: the row-trimmed mean for
+        continuous outcomes, the coordinate-wise trimmed mean for discrete ones), a name in
+        :data:`robust_stan.methods.rob_ula.estimators.ESTIMATORS` ("row_trimmed_mean", "lrv" = the
+        paper's Algorithm 2 read literally, "lrv_once", "trimmed_mean", "mean" = plain ULA,
+        "coordinate_median", "median_of_means", "geometric_median"), or a callable
+        ``(G, epsilon) -> mean`` on the n x d gradient matrix ``G``.
+    divergence : Divergence or None, default None
+        The divergence of the posterior the gradients come from; None is KL (the ordinary
+        likelihood).
+    learning_rate : float, default 1.0
+        Weight ``w`` on the data term of the log density.
+    init : {"mode", "random"}, default "mode"
+        "mode": L-BFGS from a N(0, init_scale^2) point, then concentration steps to the trimmed
+        mode; each chain starts there plus ``init_scale`` times a draw of the preconditioner's
+        normal. "random": each chain at N(0, init_scale^2 I) on the unconstrained scale.
+    init_scale : float, default 1.0
+        Scale of the starting points' spread (see ``init``).
+    metric : {"dense", "diag", "unit"}, default "dense"
+        The drift's slope at the start is made the identity ("dense"), given a unit diagonal
+        ("diag"), or left alone ("unit", the paper's update).
+    seed : int or None, default None
+        Seed of the run; None draws fresh entropy (not reproducible).
+    show_progress : bool, default True
+        Show a progress bar.
+    oracle : str, default "auto"
+        Engine of the log density and gradients ("auto", "bridgestan" or "httpstan").
+    log_density : bool, default True
+        Compute each kept draw's log density (``lp`` in sample_stats); False skips that call.
+    gradient_total : {"n", "clean"}, default "n"
+        The robust mean is multiplied by n (the paper's choice) or by (1 - epsilon) n, the expected
+        number of clean rows.
+    cluster : Cluster or None, default None
+        Workers that compute the partitions' gradients when rows are held in partitions; None
+        computes them here.
+    combine : {"median", "mean"}, default "median"
+        How the partitions' robust means (and their modes, for ``init="mode"``) are joined
+        (:mod:`robust_stan.methods.rob_ula.partitioned` states each one's guarantee).
 
-    What Rob-ULA aims at is the posterior given the clean rows, and it reaches it only where
-    the estimator keeps exactly the clean rows. The default does when the corrupted rows'
-    gradients are the farthest and epsilon is their share. Otherwise the estimator keeps some
-    outliers or drops clean rows, and the rows it drops are those with the largest residuals,
-    so scale parameters (sigma) come out too small and coefficients move too. Measured
-    (``examples/results/rob_ula_bias``, where every estimator is compared): outliers that
-    nearly fit the model (a leverage point whose shifted y the line almost predicts) are not
-    separable by any of the estimators; and a chain can settle where the outliers are fitted
-    (a second rest point of the robust drift, as least trimmed squares has local minima),
-    which R-hat cannot see because every chain starts from the same trimmed mode. Flipped labels
-    are not separable either: no estimator centres on the clean rows' posterior there. Where the
-    coefficients must be right, NUTS on the beta posterior (``model.sample(data,
-    rs.BetaD(...), inits="mode")``) is the alternative.
+    Returns
+    -------
+    RobULAFit or ProgramFit
+        The draws with the same methods as :meth:`Model.sample`'s fit; ``inverse_metric`` is the
+        final ``M = L L^T`` and ``unconstrained_draws`` the draws of theta. A program's fit is a
+        :class:`~robust_stan.results.program_fit.ProgramFit`; with rows in partitions, a
+        :class:`~robust_stan.results.method_fits.PartitionedRobULAFit` without per-observation
+        quantities.
 
-    Why "auto" is not the paper's ``lrv``: ``lrv`` keeps (1 - epsilon)^2 of the rows at every
-    level of its recursion, so it cuts ever more clean rows; on the regressions of
-    ``examples/results/rob_ula_bias`` it is the most biased of the robust estimators, and
-    on logistic regression with flipped labels it drifts towards predicting the majority
-    class.
+    Raises
+    ------
+    RobustStanInputError
+        If an argument is out of range or the model cannot give per-example gradients.
 
-    Warmup (robust-stan's; the paper starts anywhere with a fixed step):
+    Notes
+    -----
+    Rob-ULA reaches the clean rows' posterior only where the estimator keeps exactly the clean
+    rows (the default does when the corrupted rows' gradients lie farthest and ``epsilon`` is
+    their share); otherwise it drops clean rows with the largest residuals, so scale parameters
+    come out too small. Outliers that nearly fit the model and flipped labels are not separable
+    by any estimator; where the coefficients must be right, NUTS on the beta posterior
+    (``model.sample(data, rs.BetaD(...), inits="mode")``) is the alternative.
+    ``examples/results/rob_ula_bias/README.md`` compares the estimators.
 
-    - ``init="mode"``: L-BFGS finds the maximum of the model's log density (its
-      divergence and learning rate, Jacobian included) from a N(0, init_scale^2)
-      point; for a robust estimator, concentration steps then move it to the
-      trimmed mode (maximise with only the rows Algorithm 3 keeps there, repeat
-      until they stop changing), near the robust drift's rest point. Every
-      chain starts there plus init_scale times a draw of the preconditioner's
-      normal (a Laplace draw), so chains start spread over the posterior's scale
-      and R-hat can see whether they meet. ``"random"``: each chain at
-      N(0, init_scale^2 I) on the unconstrained scale.
-    - ``metric``: the chain runs in coordinates z with theta = L z, chosen so that
-      the drift's slope at the start is the identity (``"dense"``), has a unit
-      diagonal (``"diag"``), or left alone (``"unit"``: the paper's update). L
-      comes in two stages: the forward-difference Hessian (d + 1 gradient calls)
-      of -log prior + w * total * (mean loss over the rows Algorithm 3 keeps, all
-      rows for the plain mean), so rows the estimator drops do not shrink the
-      step; then the central-difference slope of the drift the estimator
-      actually produces, over +-0.5 posterior sd (2 d calls), which rescales each
-      direction by 1/2 to 2. The estimator sees the whitened gradients G L, on
-      which every row's noise has about the same scale. L is computed once, at
-      the (deterministic) trimmed mode and not from the chains' random states:
-      a robust drift is not the gradient of a log density, so the law the chain
-      settles to depends on L, and an L drawn from the warmup would make it
-      depend on the seed (measured: intercept means 0.515 / 0.507 / 0.650 for
-      seeds 11 / 12 / 13 on the regression of tests/test_rob_ula.py, against
-      0.425 / 0.425 / 0.428 with L fixed).
-    - the step size is 0.2 / (largest |eigenvalue| of the slope in z), which is
-      0.2 for the dense metric. On a normal target this is an AR(1) chain with
-      correlation 0.8 per step in the stiffest direction, and ULA's stationary
-      variance is 1 / (1 - 0.2/2) = 1.11 times the target's (sds 5.4% too wide; the
-      paper's analysis has this bias too); ``step_size`` sets it in z's units
-      (the paper's units when ``metric="unit"``). Robust estimators mix about
-      half as fast as the plain mean at this step (bulk ESS 630-750 against
-      1100-1340 per 4 x 3000 draws on that regression), hence 5000 draws per chain.
-
-    Stan's warmup adapts to an acceptance rate, which ULA does not have, and a
-    covariance from a few hundred autocorrelated warmup draws is noisier than
-    the Hessian, which the engine gives exactly. ``fit.inverse_metric`` is the
-    final M = L L^T and ``fit.unconstrained_draws`` the draws of theta. A chain
-    whose state or gradient stops being finite is stopped with a warning; its
-    later draws are NaN. Like NUTS, a run whose R-hat or ESS is poor warns
-    (:meth:`Fit.warn_if_not_converged`).
-
-    Rows held in partitions (``data`` values that are Dask arrays split into row chunks, Dask
-    DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths, one file per partition; a
-    built-in model with ``standardize=False``): each partition's per-example gradients and the estimator on them are computed where the partition
-    lives (on ``cluster``'s workers, an :class:`rs.Cluster`; here without one), and only each
-    partition's robust mean travels; ``combine`` ("median", default, or "mean") joins them
-    (:mod:`robust_stan.methods.rob_ula.partitioned` states each one's guarantee). The warmup is done the
-    same way: ``init="mode"`` starts from each partition's robust mode (the prior plus its rows'
-    loss scaled to all rows) joined by ``combine``, and the metric and default step come from the
-    Hessian of the mean loss over the rows each partition keeps, summed over partitions, and the
-    estimator's slope (with one partition, the in-memory warmup's; with the plain mean,
-    ``combine="mean"`` and ``init="random"``, the in-memory metric and step: the partitions'
-    modes joined are not the mode of all rows). Each kept draw's log density is the prior here
-    plus each partition's data term computed where it lives (one task per partition after the
-    run, for every draw at once). The fit
-    (:class:`~robust_stan.results.method_fits.PartitionedRobULAFit`) has no per-observation
-    quantities. The results do not depend on the number of workers.
-
-    Each kept draw costs, besides the step, one full log density (``lp`` in
-    sample_stats; ``log_density=False`` skips it) and one constrain call for its
-    parameters. ``log_lik``, ``robust_loss`` and ``y_rep`` are computed on demand,
-    as for every fit (:class:`~robust_stan.Fit`).
+    The warmup is robust-stan's (the paper starts anywhere with a fixed step): the chains start
+    near the trimmed mode and run in coordinates ``z`` with ``theta = L z``, where ``L`` whitens
+    the drift's slope at that mode; ``L`` is computed once, there, because a robust drift is not
+    the gradient of a log density, so an ``L`` drawn from the chains would make the stationary
+    law depend on the seed. A chain whose state or gradient stops being finite is stopped with a
+    warning; its later draws are NaN.
     """
     own_program = isinstance(model, StanProgramModel)
     if is_partitioned(data):

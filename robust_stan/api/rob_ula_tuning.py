@@ -31,9 +31,19 @@ DEFAULT_EPSILONS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2)  # 0: plain ULA (see 
 
 @dataclass
 class RobULATuning:
-    """What :func:`tune_rob_ula` found: the chosen ``epsilon`` and ``estimator``, the validation
-    ``curve`` (one row per setting) and the ``fit`` on all the rows with the choice (None when
-    ``refit=False``)."""
+    """What :func:`tune_rob_ula` found.
+
+    Parameters
+    ----------
+    epsilon : float
+        The chosen contamination fraction.
+    estimator : str
+        The chosen estimator.
+    curve : pandas.DataFrame
+        The validation curve, one row per (estimator, epsilon) setting.
+    fit : RobULAFit or None
+        The fit on all the rows with the choice (None when ``refit=False``).
+    """
 
     epsilon: float
     estimator: str
@@ -41,7 +51,18 @@ class RobULATuning:
     fit: RobULAFit | None
 
     def plot(self, ax=None):
-        """The validation curve per estimator, with +-1 standard error and the choice marked."""
+        """Plot the validation curve per estimator, with +-1 standard error and the choice marked.
+
+        Parameters
+        ----------
+        ax : matplotlib.axes.Axes, optional
+            Where to draw; a new figure when omitted.
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+            ``ax``, or the new figure's axes.
+        """
         import matplotlib.pyplot as plt
 
         ax = ax or plt.gca()

@@ -31,46 +31,63 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
                       **sample_options) -> Selection:
     """Choose the divergence (beta, or gamma) that minimises a criterion over a grid.
 
-    ``criterion="hscore"``: the Hyvarinen score of the pseudo-model exp(-w l(y; theta)) in y,
-    summed over the rows and averaged over the generalized posterior's draws (Yonekura and
-    Sugasawa 2023; Jewson and Rossell 2022 for the H-score of improper models); the
-    y-derivatives come in closed form from the program (``y_score``, robust_stan.stanfunctions'
-    ``robust_<family>_pointwise_y_score``). It needs a continuous outcome on the whole real line:
-    normal and student_t models (``rs.glm``, ``rs.location``, ``rs.custom``); on the outcome's
-    own scale when the model standardises.
+    Near a beta's breakdown point the generalized posterior has a second mode that follows the
+    outliers, where NUTS chains from dispersed starts can settle; so the H-score first takes a
+    census of each grid value's modes (L-BFGS from dispersed starts and from the neighbouring
+    values' modes, each mode weighed by its Laplace approximation), and every NUTS fit here
+    starts each chain in its value's largest mode. A value whose mass no single mode holds
+    (none has 99%) is left out (NaN, the shares in ``source``). No grid value needs a new
+    compile.
 
-    ``criterion="mse"`` (every family): the estimated mean squared error of the minimum-loss
-    estimate at each grid value, sandwich variance plus squared bias against a pilot estimate,
-    on the unconstrained scale (Warwick and Jones 2005), the pilot moved to the minimiser until
-    it stays (Basak, Basu and Ghosh 2021); it runs no NUTS fit (``fits`` does not apply; the
-    pilot starts at beta = 0.5, or ``pilot``), and :attr:`Selection.fit` samples the choice.
+    Parameters
+    ----------
+    model : Model
+        A built-in model.
+    data : mapping
+        The model's data.
+    grid : sequence or None, default None
+        Divergences (``rs.KL()``, ``rs.BetaD(b)``, or decomposable ``rs.GammaD(g)``; one kind
+        besides KL) or positive numbers (beta values); None is KL and beta = 0.05, ..., 1.00.
+    criterion : {"hscore", "mse"}, default "hscore"
+        "hscore": the Hyvarinen score of the pseudo-model exp(-w l(y; theta)) in y, summed over
+        the rows and averaged over the posterior draws (Yonekura and Sugasawa 2023; Jewson and
+        Rossell 2022), with the y-derivatives in closed form; it needs a continuous outcome on
+        the whole real line (normal and student_t models), on the outcome's own scale. "mse"
+        (every family): the estimated mean squared error of the minimum-loss estimate, sandwich
+        variance plus squared bias against a pilot estimate (Warwick and Jones 2005), the pilot
+        moved to the minimiser until it stays (Basak, Basu and Ghosh 2021); it runs no NUTS fit,
+        and :attr:`Selection.fit` samples the choice.
+    fits : {"reweight", "full"}, default "reweight"
+        H-score only. "reweight": one NUTS fit at ``pilot``, every other value from the draws of
+        the nearest fit in the mode that holds its mass, by Pareto-smoothed importance sampling,
+        with a new fit where there is none or k-hat exceeds 0.7; values above a stretch whose
+        criterion rises from the best by more than 3 standard errors are left out (NaN). "full":
+        an independent fit at every grid value (for checking).
+    learning_rate : float, default 1.0
+        Weight ``w`` on the data term.
+    pilot : Divergence, float or None, default None
+        The first fit's value ("reweight") or the MSE's starting pilot; None is the middle grid
+        value (beta = 0.5 for "mse").
+    confirm : bool, default True
+        With "reweight": fit the best value if it was reweighted, and let that fit's own
+        criterion replace the reweighted one, until the best value stands on its own fit (a
+        breakdown the census missed sends the search back to the values in doubt).
+    cluster : Cluster or None, default None
+        With ``fits="full"``: run the fits side by side on its workers (same results as here).
+    **sample_options
+        Passed to :meth:`Model.sample` (chains, iter_warmup, iter_sampling, seed, ...; not
+        ``weights``).
 
-    ``grid``: divergences (``rs.KL()``, ``rs.BetaD(b)``, or decomposable ``rs.GammaD(g)``; one
-    kind besides KL) or positive numbers (beta values); default KL and beta = 0.05, ..., 1.00.
-    H-score: first a census of each grid value's modes (:mod:`robust_stan.methods.mode_census`:
-    L-BFGS from :data:`~robust_stan.api.mode_starts.GRID_CENSUS_STARTS` dispersed starts and from
-    the neighbouring values' modes, each mode weighed by its Laplace approximation), since near a
-    beta's breakdown point the generalized posterior has a second mode that follows the outliers,
-    and NUTS cannot move between modes: from dispersed starts its chains can settle in a mode
-    with a negligible share of the mass. Every NUTS fit here starts each chain from a draw of the
-    Laplace approximation at its value's largest mode. ``fits="reweight"``: one NUTS fit at
-    ``pilot`` (default: the middle grid value), every other value from the draws of the nearest
-    fit whose chains lie in the mode that holds its mass (L-BFGS from their means reaches it), by
-    Pareto-smoothed importance sampling; a new fit where there is no such fit or k-hat exceeds 0.7, except above
-    a stretch of values whose criterion rises from the best one by more than 3 standard errors
-    (robustness grows with beta, so such a value cannot be the best: it is left out, NaN); a
-    value whose mass no single mode holds (none has 99%) is left out too (NaN, the shares in
-    ``source``), the pilot included (its fit still serves the others). ``fits="full"``: a fit at
-    every grid value, each independent of the others and started in its largest mode, none left
-    out (for checking; on ``cluster``, an :class:`rs.Cluster`, the fits run side by side on its
-    workers, with the same results as here). With ``fits="reweight"`` and ``confirm=True``
-    (default) the best value, if reweighted, is fitted and that fit's own criterion replaces the
-    reweighted one, until the best value stands on its own fit (one extra fit, the choice's, when
-    it stands). Should such a fit show a breakdown the census missed (a worse criterion, or
-    chains in several modes), the values below it are re-evaluated from its draws and the next
-    fits bisect the values still in doubt. ``sample_options`` go to :meth:`Model.sample` (chains,
-    iter_warmup, iter_sampling, seed, ...; not ``weights``). No grid value needs a new compile.
-    Returns a :class:`~robust_stan.results.selection.Selection`.
+    Returns
+    -------
+    Selection
+        The criterion per grid value, the choice and its fit.
+
+    Raises
+    ------
+    RobustStanInputError
+        If the grid, the criterion (H-score on an outcome it does not support) or an option is
+        invalid.
     """
     require_builtin_model(model, "rs.select_divergence")
     if criterion not in CRITERIA:

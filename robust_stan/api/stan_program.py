@@ -59,10 +59,33 @@ class StanProgramModel(ProgramOnEngine):
     """A Stan program you wrote, compiled once on either engine, with robust-stan's methods.
 
     Made by :func:`from_stan` (the program as written) or :func:`robustify` (its likelihood
-    statements rewritten into the robust-stan library's weighted losses, with the
-    divergence, learning rate and per-observation weights as data, so no divergence,
-    learning rate or weight vector needs a new compile). ``stan_code`` is the program
-    that is compiled; ``likelihoods`` says what robustify rewrote.
+    statements rewritten into the robust-stan library's weighted losses, with the divergence,
+    learning rate and per-observation weights as data, so none of them needs a new compile).
+
+    Parameters
+    ----------
+    stan_code : str
+        The program that is compiled.
+    info : dict
+        stanc's description of the program (its ``parameters`` and ``inputs``).
+    filename : str
+        The file the program came from, for messages.
+    engine : str, default "auto"
+        "cmdstan" or "httpstan"; "auto" takes $ROBUST_STAN_ENGINE, else the one installed.
+    likelihoods : tuple of Likelihood, default ()
+        What :func:`robustify` rewrote (empty for a program as written).
+    observed : list of str or None, default None
+        The data variables a likelihood statement is on (ArviZ's observed_data); None: the
+        robustified outcomes.
+
+    Attributes
+    ----------
+    parameter_names : list of str
+        The program's parameters.
+    data_names : list of str
+        The program's data variables, robust-stan's switches excepted.
+    outcomes : list of str
+        The robustified outcomes.
     """
 
     def __init__(self, stan_code: str, info: dict, filename: str, engine: str = "auto",
@@ -83,6 +106,7 @@ class StanProgramModel(ProgramOnEngine):
 
     @property
     def robustified(self) -> bool:
+        """Whether :func:`robustify` rewrote likelihood statements (bool)."""
         return bool(self.likelihoods)
 
     def __repr__(self) -> str:
@@ -92,9 +116,30 @@ class StanProgramModel(ProgramOnEngine):
     # -- data ---------------------------------------------------------------------------------
     def stan_data(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                   weights=None) -> dict:
-        """The program's data block from ``data`` (a dict; pandas columns and NumPy arrays are fine),
-        plus, for a robustified program, its switches: the divergence, learning rate and the
-        weights (one vector for a single outcome, or {outcome: vector}; default all 1)."""
+        """The program's data block from the user's data, plus a robustified program's switches.
+
+        Parameters
+        ----------
+        data : mapping
+            The program's data by name (pandas columns and NumPy arrays are fine).
+        divergence : Divergence or None, default None
+            The robust loss of a robustified program; None is KL.
+        learning_rate : float, default 1.0
+            Weight ``w`` on the robustified data terms.
+        weights : array_like, dict or None, default None
+            Per-observation weights: one vector for a single outcome, or {outcome: vector}; None
+            gives every row 1.
+
+        Returns
+        -------
+        dict
+            Stan data.
+
+        Raises
+        ------
+        RobustStanInputError
+            If a data variable is missing or a switch is given to a program as written.
+        """
         if not isinstance(data, Mapping):
             raise RobustStanInputError(f"data: expected a dict of the data block's variables, got {type(data).__name__}")
         missing = [name for name in self.data_names if name not in data]
@@ -133,7 +178,18 @@ class StanProgramModel(ProgramOnEngine):
 
     # -- densities ------------------------------------------------------------------------------
     def dimension(self, stan_data: dict) -> int:
-        """Number of unconstrained parameters with these Stan data."""
+        """Number of unconstrained parameters with these Stan data.
+
+        Parameters
+        ----------
+        stan_data : dict
+            The program's Stan data (from :meth:`stan_data`).
+
+        Returns
+        -------
+        int
+            The dimension d.
+        """
         key = digest({k: v for k, v in stan_data.items() if not k.startswith("rs_")})
         if key not in self._dimensions:
             self._dimensions[key] = self.compile().unconstrained_dimension(stan_data)
@@ -141,35 +197,87 @@ class StanProgramModel(ProgramOnEngine):
 
     def log_density(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
                     learning_rate: float = 1.0, weights=None, jacobian: bool = True) -> float:
-        """Log density at an unconstrained point, as Stan's log_prob (constants of `~` dropped)."""
+        """Log density at an unconstrained point, as Stan's log_prob (constants of ``~`` dropped).
+
+        Parameters
+        ----------
+        data, divergence, learning_rate, weights
+            As for :meth:`stan_data`.
+        theta_unconstrained : array_like
+            The point, of length d.
+        jacobian : bool, default True
+            Add the log absolute Jacobian determinant of the transform to the unconstrained scale.
+
+        Returns
+        -------
+        float
+            The program's target at the point.
+        """
         stan_data = self.stan_data(data, divergence, learning_rate, weights)
         return self.compile().log_density(stan_data, self.check_theta(stan_data, theta_unconstrained), jacobian)
 
     def log_density_gradient(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
                              learning_rate: float = 1.0, weights=None,
                              jacobian: bool = True) -> tuple[float, np.ndarray]:
-        """Log density and its gradient with respect to the unconstrained parameters."""
+        """Log density and its gradient with respect to the unconstrained parameters.
+
+        Parameters
+        ----------
+        data, divergence, learning_rate, weights, theta_unconstrained, jacobian
+            As for :meth:`log_density`.
+
+        Returns
+        -------
+        tuple of (float, numpy.ndarray)
+            The log density and its gradient, length d.
+        """
         stan_data = self.stan_data(data, divergence, learning_rate, weights)
         return self.compile().log_density_gradient(stan_data, self.check_theta(stan_data, theta_unconstrained), jacobian)
 
     def oracle_for(self, stan_data: dict, oracle: str = "auto") -> GradientOracle:
-        """A gradient oracle for these Stan data."""
+        """A gradient oracle for these Stan data.
+
+        Parameters
+        ----------
+        stan_data : dict
+            From :meth:`stan_data`.
+        oracle : {"auto", "bridgestan", "httpstan"}, default "auto"
+            Which engine computes them.
+
+        Returns
+        -------
+        GradientOracle
+            The program's log density and gradient with these data.
+        """
         return make_oracle(self.stan_code, stan_data, self.dimension(stan_data), oracle)
 
     def per_example_gradients(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
                               batch=None, oracle: str = "auto", method: str = "auto") -> np.ndarray:
-        """Gradients of each observation's loss l_i at a shared unconstrained point, (rows, d).
+        """Gradients of each observation's loss l_i at a shared unconstrained point.
 
-        Needs a robustified program with one outcome. Both methods are exact:
+        Needs a robustified program with one outcome. Both methods are exact.
 
-        - ``"mixed"`` (``"auto"`` where httpstan is installed): the weights become parameters
-          and the mixed second derivatives d^2 log pi / (d w_i d theta) = -grad l_i come from
-          d sweeps of forward over reverse mode, whatever the number of rows
-          (:mod:`robust_stan.gradients.weight_derivatives`; the first call builds the program
-          once more, with second-order autodiff);
-        - ``"difference"``: by linearity of the target in the weights, grad l_i =
-          grad log pi(weights = 0) - grad log pi(weights = e_i), one gradient call per row plus
-          one on the model's own engine (rows x one full gradient).
+        Parameters
+        ----------
+        data, divergence
+            As for :meth:`stan_data`.
+        theta_unconstrained : array_like
+            The shared point, of length d.
+        batch : array_like of int or None, default None
+            The 0-based rows to compute; None is every row.
+        oracle : {"auto", "bridgestan", "httpstan"}, default "auto"
+            Engine of the gradients for ``method="difference"``.
+        method : {"auto", "mixed", "difference"}, default "auto"
+            "mixed" ("auto" where httpstan is installed): the weights become parameters and the
+            mixed second derivatives d^2 log pi / (d w_i d theta) = -grad l_i come from d sweeps of
+            forward over reverse mode, whatever the number of rows (the first call builds the program
+            once more, with second-order autodiff). "difference": by linearity of the target in the
+            weights, grad l_i = grad log pi(w = 0) - grad log pi(w = e_i), one gradient call per row.
+
+        Returns
+        -------
+        numpy.ndarray
+            Shape (rows, d); row i is grad l_i(theta).
         """
         self._require_one_outcome("per_example_gradients")
         if method not in ("auto", "mixed", "difference"):
@@ -182,8 +290,20 @@ class StanProgramModel(ProgramOnEngine):
         return self._gradients_by_differences(stan_data, theta, batch, oracle)
 
     def per_example(self, stan_data: dict) -> WeightDerivativeGradients:
-        """The per-example gradients of one outcome's rows for these Stan data (a robustified program
-        with one outcome), by mixed second derivatives; built once per data and divergence."""
+        """Per-example gradients of the one robustified outcome's rows, by mixed second derivatives.
+
+        Built once per data and divergence.
+
+        Parameters
+        ----------
+        stan_data : dict
+            Stan data with the divergence set (:meth:`stan_data`).
+
+        Returns
+        -------
+        WeightDerivativeGradients
+            Gradients of each row's loss at any point.
+        """
         y = self.outcomes[0]
         key = digest(stan_data)
         if key not in self._per_example:
@@ -192,9 +312,21 @@ class StanProgramModel(ProgramOnEngine):
         return self._per_example[key]
 
     def langevin_target(self, stan_data: dict, oracle: str = "auto") -> LangevinTarget:
-        """What rs.rob_ula needs of this robustified program with these Stan data: per-example gradients
-        by mixed second derivatives (:meth:`per_example`), the prior alone (every weight 0: the
-        library's weighted loss is then exactly 0) and the likelihood reweighted, all as data."""
+        """What :func:`robust_stan.rob_ula` needs of this robustified program with these Stan data.
+
+        Per-example gradients by mixed second derivatives (:meth:`per_example`), the prior alone
+        (every weight 0) and the likelihood reweighted, all as data.
+
+        Parameters
+        ----------
+        stan_data, oracle
+            The Stan data and engine, as for :meth:`oracle_for`.
+
+        Returns
+        -------
+        LangevinTarget
+            The target Rob-ULA's sampler runs on.
+        """
         self._require_one_outcome("rs.rob_ula")
         y = self.outcomes[0]
         d = self.dimension(stan_data)
@@ -216,13 +348,45 @@ class StanProgramModel(ProgramOnEngine):
 
     def coreset_target(self, stan_data: dict, divergence: Divergence, inner: str, sampler: str,
                        unit_rows: list[np.ndarray] | None = None) -> ProgramCoresetTarget:
-        """What rs.coreset needs of this robustified program with these Stan data: weighted posteriors
-        (the outcome's weights as data) and each row's gains (its pointwise generated quantities)."""
+        """What :func:`robust_stan.coreset` needs of this robustified program with these Stan data.
+
+        Weighted posteriors (the outcome's weights as data) and each row's gains (its pointwise
+        generated quantities).
+
+        Parameters
+        ----------
+        stan_data : dict
+            From :meth:`stan_data`.
+        divergence : Divergence
+            The divergence of the coreset's target posterior.
+        inner : {"beta", "classical"}
+            The loss inside the coreset objective: the beta loss or the classical -log p.
+        sampler : {"laplace", "nuts", "exact"}
+            How a weighted posterior is drawn from.
+        unit_rows : list of numpy.ndarray or None, default None
+            Rows of each unit when a unit is a group of rows; None: one unit per row.
+
+        Returns
+        -------
+        ProgramCoresetTarget
+            The target the coreset construction runs on.
+        """
         self._require_one_outcome("rs.coreset", "each observation's own loss")
         return ProgramCoresetTarget(self, stan_data, divergence, inner, sampler, unit_rows)
 
     def rows_of_outcome(self, stan_data: dict) -> int:
-        """How many observations the (one) robustified outcome has in these Stan data."""
+        """How many observations the (one) robustified outcome has in these Stan data.
+
+        Parameters
+        ----------
+        stan_data : dict
+            Stan data holding the outcome.
+
+        Returns
+        -------
+        int
+            The number of rows.
+        """
         self._require_one_outcome("rs.coreset", "each observation's own loss")
         return len(stan_data[f"rs_weights_{self.outcomes[0]}"])
 
@@ -254,9 +418,23 @@ class StanProgramModel(ProgramOnEngine):
                weights=None, chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
                thin: int = 1, seed: int | None = None, inits: dict | list[dict] | None = None,
                adapt_delta: float = 0.8, max_treedepth: int = 10, show_progress: bool = True) -> ProgramFit:
-        """Sample with Stan's NUTS (CmdStanPy's arguments); returns a
-        :class:`~robust_stan.results.program_fit.ProgramFit`. ``inits``: constrained values by
-        parameter name, one dict or one per chain."""
+        """Sample the program's (generalized) posterior with Stan's NUTS.
+
+        Parameters
+        ----------
+        data, divergence, learning_rate, weights
+            As for :meth:`stan_data`.
+        chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth, show_progress
+            CmdStanPy's arguments, as for :meth:`robust_stan.Model.sample`.
+        inits : dict, list of dict or None, default None
+            Constrained values by parameter name, one dict for all chains or one per chain; None
+            leaves the starts to Stan.
+
+        Returns
+        -------
+        ProgramFit
+            The draws.
+        """
         stan_data = self.stan_data(data, divergence, learning_rate, weights)
         settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
                                  show_progress)
@@ -339,12 +517,29 @@ def _compilable_text(code: str, filename: str, include_dirs: tuple[str, ...]) ->
 
 
 def from_stan(stan_file_or_code, engine: str = "auto") -> StanProgramModel:
-    """Your Stan program as a robust-stan model, with NUTS, robust-stan's VI, log densities and
-    ArviZ output (a ``log_lik`` generated quantity becomes the log_likelihood group).
+    """Your Stan program as a robust-stan model, as written.
 
-    ``stan_file_or_code`` is a path to a .stan file or the program's text. The robust-stan
-    library is on the include path (``#include robust_stan.stanfunctions``); stanc checks the
-    program at once, and its errors name your file and line.
+    It gets NUTS, robust-stan's VI, log densities and ArviZ output (a ``log_lik`` generated
+    quantity becomes the log_likelihood group). The robust-stan library is on the include path
+    (``#include robust_stan.stanfunctions``); stanc checks the program at once, and its errors
+    name your file and line.
+
+    Parameters
+    ----------
+    stan_file_or_code : str or path-like
+        A path to a .stan file or the program's text.
+    engine : str, default "auto"
+        "cmdstan" or "httpstan"; "auto" takes $ROBUST_STAN_ENGINE, else the one installed.
+
+    Returns
+    -------
+    StanProgramModel
+        Your program as written, compiled when first needed.
+
+    Raises
+    ------
+    StanCompileError
+        If stanc rejects the program.
     """
     code, filename, include_dirs = _read_source(stan_file_or_code)
     info = program_info(code, filename, include_dirs)
@@ -357,23 +552,40 @@ def robustify(stan_file_or_code, likelihood="auto", engine: str = "auto") -> Sta
     """An ordinary Stan program with its likelihood made robust.
 
     Every ``y ~ family(...)`` and ``target += family_lpdf(y | ...)`` (also ``_lupdf``, ``_lpmf``,
-    ``_lupmf``) whose outcome ``y`` is a variable of the data block -- or only those on the
-    outcomes named in ``likelihood`` -- becomes ``target += rs_learning_rate *
+    ``_lupmf``) whose outcome ``y`` is a data variable becomes ``target += rs_learning_rate *
     robust_<family>_weighted_lpdf(y | ..., rs_divergence, rs_divergence_param, rs_weights_y)``,
     and the generated quantities gain ``rs_log_lik_y`` and ``rs_robust_loss_y`` (filled on
-    demand). Everything else stays as written (stanc's canonical layout, comments kept where
-    stanc keeps them). Supported: normal, normal_id_glm, student_t, cauchy, exponential,
-    bernoulli(_logit)(_glm), binomial(_logit), poisson(_log)(_glm), categorical(_logit),
-    multi_normal(_cholesky); the outcome whole (vectorised) or one element per loop iteration.
-    What cannot be rewritten is refused with the statement, its line and the reason.
+    demand). Everything else stays as written. Supported: normal, normal_id_glm, student_t,
+    cauchy, exponential, bernoulli(_logit)(_glm), binomial(_logit), poisson(_log)(_glm),
+    categorical(_logit), multi_normal(_cholesky); the outcome whole (vectorised) or one element
+    per loop iteration. With ``divergence=rs.KL()`` the log density is the original's plus a
+    constant. Vectorised normal, bernoulli(_logit) and poisson(_log) likelihoods take the native
+    C++ beta and gamma losses. The rewritten program (``model.stan_code``) runs under plain
+    CmdStan with :func:`robust_stan.stan_include_path` on the include path and, when it includes
+    the native losses, ``user_header=robust_stan.native_header_path()``.
 
-    With ``divergence=rs.KL()`` the program's log density is the original's plus a constant.
-    Vectorised normal, bernoulli(_logit) and poisson(_log) likelihoods (their _glm forms too) take
-    the native beta and gamma losses (C++, closed-form gradients; ``robust_stan_native.stanfunctions``).
-    The rewritten program (``model.stan_code``) runs under plain CmdStan with
-    :func:`robust_stan.stan_include_path` on the include path and, when it includes the native
-    losses, ``user_header=robust_stan.native_header_path()`` (CmdStanPy; robust-stan's engines
-    pass both themselves).
+    Parameters
+    ----------
+    stan_file_or_code : str or path-like
+        A path to a .stan file or the program's text.
+    likelihood : "auto", str or list of str, default "auto"
+        The outcomes whose likelihood statements are rewritten; "auto" is every data variable
+        with one.
+    engine : str, default "auto"
+        "cmdstan" or "httpstan"; "auto" takes $ROBUST_STAN_ENGINE, else the one installed.
+
+    Returns
+    -------
+    StanProgramModel
+        The rewritten program (``stan_code`` shows it), built when first needed.
+
+    Raises
+    ------
+    RobustStanInputError
+        If a likelihood statement cannot be rewritten (the message gives the statement, its line
+        and the reason) or ``likelihood`` names no such outcome.
+    StanCompileError
+        If stanc rejects the program.
     """
     code, filename, include_dirs = _read_source(stan_file_or_code)
     info = program_info(code, filename, include_dirs)

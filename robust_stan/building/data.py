@@ -55,9 +55,19 @@ class Scaling:
 
 @dataclass(frozen=True)
 class PreparedData:
-    """A public call's data and settings, checked and converted once: ``stan_data`` for the
-    program (posterior mode), the outcome's ``scaling``, the ``divergence``, and the user's
-    ``data`` as given (a fit reports its observed values)."""
+    """A public call's data and settings, checked and converted once.
+
+    Parameters
+    ----------
+    data : mapping
+        The user's data as given (a fit reports its observed values).
+    stan_data : dict
+        The Stan data for the program (posterior mode).
+    scaling : Scaling
+        How the outcome was standardised.
+    divergence : Divergence
+        The divergence of the call.
+    """
 
     data: Mapping
     stan_data: dict
@@ -66,6 +76,7 @@ class PreparedData:
 
     @property
     def learning_rate(self) -> float:
+        """The learning rate w of the call (float)."""
         return float(self.stan_data["learning_rate"])
 
 

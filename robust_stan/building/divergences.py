@@ -48,16 +48,32 @@ def refuse_original_gamma(divergence, argument: str, consequence: str,
 
 @dataclass(frozen=True)
 class Divergence:
-    """Base class: ``code`` and ``param`` are what the Stan program reads."""
+    """Base class of the divergences: ``code`` and ``param`` are what the Stan program reads.
+
+    Parameters
+    ----------
+    code : DivergenceCode, default DivergenceCode.KL
+        The program's ``divergence`` switch.
+    param : float, default 0.0
+        The divergence's parameter (beta or gamma; unused for KL).
+    """
 
     code: DivergenceCode = DivergenceCode.KL
     param: float = 0.0
 
     @property
     def label(self) -> str:
+        """A short label such as ``beta=0.3``, for tables and plots (str)."""
         return "KL"
 
     def stan_data(self) -> dict:
+        """The program's switches for this divergence.
+
+        Returns
+        -------
+        dict
+            ``divergence`` (the code) and ``divergence_param``.
+        """
         # The program ignores the parameter under KL; 1.0 keeps it a valid positive real.
         return {"divergence": int(self.code),
                 "divergence_param": self.param if self.code != DivergenceCode.KL else 1.0}
@@ -76,8 +92,18 @@ class KL(Divergence):
 class BetaD(Divergence):
     """Beta-divergence (density power) loss with parameter ``beta`` > 0.
 
-    l_i = -(1/beta) p_i^beta + I_beta / (1 + beta). Futami et al.'s beta-VI
-    loss is this times (1 + beta), i.e. learning rate 1 + beta.
+    l_i = -(1/beta) p_i^beta + I_beta / (1 + beta). The beta-VI loss of Futami, Sato and
+    Sugiyama (2018, arXiv:1710.06595) is this times (1 + beta), i.e. learning rate 1 + beta.
+
+    Parameters
+    ----------
+    beta : float
+        The power, > 0; larger values down-weight poorly fitted observations more.
+
+    Raises
+    ------
+    RobustStanInputError
+        If ``beta`` is not a positive number.
     """
 
     def __init__(self, beta: float):
@@ -85,10 +111,12 @@ class BetaD(Divergence):
 
     @property
     def beta(self) -> float:
+        """The power beta (float)."""
         return self.param
 
     @property
     def label(self) -> str:
+        """``beta=<value>`` (str)."""
         return f"beta={self.param:g}"
 
     def __repr__(self) -> str:
@@ -98,8 +126,19 @@ class BetaD(Divergence):
 class GammaD(Divergence):
     """Gamma-divergence loss with parameter ``gamma`` > 0.
 
-    ``form="decomposable"`` (default, Futami eq. 15) is a sum over
-    observations; ``form="original"`` is Fujisawa and Eguchi's log-ratio form.
+    Parameters
+    ----------
+    gamma : float
+        The power, > 0.
+    form : {"decomposable", "original"}, default "decomposable"
+        "decomposable" (eq. 15 of Futami, Sato and Sugiyama 2018, arXiv:1710.06595) is a sum
+        over observations; "original" is Fujisawa and Eguchi's (2008) log-ratio form, which is
+        not, so methods that need a sum refuse it.
+
+    Raises
+    ------
+    RobustStanInputError
+        If ``gamma`` is not a positive number or ``form`` is unknown.
     """
 
     FORMS = {"decomposable": DivergenceCode.GAMMA, "original": DivergenceCode.GAMMA_ORIGINAL}
@@ -111,14 +150,17 @@ class GammaD(Divergence):
 
     @property
     def gamma(self) -> float:
+        """The power gamma (float)."""
         return self.param
 
     @property
     def form(self) -> str:
+        """The form, "decomposable" or "original" (str)."""
         return "decomposable" if self.code == DivergenceCode.GAMMA else "original"
 
     @property
     def label(self) -> str:
+        """``gamma=<value>``, marked ``(original)`` for that form (str)."""
         return f"gamma={self.param:g}" + ("" if self.code == DivergenceCode.GAMMA else " (original)")
 
     def __repr__(self) -> str:

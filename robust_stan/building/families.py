@@ -40,7 +40,56 @@ class FamilyArg:
 
 @dataclass(frozen=True)
 class Family:
-    """A likelihood family with the facts the code generator and checks need."""
+    """A likelihood family with the facts the code generator and checks need.
+
+    The field comments in the source say what each fact is for.
+
+    Parameters
+    ----------
+    name : str
+        The family's name in robust-stan (a key of :data:`robust_stan.FAMILIES`).
+    stan_name : str
+        Stan's name of the density.
+    suffix : {"lpdf", "lpmf"}
+        Continuous or discrete density.
+    y_library_type : str
+        Stan type of the outcome in the library's functions.
+    args : tuple of FamilyArg
+        The density's arguments after the outcome.
+    y_data_decl : str
+        Declaration(s) of the outcome in a program's data block.
+    y_rep_decl : str
+        Declaration of the replicated outcome.
+    rng : str
+        Stan expression of one replicate, arguments filled in by name.
+    default_link : str
+        The link :func:`robust_stan.glm` uses unless told otherwise.
+    links : tuple of str
+        The links offered.
+    continuous : bool
+        Whether the outcome is continuous.
+    extra_data : tuple of str, default ()
+        The family's own program data (binomial's trials, categorical's K, multi_normal's D).
+    integral_table : bool, default False
+        The library has a fast path with a table of the beta integral.
+    native : bool, default False
+        The C++ header has this family's beta and gamma total loss with a closed-form gradient.
+    y_score : bool, default False
+        The library has d/dy and d^2/dy^2 of log p (for the H-score).
+    mislabel_bound : str, default ""
+        Stan expression of the flip rate's identification bound; empty: no mislabelling
+        likelihood.
+    standardize : {"affine", "scale"} or None, default None
+        How the built-in models standardise the outcome.
+    class_labels : bool, default False
+        The outcome is a class label 1..K.
+    location_scale : bool, default False
+        The built-in models' parameters are a location mu and a scale sigma.
+    shape_parameters : tuple of tuple of str, default ()
+        (name, declaration, default prior) of further shared parameters.
+    intercept_prior : str, default "normal(0, 2.5)"
+        :func:`robust_stan.location`'s default prior of the intercept.
+    """
 
     name: str
     stan_name: str
@@ -89,8 +138,20 @@ class Family:
         return self.y_library_type == "array[] vector"
 
     def extra_stan_data(self, y: np.ndarray, data: dict) -> dict:
-        """The family's own program data (``extra_data``: binomial's trials, categorical's K,
-        multi_normal's D) from the checked outcome ``y`` and the user's ``data``."""
+        """The family's own program data from the checked outcome and the user's data.
+
+        Parameters
+        ----------
+        y : numpy.ndarray
+            The checked outcome.
+        data : dict
+            The user's data.
+
+        Returns
+        -------
+        dict
+            ``extra_data`` by name: binomial's trials, categorical's K, multi_normal's D.
+        """
         values = {"D": lambda: y.shape[1], "K": lambda: int(data["K"]),
                   "trials": lambda: data["trials"].astype(np.int64)}
         return {name: values[name]() for name in self.extra_data}
@@ -98,18 +159,22 @@ class Family:
     # --- facts used by the library template -------------------------------
     @property
     def y_type(self) -> str:
+        """The outcome's Stan type in the library's functions (str)."""
         return self.y_library_type
 
     @property
     def y_decl(self) -> str:
+        """The outcome's declaration in the library's functions (str)."""
         return self.y_library_type
 
     @property
     def n_expr(self) -> str:
+        """The Stan expression of the number of observations (str)."""
         return "size(y)"
 
     @property
     def arg_summary(self) -> str:
+        """The argument names, ``*`` marking those that may vary by observation (str)."""
         parts = []
         for arg in self.args:
             star = "*" if arg.varying_type and not arg.data_only else ""
@@ -147,12 +212,42 @@ class Family:
         return out
 
     def mislabelled(self, argument: str, rate: str) -> str:
-        """The family argument of the mislabelling likelihood: ``argument`` (the Stan expression of the
-        clean labels' logits) with labels flipped at the rate ``rate`` (a Stan expression)."""
+        """The family argument of the mislabelling likelihood.
+
+        Parameters
+        ----------
+        argument : str
+            Stan expression of the clean labels' logits.
+        rate : str
+            Stan expression of the flip rate.
+
+        Returns
+        -------
+        str
+            Stan expression of the observed labels' logits.
+        """
         return f"rs_{self.stan_name}_mislabel({argument}, {rate})"
 
     def check_outcome(self, y: np.ndarray, data: dict) -> np.ndarray:
-        """Validate the outcome against the family's support; return it typed."""
+        """Validate the outcome against the family's support.
+
+        Parameters
+        ----------
+        y : numpy.ndarray
+            The outcome.
+        data : dict
+            The user's data (binomial's trials, categorical's K).
+
+        Returns
+        -------
+        numpy.ndarray
+            The outcome, typed.
+
+        Raises
+        ------
+        RobustStanInputError
+            If a value lies outside the support.
+        """
         return _OUTCOME_CHECKS[self.name](y, data)
 
 

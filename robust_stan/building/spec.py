@@ -49,7 +49,23 @@ _IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z0-9_]*\b")
 
 @dataclass(frozen=True)
 class ParameterDeclaration:
-    """One parameter as the user declared it, e.g. ``vector<lower=0>[P] b``."""
+    """One parameter as the user declared it, e.g. ``vector<lower=0>[P] b``.
+
+    Parameters
+    ----------
+    text : str
+        The declaration as written.
+    name : str
+        The parameter's name.
+    base : str
+        Its base type (``real``, ``vector``, ...).
+    constraint : str
+        Its constraint, e.g. ``<lower=0>`` (empty when none).
+    dims : str
+        The base type's sizes, e.g. ``[P]``.
+    array_dims : str
+        The array sizes, e.g. ``[G]`` (empty when not an array).
+    """
 
     text: str
     name: str
@@ -60,6 +76,23 @@ class ParameterDeclaration:
 
     @classmethod
     def parse(cls, text: str) -> ParameterDeclaration:
+        """Read one Stan declaration.
+
+        Parameters
+        ----------
+        text : str
+            One declaration, e.g. ``"array[G] real<lower=0> tau;"``.
+
+        Returns
+        -------
+        ParameterDeclaration
+            Its parts.
+
+        Raises
+        ------
+        RobustStanInputError
+            If the text is not one declaration of a type robust-stan can copy per example.
+        """
         match = _DECLARATION.match(text)
         if not match:
             raise RobustStanInputError(
@@ -93,12 +126,29 @@ class ParameterDeclaration:
         return f"{self.base}{constraint}{dims}"
 
     def copies_declaration(self, count: str = "n_copies") -> str:
-        """Declaration of the replicated parameter, ``count`` copies (one per batch row in per-example mode)."""
+        """Declaration of the replicated parameter (one copy per batch row in per-example mode).
+
+        Parameters
+        ----------
+        count : str, default "n_copies"
+            Stan expression of the number of copies.
+
+        Returns
+        -------
+        str
+            The Stan declaration.
+        """
         dims = f"{count}, {self.array_dims}" if self.array_dims else count
         return f"array[{dims}] {self._element_type(True)} {self.name}_copies;"
 
     def local_type(self) -> str:
-        """Unconstrained Stan type of one copy, for a local variable."""
+        """Unconstrained Stan type of one copy, for a local variable.
+
+        Returns
+        -------
+        str
+            The Stan type.
+        """
         dims = self.dims
         parts = [p.strip() for p in dims.split(",")] if dims else []
         square = f"{parts[0]}, {parts[0]}" if parts else ""
@@ -107,7 +157,13 @@ class ParameterDeclaration:
         return f"array[{self.array_dims}] {element}" if self.array_dims else element
 
     def declaration(self) -> str:
-        """The user's own declaration (with constraints), for generated quantities."""
+        """The user's own declaration (with constraints), for generated quantities.
+
+        Returns
+        -------
+        str
+            The Stan declaration.
+        """
         element = self._element_type(True)
         return f"array[{self.array_dims}] {element} {self.name}" if self.array_dims else f"{element} {self.name}"
 

@@ -52,8 +52,20 @@ def _distributed():
 
 
 def task_seeds(seed: int | None, count: int) -> list[int]:
-    """``count`` independent seeds for Stan and NumPy (ints in [0, 2^31 - 1)), one per task, from
-    ``seed`` and the task's position alone (NumPy's SeedSequence.spawn)."""
+    """Independent seeds for Stan and NumPy, one per task, from a seed and the task's position alone.
+
+    Parameters
+    ----------
+    seed : int or None
+        The user's seed; None draws fresh entropy (not reproducible).
+    count : int
+        The number of tasks.
+
+    Returns
+    -------
+    list of int
+        ``count`` seeds in [0, 2^31 - 1), from NumPy's ``SeedSequence.spawn``.
+    """
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise RobustStanInputError(f"seed: must be a non-negative integer or None, got {seed!r}")
     children = np.random.SeedSequence(seed).spawn(count)
@@ -80,20 +92,30 @@ def _worker_settings() -> tuple[bool, int | None]:
 class Cluster:
     """Where robust-stan runs independent tasks: a Dask cluster.
 
-    - ``Cluster()``: a new ``LocalCluster`` with ``workers`` worker processes (default: one
-      per core), one thread each, BLAS limited to one thread per worker;
-    - ``Cluster(address="tcp://host:8786")``: a running scheduler (``dask scheduler``) and
-      its workers (``dask worker ADDRESS``); ``timeout`` seconds to reach it, or a clear error;
-    - ``Cluster(client=client)``: an existing ``dask.distributed.Client``.
-
-    Workers must be allowed child processes (NUTS on httpstan runs each chain in one): start
-    them with ``DASK_DISTRIBUTED__WORKER__DAEMON=False`` in their environment, as the README's
+    Workers must be allowed child processes (NUTS on httpstan runs each chain in one): start them
+    with ``DASK_DISTRIBUTED__WORKER__DAEMON=False`` in their environment, as the README's
     "Running on a cluster" shows; robust-stan checks this when it connects. Give them
-    ``MALLOC_TRIM_THRESHOLD_=1073741824`` as well: Dask's nanny otherwise sets 65536, at which
-    NUTS runs about twice as long (robust-stan warns when it finds that).
-    ``ship_builds=True`` sends each compiled program's files to the workers (for workers
-    that do not share this machine's file system). Use as a context manager, or call
+    ``MALLOC_TRIM_THRESHOLD_=1073741824`` as well: Dask's nanny otherwise sets 65536, which slows
+    NUTS down (robust-stan warns when it finds that). Use as a context manager, or call
     :meth:`close`; a cluster robust-stan started is shut down then, a client you gave is not.
+
+    Parameters
+    ----------
+    client : dask.distributed.Client or None, default None
+        An existing client to use.
+    address : str or None, default None
+        A running scheduler's address (``"tcp://host:8786"``), whose workers run ``dask worker
+        ADDRESS``. With neither ``client`` nor ``address``, a new ``LocalCluster`` starts.
+    workers : int or None, default None
+        Worker processes of a new ``LocalCluster`` (one thread each, BLAS limited to one thread
+        per worker); None is one per core.
+    timeout : float, default 30.0
+        Seconds to reach ``address``, or a clear error.
+    ship_builds : bool, default False
+        Send each compiled program's files to the workers (for workers that do not share this
+        machine's file system).
+    show_progress : bool, default True
+        Show progress bars of the tasks.
     """
 
     def __init__(self, client=None, address: str | None = None, workers: int | None = None,
@@ -157,12 +179,29 @@ class Cluster:
     def map(self, function: Callable, tasks: Sequence, description: str = "tasks", programs: Iterable = ()) -> list:
         """``[function(task) for task in tasks]``, run on the workers; results in the tasks' order.
 
-        Results stream back as tasks finish (a progress bar counts them). ``function`` and the
-        tasks must pickle (models do: a model travels without its compiled program, which each
-        worker loads from the build cache; a worker never compiles, and a program missing from its
-        cache is an error naming ``ship_builds``). ``programs``: the compiled programs the tasks use,
-        whose build files are sent first when ``ship_builds`` is set. An error in a task is
-        raised here, with the task's position (bad input as it is)."""
+        Results stream back as tasks finish (a progress bar counts them). ``function`` and the tasks
+        must pickle (models do: a model travels without its compiled program, which each worker
+        loads from the build cache; a worker never compiles, and a program missing from its cache is
+        an error naming ``ship_builds``). An error in a task is raised here, with the task's
+        position (bad input as it is).
+
+        Parameters
+        ----------
+        function : callable
+            Called with one task.
+        tasks : sequence
+            The tasks.
+        description : str, default "tasks"
+            Label of the progress bar.
+        programs : iterable, default ()
+            The compiled programs the tasks use, whose build files are sent first when
+            ``ship_builds`` is set.
+
+        Returns
+        -------
+        list
+            The results, in the tasks' order.
+        """
         tasks = list(tasks)
         for program in programs:
             self.ship(program)
@@ -186,14 +225,32 @@ class Cluster:
         return results
 
     def submit(self, function: Callable, *arguments):
-        """A Dask future of ``function(*arguments)`` run on a worker (futures among the arguments,
-        also inside lists and dicts, arrive as their values), with :meth:`map`'s rules."""
+        """Run ``function(*arguments)`` on a worker, with :meth:`map`'s rules.
+
+        Parameters
+        ----------
+        function : callable
+            The function.
+        *arguments
+            Its arguments; futures among them, also inside lists and dicts, arrive as their values.
+
+        Returns
+        -------
+        distributed.Future
+            The future of the result.
+        """
         return self.client.submit(_run_on_worker, function, *arguments, pure=False)
 
     def ship(self, program) -> None:
-        """Send a compiled program's build files to every worker (once per program) if
-        ``ship_builds``; a worker that already holds the build keeps it. ``program``: an
-        engine's compiled program (``model.compile()``)."""
+        """Send a compiled program's build files to every worker, once per program, if ``ship_builds``.
+
+        A worker that already holds the build keeps it.
+
+        Parameters
+        ----------
+        program : CompiledProgram
+            An engine's compiled program (``model.compile()``).
+        """
         if not self.ship_builds:
             return
         files = program.build_files()

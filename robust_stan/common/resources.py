@@ -21,7 +21,13 @@ def _find(folder: str) -> Path:
 def stan_include_path() -> str:
     """Folder holding ``robust_stan.stanfunctions``, for ``#include`` in your own programs.
 
-    With CmdStanPy: ``CmdStanModel(stan_file=..., stanc_options={"include-paths": [rs.stan_include_path()]})``.
+    With CmdStanPy: ``CmdStanModel(stan_file=..., stanc_options={"include-paths":
+    [rs.stan_include_path()]})``.
+
+    Returns
+    -------
+    str
+        The folder's path.
     """
     return str(_find("stan"))
 
@@ -54,7 +60,13 @@ def native_code() -> str:
 
 
 def native_header_path() -> Path:
-    """The C++ header defining the native losses (CmdStanPy: ``user_header=``)."""
+    """The C++ header defining the native losses (CmdStanPy: ``user_header=``).
+
+    Returns
+    -------
+    pathlib.Path
+        The header's path.
+    """
     return Path(stan_include_path()) / NATIVE_HEADER
 
 

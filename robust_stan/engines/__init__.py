@@ -26,7 +26,25 @@ _LOADED: dict[tuple[str, str], CompiledProgram] = {}
 
 
 def resolve_engine(engine: str = "auto") -> str:
-    """The engine a call will use: explicit name, else $ROBUST_STAN_ENGINE, else auto-detected."""
+    """The engine a call will use.
+
+    Parameters
+    ----------
+    engine : {"auto", "cmdstan", "httpstan"}, default "auto"
+        An explicit name, or "auto": $ROBUST_STAN_ENGINE, else the one installed.
+
+    Returns
+    -------
+    str
+        "cmdstan" or "httpstan".
+
+    Raises
+    ------
+    RobustStanInputError
+        If the name is unknown.
+    RuntimeError
+        If the engine asked for, or any engine for "auto", is not installed.
+    """
     if engine == "auto":
         engine = os.environ.get("ROBUST_STAN_ENGINE", "auto")
     if engine == "auto":
@@ -72,7 +90,23 @@ class ProgramOnEngine:
         return self._program.engine_name if self._program else resolve_engine(self._engine_request)
 
     def compile(self, show_progress: bool = True) -> CompiledProgram:
-        """Compile the program (once; later calls and later processes reuse the build)."""
+        """Compile the program (once; later calls and later processes reuse the build).
+
+        Parameters
+        ----------
+        show_progress : bool, default True
+            Show the compiler's progress.
+
+        Returns
+        -------
+        CompiledProgram
+            The compiled program.
+
+        Raises
+        ------
+        StanCompileError
+            If stanc or the C++ compiler fails (with their own last lines).
+        """
         if self._program is None:
             self._program = compile_program(self.stan_code, self._engine_request, show_progress=show_progress)
         return self._program
@@ -89,7 +123,25 @@ class ProgramOnEngine:
         return state
 
     def check_theta(self, stan_data: dict, theta) -> np.ndarray:
-        """``theta_unconstrained`` as a finite vector of the program's dimension, or an error naming it."""
+        """An unconstrained point as a finite vector of the program's dimension, or an error naming it.
+
+        Parameters
+        ----------
+        stan_data : dict
+            The Stan data that fix the dimension.
+        theta : array_like
+            The point.
+
+        Returns
+        -------
+        numpy.ndarray
+            The point as a float vector.
+
+        Raises
+        ------
+        RobustStanInputError
+            If it is not finite or has the wrong length.
+        """
         theta = np.asarray(theta, dtype=float).ravel()
         expected = self.dimension(stan_data)
         if theta.shape != (expected,):

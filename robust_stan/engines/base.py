@@ -18,9 +18,16 @@ from ..common.errors import RobustStanInputError
 class RawDraws:
     """NUTS output in engine-neutral form.
 
-    ``variables`` maps each Stan variable to an array (chains, draws, *shape);
-    ``sampler`` maps each sampler statistic (``lp__``, ``divergent__``, ...) to
-    (chains, draws); ``backend`` is the engine's own result object.
+    Parameters
+    ----------
+    variables : dict of numpy.ndarray
+        Each Stan variable as an array (chains, draws, *shape).
+    sampler : dict of numpy.ndarray
+        Each sampler statistic (``lp__``, ``divergent__``, ...) as (chains, draws).
+    backend : object, default None
+        The engine's own result object.
+    seconds : dict of float, default {}
+        Wall times of the run's stages.
     """
 
     variables: dict[str, np.ndarray]
@@ -44,7 +51,13 @@ class NutsSettings:
 
 
 class CompiledProgram(abc.ABC):
-    """A compiled Stan program on one engine: log densities, gradients, NUTS."""
+    """A compiled Stan program on one engine: log densities, gradients, NUTS.
+
+    Parameters
+    ----------
+    stan_code : str
+        The program's text.
+    """
 
     engine_name: str = ""
 
@@ -53,41 +66,148 @@ class CompiledProgram(abc.ABC):
 
     @abc.abstractmethod
     def log_density(self, data: dict, theta: np.ndarray, jacobian: bool = True) -> float:
-        """Log density (target) at an unconstrained point, constants included."""
+        """Log density (target) at an unconstrained point, constants included.
+
+        Parameters
+        ----------
+        data : dict
+            Stan data.
+        theta : numpy.ndarray
+            The unconstrained point.
+        jacobian : bool, default True
+            Include the log Jacobian of the constraining transform.
+
+        Returns
+        -------
+        float
+            The target, constants included.
+        """
 
     @abc.abstractmethod
     def log_density_gradient(self, data: dict, theta: np.ndarray, jacobian: bool = True) -> tuple[float, np.ndarray]:
-        """Log density and its gradient with respect to the unconstrained parameters."""
+        """Log density and its gradient with respect to the unconstrained parameters.
+
+        Parameters
+        ----------
+        data, theta, jacobian
+            The Stan data, unconstrained point and Jacobian switch of :meth:`log_density`.
+
+        Returns
+        -------
+        log_density : float
+            The log density.
+        gradient : numpy.ndarray
+            Its gradient.
+        """
 
     @abc.abstractmethod
     def unconstrained_dimension(self, data: dict) -> int:
-        """Number of unconstrained parameters of the program with these data."""
+        """Number of unconstrained parameters of the program with these data.
+
+        Parameters
+        ----------
+        data : dict
+            Stan data.
+
+        Returns
+        -------
+        int
+            The dimension.
+        """
 
     @abc.abstractmethod
     def variable_shapes(self, data: dict) -> dict[str, tuple[int, ...]]:
-        """Constrained shape of every parameter and generated quantity, in program order."""
+        """Constrained shape of every parameter and generated quantity, in program order.
+
+        Parameters
+        ----------
+        data : dict
+            Stan data (sizes may depend on them).
+
+        Returns
+        -------
+        dict of tuple of int
+            Shapes by variable name.
+        """
 
     @abc.abstractmethod
     def constrain(self, data: dict, theta: np.ndarray, include_gqs: bool = True) -> dict[str, np.ndarray]:
-        """Constrained values of every parameter (and generated quantity) at ``theta``."""
+        """Constrained values of every parameter (and generated quantity) at an unconstrained point.
+
+        Parameters
+        ----------
+        data, theta
+            As for :meth:`log_density`.
+        include_gqs : bool, default True
+            Also the transformed parameters and generated quantities.
+
+        Returns
+        -------
+        dict of numpy.ndarray
+            Values by variable name.
+        """
 
     @abc.abstractmethod
     def unconstrain(self, data: dict, values: dict[str, Any]) -> np.ndarray:
-        """Unconstrained vector of a dict of constrained parameter values."""
+        """Unconstrained vector of a dict of constrained parameter values.
+
+        Parameters
+        ----------
+        data : dict
+            Stan data.
+        values : dict
+            Every parameter's constrained value by name.
+
+        Returns
+        -------
+        numpy.ndarray
+            The unconstrained point.
+        """
 
     @abc.abstractmethod
     def sample(self, data: dict, settings: NutsSettings, inits: list[dict] | None) -> RawDraws:
-        """Run NUTS (diagonal metric, adapted) and return the draws."""
+        """Run NUTS (diagonal metric, adapted).
+
+        Parameters
+        ----------
+        data : dict
+            Stan data.
+        settings : NutsSettings
+            Chains, iterations, seed and the sampler's settings.
+        inits : list of dict or None
+            One dict of constrained starting values per chain; None leaves the starts to Stan.
+
+        Returns
+        -------
+        RawDraws
+            The draws.
+        """
 
     @abc.abstractmethod
     def generated_quantities(self, data: dict, parameters: np.ndarray, seed: int,
                              backend: Any = None) -> dict[str, np.ndarray]:
-        """Every Stan variable recomputed from draws of the parameters (Stan's standalone generated
-        quantities): ``parameters`` (chains, draws, k) holds each draw's constrained parameters
-        flat in Stan's order (:func:`parameter_columns`); chain c's random numbers come from
-        Stan's RNG for (``seed``, c + 1), in draw order. ``backend`` is the sampler's own result
-        (:attr:`RawDraws.backend`), which an engine may use instead. Draws with a non-finite
-        parameter give NaN."""
+        """Every Stan variable recomputed from parameter draws (Stan's standalone generated quantities).
+
+        Chain c's random numbers come from Stan's RNG for (``seed``, c + 1), in draw order. Draws with
+        a non-finite parameter give NaN.
+
+        Parameters
+        ----------
+        data : dict
+            Stan data.
+        parameters : numpy.ndarray
+            (chains, draws, k): each draw's constrained parameters flat in Stan's order
+            (:func:`parameter_columns`).
+        seed : int
+            Seed of the generated quantities' random numbers.
+        backend : object, default None
+            The sampler's own result (:attr:`RawDraws.backend`), which an engine may use instead.
+
+        Returns
+        -------
+        dict of numpy.ndarray
+            Each variable as (chains, draws, *shape).
+        """
 
     def build_files(self):
         """The build's files, for workers without this machine's cache (``rs.Cluster(ship_builds=True)``)."""

@@ -42,25 +42,86 @@ class GradientOracle(ABC):
 
     @abstractmethod
     def log_density_gradient(self, theta: np.ndarray, jacobian: bool = True) -> tuple[float, np.ndarray]:
-        """Log density (Stan's, dropping constants of ``~`` statements) and its gradient."""
+        """Log density (Stan's, dropping constants of ``~`` statements) and its gradient.
+
+        Parameters
+        ----------
+        theta : numpy.ndarray
+            The point on the unconstrained scale, length d.
+        jacobian : bool, default True
+            Whether the change of variables' log Jacobian is included.
+
+        Returns
+        -------
+        tuple of (float, numpy.ndarray)
+            Stan's log density and its gradient.
+        """
 
     @abstractmethod
     def gradient(self, theta: np.ndarray, jacobian: bool = True) -> np.ndarray:
-        """Gradient only (one call where the engine allows it)."""
+        """Gradient only (one call where the engine allows it).
+
+        Parameters
+        ----------
+        theta, jacobian
+            As for :meth:`log_density_gradient`.
+
+        Returns
+        -------
+        numpy.ndarray
+            The gradient.
+        """
 
     @abstractmethod
     def constrain(self, theta: np.ndarray, include_gqs: bool = True, seed: int | None = None) -> dict[str, np.ndarray]:
         """Every Stan variable (parameters, transformed parameters, generated quantities) at theta.
 
-        ``seed`` starts the generated quantities' random numbers; later calls
-        without a seed continue that stream.
+        Parameters
+        ----------
+        theta : numpy.ndarray
+            The unconstrained point.
+        include_gqs : bool, default True
+            Also the transformed parameters and generated quantities.
+        seed : int or None, default None
+            Starts the generated quantities' random numbers; later calls without a seed continue
+            that stream.
+
+        Returns
+        -------
+        dict of numpy.ndarray
+            Values by variable name.
         """
 
     @abstractmethod
     def unconstrain(self, values: dict) -> np.ndarray:
-        """Unconstrained vector of constrained parameter values given by name."""
+        """Unconstrained vector of constrained parameter values given by name.
+
+        Parameters
+        ----------
+        values : dict
+            Constrained values by parameter name, every parameter given.
+
+        Returns
+        -------
+        numpy.ndarray
+            theta, length d.
+        """
 
     def log_density(self, theta: np.ndarray, jacobian: bool = True) -> float:
+        """Log density only.
+
+        Parameters
+        ----------
+        theta : numpy.ndarray
+            The unconstrained point.
+        jacobian : bool, default True
+            As for :meth:`log_density_gradient`.
+
+        Returns
+        -------
+        float
+            The log density.
+        """
         return self.log_density_gradient(theta, jacobian)[0]
 
     def _check(self, theta) -> list[float]:

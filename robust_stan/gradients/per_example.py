@@ -49,9 +49,18 @@ def checked_rows(batch, n: int) -> np.ndarray:
 class PerExampleGradients:
     """grad l_i(theta) for the rows of a data set, for one model and divergence.
 
-    ``gradients(theta)`` gives the (rows, d) array at one point;
-    ``gradients_many(thetas)`` one such array per point (chains), from one call.
-    ``strategy`` is "auto", "copies" or "linear_predictor" (module docstring).
+    Parameters
+    ----------
+    program : RobustProgram
+        The model.
+    stan_data : dict
+        Its Stan data in per-example mode.
+    oracle : {"auto", "bridgestan", "httpstan"}, default "auto"
+        Engine of the gradients.
+    strategy : {"auto", "copies", "linear_predictor"}, default "auto"
+        "copies": one parameter copy per row (any model); "linear_predictor": dl/deta_i times
+        (1, x_i) (built-in glms of the normal, bernoulli, binomial, poisson and exponential
+        families); "auto": the cheaper one available.
     """
 
     def __init__(self, program: RobustProgram, stan_data: dict, oracle: str = "auto", strategy: str = "auto"):
@@ -95,8 +104,19 @@ class PerExampleGradients:
     def copies(self, thetas: np.ndarray, n_rows: int) -> np.ndarray:
         """The per-example program's unconstrained vector for ``n_rows`` rows at each row of ``thetas``.
 
-        It holds, per parameter, its copies in order: copy (point p, row r) is
-        number p * n_rows + r.
+        It holds, per parameter, its copies in order: copy (point p, row r) is number p * n_rows + r.
+
+        Parameters
+        ----------
+        thetas : numpy.ndarray
+            (points, d) unconstrained points.
+        n_rows : int
+            Rows per point.
+
+        Returns
+        -------
+        numpy.ndarray
+            The program's unconstrained vector.
         """
         return np.concatenate([self._repeated(thetas, i, n_rows) for i in range(len(self._per_copy_sizes))])
 
@@ -118,7 +138,20 @@ class PerExampleGradients:
         return out
 
     def gradients_many(self, thetas: np.ndarray, batch=None) -> np.ndarray:
-        """(points, rows, d): per-example gradients at each row of ``thetas`` (points, d), one call."""
+        """Per-example gradients at several points, from one call.
+
+        Parameters
+        ----------
+        thetas : numpy.ndarray
+            (points, d) unconstrained points (e.g. one per chain).
+        batch : array_like of int or None, default None
+            0-based rows; None is every row.
+
+        Returns
+        -------
+        numpy.ndarray
+            (points, rows, d).
+        """
         thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
         if thetas.shape[1] != self.dimension:
             raise RobustStanInputError(f"theta: expected {self.dimension} unconstrained values, got {thetas.shape[1]}")
@@ -148,13 +181,24 @@ class PerExampleGradients:
         return out
 
     def gradients_many_in(self, thetas: np.ndarray, factor: np.ndarray, batch=None) -> np.ndarray:
-        """(points, rows, k): :meth:`gradients_many` times ``factor`` (d, k), the gradients in the
-        coordinates z of theta = factor z (Rob-ULA's preconditioned chain).
+        """:meth:`gradients_many` times ``factor``: the gradients in the coordinates z of theta = factor z.
 
-        With the linear-predictor strategy the gradient of row i is dl/deta_i (1, x_i) on the intercept
-        and coefficients, so those columns times the factor are dl/deta_i times row i of
-        [1, X] @ factor[those rows]; that product is computed once per factor and batch and kept, and a
-        call costs O(rows x k) instead of O(rows x d x k)."""
+        Used by Rob-ULA's preconditioned chain. With the linear-predictor strategy, the product of
+        [1, X] and the factor is computed once per factor and batch and kept, so a call costs
+        O(rows x k) instead of O(rows x d x k).
+
+        Parameters
+        ----------
+        thetas, batch
+            As for :meth:`gradients_many`.
+        factor : numpy.ndarray
+            (d, k), with theta = factor z.
+
+        Returns
+        -------
+        numpy.ndarray
+            (points, rows, k).
+        """
         factor = np.asarray(factor, dtype=float)
         thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
         if thetas.shape[1] != self.dimension or factor.ndim != 2 or factor.shape[0] != self.dimension:
@@ -179,7 +223,20 @@ class PerExampleGradients:
         return in_z
 
     def gradients(self, theta, batch=None) -> np.ndarray:
-        """(rows, d): grad l_i(theta) for the rows in ``batch`` (all rows by default)."""
+        """Per-example gradients at one point.
+
+        Parameters
+        ----------
+        theta : array_like
+            The unconstrained point, length d.
+        batch : array_like of int or None, default None
+            0-based rows; None is every row.
+
+        Returns
+        -------
+        numpy.ndarray
+            (rows, d): grad l_i(theta).
+        """
         theta = np.asarray(theta, dtype=float).ravel()
         return self.gradients_many(theta[None, :], batch)[0]
 

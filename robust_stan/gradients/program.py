@@ -61,7 +61,18 @@ class RobustProgram(ProgramOnEngine):
 
     # -- the unconstrained parameters ---------------------------------------------
     def parameter_layout(self, stan_data: dict) -> list[tuple[ParameterDeclaration, int, int]]:
-        """(declaration, copies, unconstrained size of one copy) per parameter."""
+        """How each parameter sits in the unconstrained vector.
+
+        Parameters
+        ----------
+        stan_data : dict
+            The Stan data, which fix the number of copies.
+
+        Returns
+        -------
+        list of tuple
+            (declaration, copies, unconstrained size of one copy) per parameter.
+        """
         dims = self.compile().variable_shapes(stan_data)
         layout = []
         for p in self.spec.parameters:
@@ -73,17 +84,61 @@ class RobustProgram(ProgramOnEngine):
         return layout
 
     def dimension(self, stan_data: dict) -> int:
-        """Number of unconstrained parameters of the program for these Stan data."""
+        """Number of unconstrained parameters of the program for these Stan data.
+
+        Parameters
+        ----------
+        stan_data : dict
+            Stan data.
+
+        Returns
+        -------
+        int
+            The dimension d.
+        """
         return sum(copies * size for _, copies, size in self.parameter_layout(stan_data))
 
     def oracle_for(self, stan_data: dict, oracle: str = "auto") -> GradientOracle:
-        """A gradient oracle for already prepared Stan data."""
+        """A gradient oracle for already prepared Stan data.
+
+        Parameters
+        ----------
+        stan_data : dict
+            Stan data.
+        oracle : {"auto", "bridgestan", "httpstan"}, default "auto"
+            The engine of the log density and gradients.
+
+        Returns
+        -------
+        GradientOracle
+            Log density and gradient at unconstrained points.
+        """
         return make_oracle(self.stan_code, stan_data, self.dimension(stan_data), oracle)
 
     # -- starting points ------------------------------------------------------------
     def chain_inits(self, inits, chains: int, scaling: Scaling) -> list[dict] | None:
-        """Constrained starting values by parameter name (one dict, or one per chain) as the
-        program's ``*_copies`` variables on the fitted scale; None stays None."""
+        """Starting values by parameter name as the program's ``*_copies`` variables on the fitted scale.
+
+        Parameters
+        ----------
+        inits : dict, list of dict or None
+            Constrained values by parameter name, one dict for all chains or one per chain; None
+            stays None.
+        chains : int
+            Number of chains.
+        scaling : Scaling
+            How the outcome was standardised.
+
+        Returns
+        -------
+        list of dict or None
+            One dict per chain.
+
+        Raises
+        ------
+        RobustStanInputError
+            If a value or a name does not fit the model's parameters.
+        """
         checked = require_inits(inits, chains, self.spec.parameter_names)
         if checked is None:
             return None
@@ -91,7 +146,27 @@ class RobustProgram(ProgramOnEngine):
                  for k, v in init.items()} for init in checked]
 
     def unconstrain_init(self, init: Mapping, stan_data: dict, scaling: Scaling) -> np.ndarray:
-        """A dict of every parameter's value (original scale) as an unconstrained vector."""
+        """A dict of every parameter's value (original scale) as an unconstrained vector.
+
+        Parameters
+        ----------
+        init : mapping
+            Every parameter's value by name.
+        stan_data : dict
+            Stan data.
+        scaling : Scaling
+            The outcome's standardisation, to move values to the fitted scale.
+
+        Returns
+        -------
+        numpy.ndarray
+            The unconstrained point.
+
+        Raises
+        ------
+        RobustStanInputError
+            If a parameter is missing.
+        """
         missing = sorted(set(self.spec.parameter_names) - set(init))
         if missing:
             raise RobustStanInputError(f"init: give a value for every parameter; missing {missing}")
@@ -99,9 +174,21 @@ class RobustProgram(ProgramOnEngine):
         return self.oracle_for(stan_data).unconstrain(values)
 
     def inits_at(self, thetas, stan_data: dict, scaling: Scaling) -> list[dict]:
-        """The inverse of :meth:`unconstrain_init`: each unconstrained vector of ``thetas`` as every
-        parameter's value by name on the outcome's own scale (one dict per vector, as
-        :meth:`chain_inits` takes them)."""
+        """The inverse of :meth:`unconstrain_init`, for several points.
+
+        Parameters
+        ----------
+        thetas : array_like
+            Unconstrained points, one per row.
+        stan_data, scaling
+            As for :meth:`unconstrain_init`.
+
+        Returns
+        -------
+        list of dict
+            Each point as every parameter's value by name on the outcome's own scale, as
+            :meth:`chain_inits` takes them.
+        """
         oracle = self.oracle_for(with_switches(stan_data, pointwise=False))
         out = []
         for theta in thetas:

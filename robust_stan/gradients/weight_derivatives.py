@@ -47,11 +47,27 @@ def second_order_available() -> bool:
 class WeightDerivativeGradients:
     """grad l_i(theta) for every row of one outcome of a robustified program, from mixed derivatives.
 
-    ``stan_data`` are the program's data with its switches (the learning rate is
-    set to 1 here); ``outcome`` names the likelihood's outcome; ``dimension`` is
-    the number of unconstrained parameters without the weights. ``gradients`` and
-    ``gradients_many`` have :class:`~robust_stan.gradients.per_example.PerExampleGradients`'
-    signatures.
+    Its methods have :class:`~robust_stan.gradients.per_example.PerExampleGradients`' signatures.
+
+    Parameters
+    ----------
+    stan_code : str
+        The robustified program.
+    stan_data : dict
+        Its data with the switches (the learning rate is set to 1 here).
+    outcome : str
+        The likelihood's outcome.
+    dimension : int
+        The number of unconstrained parameters without the weights.
+    show_progress : bool, default False
+        Show the second-order program's compilation.
+
+    Raises
+    ------
+    RobustStanInputError
+        For the original gamma form, which has no per-example gradients.
+    RuntimeError
+        If httpstan, which gives the second derivatives, is not installed.
     """
 
     def __init__(self, stan_code: str, stan_data: dict, outcome: str, dimension: int, show_progress: bool = False):
@@ -69,16 +85,55 @@ class WeightDerivativeGradients:
                                f"expected {self.dimension} + {self.n} (is {outcome!r} its only likelihood outcome?)")
 
     def gradients(self, theta: np.ndarray, batch=None) -> np.ndarray:
-        """(rows, d): grad l_i at ``theta`` (unconstrained) for the rows of ``batch`` (all by default)."""
+        """(rows, d): grad l_i at an unconstrained point.
+
+        Parameters
+        ----------
+        theta : numpy.ndarray
+            The point, length d.
+        batch : array_like of int or None, default None
+            0-based rows; None is every row.
+
+        Returns
+        -------
+        numpy.ndarray
+            (rows, d).
+        """
         rows = checked_rows(batch, self.n)
         point = np.concatenate([np.asarray(theta, dtype=float).ravel(), np.full(self.n, SWEEP_WEIGHT)])
         mixed = self._native.mixed_second_derivatives(point, self.dimension)
         return -mixed[rows]
 
     def gradients_many(self, thetas: np.ndarray, batch=None) -> np.ndarray:
-        """(points, rows, d): :meth:`gradients` at each row of ``thetas``."""
+        """:meth:`gradients` at each of several points.
+
+        Parameters
+        ----------
+        thetas : numpy.ndarray
+            (points, d).
+        batch : array_like of int or None, default None
+            As for :meth:`gradients`.
+
+        Returns
+        -------
+        numpy.ndarray
+            (points, rows, d).
+        """
         return np.stack([self.gradients(theta, batch) for theta in np.atleast_2d(thetas)])
 
     def gradients_many_in(self, thetas: np.ndarray, factor: np.ndarray, batch=None) -> np.ndarray:
-        """(points, rows, k): :meth:`gradients_many` times ``factor`` (d, k)."""
+        """:meth:`gradients_many` times ``factor`` (d, k).
+
+        Parameters
+        ----------
+        thetas, batch
+            As for :meth:`gradients_many`.
+        factor : numpy.ndarray
+            (d, k).
+
+        Returns
+        -------
+        numpy.ndarray
+            (points, rows, k).
+        """
         return self.gradients_many(thetas, batch) @ factor

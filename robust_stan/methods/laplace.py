@@ -30,8 +30,21 @@ from ..common.errors import RobustStanWarning
 
 @dataclass(frozen=True)
 class LaplaceApproximation:
-    """A Gaussian N(mode, covariance) on the unconstrained scale; ``cholesky`` is the lower
-    Cholesky factor of ``covariance`` and ``log_normaliser`` the Laplace estimate of log Z."""
+    """A Gaussian N(mode, covariance) on the unconstrained scale.
+
+    Parameters
+    ----------
+    mode : numpy.ndarray
+        The mode, length d.
+    covariance : numpy.ndarray
+        d x d.
+    cholesky : numpy.ndarray
+        The lower Cholesky factor of ``covariance``.
+    log_normaliser : float
+        The Laplace estimate of log Z.
+    converged : bool
+        Whether the search for the mode converged.
+    """
 
     mode: np.ndarray
     covariance: np.ndarray
@@ -40,7 +53,20 @@ class LaplaceApproximation:
     converged: bool
 
     def draws(self, count: int, rng: np.random.Generator) -> np.ndarray:
-        """``count`` independent draws (count, d)."""
+        """Independent draws of the Gaussian.
+
+        Parameters
+        ----------
+        count : int
+            How many draws.
+        rng : numpy.random.Generator
+            The generator they come from.
+
+        Returns
+        -------
+        numpy.ndarray
+            (count, d).
+        """
         return self.mode + rng.standard_normal((count, self.mode.size)) @ self.cholesky.T
 
 

@@ -66,7 +66,18 @@ def native_inference_data(groups: Mapping[str, object]):
 
 
 def group_names(inference_data) -> list[str]:
-    """Names of the groups of an InferenceData (ArviZ 0.x) or DataTree (ArviZ 1.x), e.g. ['posterior', ...]."""
+    """Names of the groups of an InferenceData (ArviZ 0.x) or DataTree (ArviZ 1.x).
+
+    Parameters
+    ----------
+    inference_data : arviz.InferenceData or xarray.DataTree
+        A fit's :meth:`~robust_stan.Fit.to_arviz` output.
+
+    Returns
+    -------
+    list of str
+        The group names, e.g. ``['posterior', ...]``.
+    """
     if hasattr(inference_data, "children"):  # xarray.DataTree
         return list(inference_data.children)
     return list(inference_data.groups())

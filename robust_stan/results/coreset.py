@@ -17,14 +17,39 @@ from .method_fits import VariationalFit
 class Coreset:
     """The result of :func:`robust_stan.coreset`.
 
-    ``weights`` (N,) is each row's weight (a group's weight on each of its rows),
-    zero outside the coreset; ``indices`` are the rows with a positive weight;
-    ``unit_weights`` are the weights of the units chosen from (rows, or groups
-    when ``groups`` was given, in the order of ``group_labels``); ``trace`` has one
-    row per addition (size, chosen unit, seconds, the KL estimate, the exact KL
-    where known) and :meth:`at_step` the coreset after each of them. :meth:`sample` and :meth:`variational` fit the coreset
-    posterior with the same compiled program, on the coreset rows only, the
-    weights passed as data.
+    :meth:`sample` and :meth:`variational` fit the coreset posterior with the same compiled
+    program, on the coreset rows only, the weights passed as data.
+
+    Parameters
+    ----------
+    program : Model
+        The model the coreset was built for.
+    prepared : PreparedData
+        The data (with rows in partitions: the fetched coreset rows only).
+    method : str
+        The construction (``rs.coreset``'s ``method``).
+    unit_weights : numpy.ndarray
+        The weights of the units chosen from (rows, or groups in the order of ``group_labels``).
+    unit_rows : list of numpy.ndarray or None
+        The rows of each group; None when the units are rows.
+    trace : pandas.DataFrame
+        One row per addition: size, chosen unit, seconds, the KL estimate, the exact KL where
+        known.
+    seconds : float
+        Wall time of the construction.
+    group_labels : array_like or None, default None
+        The groups' labels, when the units are groups.
+    path : list of tuple or None, default None
+        (units, weights) after each addition, for :meth:`at_step`.
+    local_rows : numpy.ndarray or None, default None
+        With rows in partitions: the rows of the data held here.
+
+    Attributes
+    ----------
+    weights : numpy.ndarray
+        Each row's weight (N,), zero outside the coreset.
+    indices : numpy.ndarray
+        The rows with a positive weight.
     """
 
     def __init__(self, program, prepared: PreparedData, method: str, unit_weights: np.ndarray,
@@ -52,7 +77,18 @@ class Coreset:
         self.local_rows = None if local_rows is None else np.asarray(local_rows, dtype=int)
 
     def at_step(self, step: int) -> Coreset:
-        """The coreset as it was after addition ``step`` (0-based, a row of ``trace``)."""
+        """The coreset as it was after one addition.
+
+        Parameters
+        ----------
+        step : int
+            The addition, 0-based (a row of ``trace``).
+
+        Returns
+        -------
+        Coreset
+            The coreset then.
+        """
         if not 0 <= step < len(self.path):
             raise RobustStanInputError(f"step: must lie in 0..{len(self.path) - 1}, got {step}")
         units, weights = self.path[step]
@@ -68,8 +104,23 @@ class Coreset:
                 f"{self.indices.size} rows, total weight {self.weights.sum():.4g}>")
 
     def divergence_of(self, posterior: str) -> Divergence:
-        """The loss of the coreset posterior ``posterior``: "beta" (the coreset's divergence) or
-        "classical" (KL); an error when no row has a weight yet."""
+        """The loss of one of the coreset's posteriors.
+
+        Parameters
+        ----------
+        posterior : {"beta", "classical"}
+            The coreset's divergence, or KL.
+
+        Returns
+        -------
+        Divergence
+            That divergence.
+
+        Raises
+        ------
+        RobustStanInputError
+            If ``posterior`` is neither, or no row has a weight yet.
+        """
         if posterior not in ("beta", "classical"):
             raise RobustStanInputError(f"posterior: must be 'beta' or 'classical', got {posterior!r}")
         if self.indices.size == 0:
@@ -77,7 +128,18 @@ class Coreset:
         return self.divergence if posterior == "beta" else KL()
 
     def prepared_for(self, posterior: str) -> PreparedData:
-        """The coreset rows as prepared data: weights as data, the beta or the classical loss."""
+        """The coreset rows as prepared data: the weights as data, the beta or the classical loss.
+
+        Parameters
+        ----------
+        posterior : {"beta", "classical"}
+            As for :meth:`divergence_of`.
+
+        Returns
+        -------
+        PreparedData
+            Ready for the model's compiled program.
+        """
         divergence = self.divergence_of(posterior)
         rows = self.indices
         held = rows
@@ -92,8 +154,20 @@ class Coreset:
     def sample(self, posterior: str = "beta", chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
                thin: int = 1, seed: int | None = None, adapt_delta: float = 0.8, max_treedepth: int = 10,
                show_progress: bool = True) -> Fit:
-        """NUTS on the coreset posterior (``posterior="beta"``: the coreset's divergence;
-        ``"classical"``: KL), arguments as :meth:`robust_stan.Model.sample`."""
+        """NUTS on the coreset posterior.
+
+        Parameters
+        ----------
+        posterior : {"beta", "classical"}, default "beta"
+            The coreset's divergence, or KL.
+        chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth, show_progress
+            As for :meth:`robust_stan.Model.sample`.
+
+        Returns
+        -------
+        Fit
+            The draws.
+        """
         prepared = self.prepared_for(posterior)
         settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
                                  show_progress)
@@ -103,8 +177,22 @@ class Coreset:
 
     def variational(self, posterior: str = "beta", family: str = "meanfield", draws: int = 1000,
                     seed: int | None = None, show_progress: bool = True, **options) -> VariationalFit:
-        """robust-stan's variational approximation of the coreset posterior (options as
-        :meth:`robust_stan.Model.variational`)."""
+        """robust-stan's variational approximation of the coreset posterior.
+
+        Parameters
+        ----------
+        posterior : {"beta", "classical"}, default "beta"
+            The coreset's divergence, or KL.
+        family, draws, seed, show_progress
+            As for :meth:`robust_stan.Model.variational`.
+        **options
+            Passed to :meth:`robust_stan.Model.variational`.
+
+        Returns
+        -------
+        VariationalFit
+            Draws from q.
+        """
         prepared = self.prepared_for(posterior)
         out = fit_variational(self.program, prepared.stan_data, family=family, draws=draws, seed=seed,
                               show_progress=show_progress, **options)

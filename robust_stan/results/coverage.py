@@ -13,14 +13,28 @@ from ..common.errors import RobustStanInputError
 def tarp_coverage(posterior_draws, truths, references, alphas=None) -> tuple[np.ndarray, np.ndarray]:
     """Expected coverage of credible balls around reference points, over simulated data sets.
 
-    ``posterior_draws`` (K, S, p): S draws of the approximate posterior for each of K data
-    sets, each simulated from the truth ``truths[k]`` (K, p) drawn from the prior;
-    ``references`` (K, p): one reference point per data set, drawn independently of the
-    data. For data set k, f_k is the posterior mass closer to the reference than the
-    truth is (eq. A63); the coverage of level 1 - alpha is the share of data sets with
-    f_k < 1 - alpha (A62). Distances are Euclidean, on the scale given (the paper: the
-    unconstrained scale). Returns (alphas, coverage); a calibrated posterior has
-    coverage = 1 - alpha for every alpha.
+    For data set k, f_k is the posterior mass closer to the reference than the truth is; the
+    coverage of level 1 - alpha is the share of data sets with f_k < 1 - alpha (eqs. A62-A63 of
+    Alrawajfeh, Jälkö and Honkela (2025, arXiv:2410.19371)). Distances are Euclidean, on the scale given (the paper's: the unconstrained scale). A
+    calibrated posterior has coverage = 1 - alpha for every alpha.
+
+    Parameters
+    ----------
+    posterior_draws : array_like
+        (K, S, p): S draws of the approximate posterior for each of K data sets.
+    truths : array_like
+        (K, p): the parameters each data set was simulated from, drawn from the prior.
+    references : array_like
+        (K, p): one reference point per data set, drawn independently of the data.
+    alphas : array_like or None, default None
+        The levels; None is 101 evenly spaced levels from 0 to 1.
+
+    Returns
+    -------
+    alphas : numpy.ndarray
+        The levels.
+    coverage : numpy.ndarray
+        The coverage at each level.
     """
     draws = np.asarray(posterior_draws, dtype=float)
     truths, references = np.asarray(truths, dtype=float), np.asarray(references, dtype=float)
@@ -44,7 +58,22 @@ def coverage_curve(f, alphas) -> np.ndarray:
 
 
 def coverage_rmse(alphas, coverage) -> float:
-    """sqrt(mean over alpha of (coverage(alpha) - (1 - alpha))^2): the paper's eq. 27."""
+    """Root mean square distance of a coverage curve from the diagonal.
+
+    sqrt(mean over alpha of (coverage(alpha) - (1 - alpha))^2), eq. 27 of Alrawajfeh, Jälkö and Honkela (2025, arXiv:2410.19371).
+
+    Parameters
+    ----------
+    alphas : array_like
+        The levels alpha.
+    coverage : array_like
+        The coverage at each level.
+
+    Returns
+    -------
+    float
+        The RMSE.
+    """
     alphas, coverage = np.asarray(alphas, dtype=float), np.asarray(coverage, dtype=float)
     return float(np.sqrt(np.mean((coverage - (1.0 - alphas)) ** 2)))
 
@@ -68,11 +97,26 @@ def calibrated_rmse_reference(datasets: int, alphas=None, repeats: int = 4000, s
 
 
 def calibration_curve(probabilities, outcomes, bins: int = 10, strategy: str = "uniform") -> pd.DataFrame:
-    """Predicted probability against the observed share of positives, by bins of the prediction:
-    ``strategy="uniform"``, ``bins`` equal-width bins of [0, 1] (empty bins left out), or
-    ``"quantile"``, ``bins`` bins of equal count (the predictions sorted and cut into runs whose
-    sizes differ by at most one; the noise-aware DPVI authors' calibration curves bin this way).
-    Columns predicted, observed, count, error (observed - predicted)."""
+    """Predicted probability against the observed share of positives, by bins of the prediction.
+
+    Parameters
+    ----------
+    probabilities : array_like
+        Predicted probabilities of the positive class.
+    outcomes : array_like
+        Observed outcomes, 0 or 1.
+    bins : int, default 10
+        Number of bins.
+    strategy : {"uniform", "quantile"}, default "uniform"
+        "uniform": equal-width bins of [0, 1] (empty bins left out); "quantile": bins of equal
+        count (the predictions sorted and cut into runs whose sizes differ by at most one, as
+        the noise-aware DPVI authors bin).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns predicted, observed, count and error (observed - predicted), one row per bin.
+    """
     p, y = np.asarray(probabilities, dtype=float).ravel(), np.asarray(outcomes, dtype=float).ravel()
     if p.shape != y.shape:
         raise RobustStanInputError(f"outcomes: need one per probability ({p.size}), got {y.size}")
@@ -98,5 +142,16 @@ def calibration_curve(probabilities, outcomes, bins: int = 10, strategy: str = "
 
 
 def calibration_rmse(table: pd.DataFrame) -> float:
-    """Root mean square of a calibration curve's errors, each bin weighted by its count."""
+    """Root mean square of a calibration curve's errors, each bin weighted by its count.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        From :func:`calibration_curve`.
+
+    Returns
+    -------
+    float
+        The weighted RMSE.
+    """
     return float(np.sqrt(np.average(table["error"] ** 2, weights=table["count"])))

@@ -13,11 +13,19 @@ from .fit import summary_table, warn_if_poor_convergence
 
 
 class DPVIFit:
-    """The result of :func:`robust_stan.dpvi`. ``release`` is everything the mechanism released
-    (:class:`~robust_stan.methods.dpvi.mechanism.DPVIRelease`): the iterates, the noisy gradients and the
-    public settings, among them the privacy ``accounting``. The fit holds no data; every
-    posterior is computed from ``release`` (:func:`robust_stan.noise_aware`,
-    :func:`robust_stan.dpvi_baseline`)."""
+    """The result of :func:`robust_stan.dpvi`.
+
+    The fit holds no data; every posterior is computed from ``release``
+    (:func:`robust_stan.noise_aware`, :func:`robust_stan.dpvi_baseline`).
+
+    Parameters
+    ----------
+    release : DPVIRelease
+        Everything the mechanism released: the iterates, the noisy gradients and the public
+        settings, among them the privacy accounting.
+    seconds : float
+        Wall time of the run.
+    """
 
     def __init__(self, release: DPVIRelease, seconds: float):
         self.release = release
@@ -25,6 +33,7 @@ class DPVIFit:
 
     @property
     def accounting(self):
+        """The privacy accounting of the release (epsilon, delta, noise multiplier, ...)."""
         return self.release.accounting
 
     def __repr__(self) -> str:
@@ -34,15 +43,29 @@ class DPVIFit:
 
 
 class PrivatePosterior:
-    """Draws of the model's parameters computed from a DP-VI release, with the fit objects' draws(),
-    summary() and to_arviz().
+    """Draws of the model's parameters computed from a DP-VI release.
 
-    ``kind`` is "noise_aware" (the mixture over draws of phi* of q(theta; phi*): paper eq. 23),
-    "last_iterate" (q(theta; phi_T), the naive baseline) or "averaged" (q of the mean of the
-    post-burn-in iterates: DPVIm). ``unconstrained`` (chains, draws, n) are the draws on the
-    program's unconstrained scale; for "noise_aware", ``trace_draws`` holds the draws of phi*
-    and A = softplus(v) (in the InferenceData group ``noise_aware``) and ``trace_summary``
-    their convergence figures (a warning is given when they are poor)."""
+    It has the fit objects' :meth:`draws`, :meth:`summary` and :meth:`to_arviz`. For
+    "noise_aware", ``trace_summary`` holds the convergence figures of the trace model's draws
+    (a warning is given when they are poor).
+
+    Parameters
+    ----------
+    release : DPVIRelease
+        What :func:`robust_stan.dpvi` released.
+    kind : {"noise_aware", "last_iterate", "averaged"}
+        The mixture over draws of phi* of q(theta; phi*) (eq. 23 of Alrawajfeh, Jälkö and Honkela (2025, arXiv:2410.19371)), q(theta; phi_T) (the
+        naive baseline) or q of the mean of the post-burn-in iterates (DPVIm).
+    unconstrained : numpy.ndarray
+        The draws on the program's unconstrained scale, (chains, draws, n).
+    trace_draws : dict of numpy.ndarray or None, default None
+        "noise_aware": the draws of phi* and A = softplus(v) (the InferenceData group
+        ``noise_aware``).
+    method : str or None, default None
+        "noise_aware": how the trace model was fitted ("nuts" or "laplace").
+    burn_in : int or None, default None
+        The first iterate the posterior uses, T*.
+    """
 
     def __init__(self, release: DPVIRelease, kind: str, unconstrained: np.ndarray,
                  trace_draws: dict[str, np.ndarray] | None = None, method: str | None = None,
@@ -63,7 +86,18 @@ class PrivatePosterior:
             warn_if_poor_convergence(self.trace_summary, "noise-aware NUTS", stacklevel=4)
 
     def draws(self, name: str) -> np.ndarray:
-        """Draws of a parameter as (chains, draws, ...)."""
+        """Draws of a parameter.
+
+        Parameters
+        ----------
+        name : str
+            The parameter.
+
+        Returns
+        -------
+        numpy.ndarray
+            Shape (chains, draws, ...).
+        """
         if name in self.posterior:
             return self.posterior[name]
         if self.trace_draws is not None and name in self.trace_draws:
@@ -71,12 +105,29 @@ class PrivatePosterior:
         raise RobustStanInputError(f"name: no variable {name!r}; parameters are {self.parameter_names}")
 
     def summary(self, percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
-        """Per scalar parameter: mean, sd, percentiles (and the draws' MCSE, ESS and R-hat)."""
+        """Per scalar parameter: mean, sd, percentiles (and the draws' MCSE, ESS and R-hat).
+
+        Parameters
+        ----------
+        percentiles : tuple of float, default (5, 50, 95)
+            Percentiles of the draws to report.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per scalar parameter.
+        """
         return summary_table(self.posterior, percentiles)
 
     def to_arviz(self):
-        """The draws as the installed ArviZ's object: group ``posterior`` (the model's parameters) and,
-        for the noise-aware posterior, ``noise_aware`` (phi* and A)."""
+        """The draws as the installed ArviZ's object.
+
+        Returns
+        -------
+        arviz.InferenceData or xarray.DataTree
+            Group ``posterior`` (the model's parameters) and, for the noise-aware posterior,
+            ``noise_aware`` (phi* and A).
+        """
         a = self.release.accounting
         attrs = {"inference_library": "robust-stan", "method": f"dpvi_{self.kind}", "epsilon": a.epsilon,
                  "delta": a.delta, "noise_multiplier": a.noise_multiplier, "accountant": a.accountant,

@@ -114,14 +114,22 @@ def warn_if_poor_convergence(summary: pd.DataFrame, method: str, stacklevel: int
 class Fit:
     """Result of :meth:`Model.sample`: NUTS draws of the generalized posterior.
 
-    Parameters are reported on the original scale of the outcome. ``raw`` is
-    the engine-neutral output and ``raw.backend`` the engine's own object.
+    Parameters are reported on the original scale of the outcome. The sampler writes the
+    parameters only; the per-observation quantities ``log_lik``, ``robust_loss`` and ``y_rep``
+    (N numbers per draw each) are computed from the draws the first time :meth:`draws`,
+    :meth:`to_arviz`, :meth:`outlier_scores` or the attribute itself asks for them, in one
+    engine call per chain (Stan's standalone generated quantities), and kept.
 
-    The sampler writes the parameters only. The per-observation quantities
-    ``log_lik``, ``robust_loss`` and ``y_rep`` (N numbers per draw each) are
-    computed from the draws the first time :meth:`draws`, :meth:`to_arviz`,
-    :meth:`outlier_scores` or the attribute itself asks for them, in one call of
-    the engine per chain (Stan's standalone generated quantities), and kept.
+    Parameters
+    ----------
+    model : Model
+        The model that was sampled.
+    raw : RawDraws
+        The engine-neutral output; ``raw.backend`` is the engine's own object.
+    prepared : PreparedData
+        The data and settings the run used.
+    settings : NutsSettings or another method's settings
+        The run's settings, recorded in :meth:`to_arviz`'s attributes.
     """
 
     method = "nuts"
@@ -172,10 +180,23 @@ class Fit:
         return self._pointwise
 
     def generated_quantities_at(self, divergence: Divergence | None = None, y_score: bool = False) -> dict:
-        """The program's per-observation generated quantities at every draw, on the program's own
-        scale of y (standardised where the model standardises): log_lik, robust_loss under
-        ``divergence`` (default: the fit's own), y_rep and, with ``y_score`` (families that have
-        it), d/dy and d^2/dy^2 of log p. One engine call per chain; nothing is kept."""
+        """The program's per-observation generated quantities at every draw, computed afresh.
+
+        They are on the program's own scale of y (standardised where the model standardises); one
+        engine call per chain, nothing is kept.
+
+        Parameters
+        ----------
+        divergence : Divergence or None, default None
+            The divergence of ``robust_loss``; None is the fit's own.
+        y_score : bool, default False
+            Also d/dy and d^2/dy^2 of log p (families that have them).
+
+        Returns
+        -------
+        dict
+            ``log_lik``, ``robust_loss``, ``y_rep`` (and the y-derivatives), each (chains, draws, N).
+        """
         self._require_rows_here()
         data = with_switches(self.stan_data, pointwise=Pointwise.Y_SCORE if y_score else Pointwise.ON, divergence=divergence)
         parameters = parameter_columns(self.raw.variables, [f"{p.name}_copies" for p in self.model.spec.parameters])
@@ -199,7 +220,18 @@ class Fit:
 
     # -- access -----------------------------------------------------------------
     def draws(self, name: str) -> np.ndarray:
-        """Draws of a parameter (or 'log_lik', 'robust_loss', 'y_rep') as (chains, draws, ...)."""
+        """Draws of one variable.
+
+        Parameters
+        ----------
+        name : str
+            A parameter, or "log_lik", "robust_loss" or "y_rep".
+
+        Returns
+        -------
+        numpy.ndarray
+            Shape (chains, draws, ...).
+        """
         if name in self.posterior:
             return self.posterior[name]
         if name in ("log_lik", "robust_loss", "y_rep"):
@@ -209,11 +241,29 @@ class Fit:
         raise RobustStanInputError(f"name: no variable {name!r}; parameters are {self.parameter_names}")
 
     def summary(self, percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
-        """Per scalar parameter: mean, sd, percentiles, MCSE of the mean, ESS (bulk, tail) and R-hat."""
+        """Summary table of the scalar parameters.
+
+        Parameters
+        ----------
+        percentiles : tuple of float, default (5, 50, 95)
+            The percentiles reported.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Per scalar parameter: mean, sd, the percentiles, MCSE of the mean, bulk and tail ESS, and
+            R-hat.
+        """
         return summary_table(self.posterior, percentiles)
 
     def diagnostics(self) -> dict:
-        """Divergent transitions, tree-depth hits and the largest R-hat."""
+        """Divergent transitions, tree-depth hits and the largest R-hat.
+
+        Returns
+        -------
+        dict
+            The diagnostics by name.
+        """
         return {**nuts_diagnostics(self.raw.sampler, self.settings), "max_r_hat": float(self.summary()["r_hat"].max())}
 
     def warn_if_not_converged(self) -> None:
@@ -224,46 +274,62 @@ class Fit:
     def outlier_scores(self, beta: float | None = None) -> pd.Series:
         """Per observation: posterior mean of p(y_i | theta)^beta relative to its median over observations.
 
-        Low scores mark observations the robust loss down-weights. ``beta``
-        defaults to the fit's beta or gamma; a KL fit needs it given.
+        Low scores mark observations the robust loss down-weights.
+
+        Parameters
+        ----------
+        beta : float or None, default None
+            The power; None is the fit's beta or gamma (a KL fit needs it given).
+
+        Returns
+        -------
+        pandas.Series
+            One score per observation.
         """
         return outlier_scores(self.draws("log_lik"), self.divergence, beta)
 
     def loo(self):
-        """Leave-one-out cross-validation of this posterior by PSIS, as the installed ArviZ's own
-        ELPD result (``arviz.ELPDData`` on ArviZ 0.x, ``arviz_stats.ELPDDataLOO`` on 1.x), with
-        the pointwise elpd and Pareto k; ``arviz.compare`` takes it.
+        """Leave-one-out cross-validation of this posterior by PSIS.
 
-        Leaving row i out of pi(theta) propto prior * exp(-w sum_i v_i l_i(theta)) multiplies
-        the posterior by exp(w v_i l_i(theta)): these are the importance ratios, smoothed by
-        ArviZ's PSIS, and the density predicted is the model's p(y_i | theta), so
-        elpd_i = log sum_s W_is p(y_i | theta_s). For KL with w = 1 and weights 1 this is
-        ``arviz.loo(fit.to_arviz())``. A RobustStanWarning names the rows whose Pareto k-hat
-        is above ArviZ's limit, min(1 - 1 / log10(S), 0.7) for S draws.
+        Leaving row i out of pi(theta) propto prior * exp(-w sum_i v_i l_i(theta)) multiplies the
+        posterior by exp(w v_i l_i(theta)): these are the importance ratios, smoothed by ArviZ's PSIS,
+        and the density predicted is the model's p(y_i | theta). For KL with w = 1 and weights 1 this
+        is ``arviz.loo(fit.to_arviz())``. A RobustStanWarning names the rows whose Pareto k-hat is
+        above ArviZ's limit. The elpd scores every row, the contaminated ones too, so comparing
+        divergences by elpd favours the fit that predicts the outliers: to choose beta or gamma, use
+        :func:`robust_stan.select_divergence`.
 
-        The elpd scores every row, the contaminated ones too: on contaminated data, comparing
-        divergences by elpd favours the fit that predicts the outliers. To choose beta or
-        gamma, use :func:`robust_stan.select_divergence`.
+        Returns
+        -------
+        arviz.ELPDData or arviz_stats.ELPDDataLOO
+            The installed ArviZ's own ELPD result, with the pointwise elpd and Pareto k;
+            ``arviz.compare`` takes it.
 
-        Refused for draws that are not NUTS draws of the posterior (variational, Rob-ULA,
-        Stan's approximations, the sandwich calibration) and for the original gamma form,
-        whose loss is not a sum over rows.
+        Raises
+        ------
+        RobustStanInputError
+            For draws that are not NUTS draws of the posterior (variational, Rob-ULA, Stan's
+            approximations, the sandwich calibration) and for the original gamma form, whose loss is
+            not a sum over rows.
         """
         require_loo_draws(self.method, self.divergence)
         ratios = generalized_log_ratios(self.robust_loss, self.stan_data["weights"], self.learning_rate)
         return generalized_loo(self.log_lik, ratios, self.posterior, "y", ["obs"])
 
     def to_arviz(self):
-        """The fit as the installed ArviZ's object (InferenceData on ArviZ 0.x, DataTree on 1.x)
-        with groups posterior, sample_stats, log_likelihood, posterior_predictive,
-        observed_data, constant_data (weights) and robust_loss, and named dims
-        (computing the per-observation quantities if no call has yet).
+        """The fit as the installed ArviZ's object.
 
-        ``log_likelihood`` is there only when ``arviz.loo`` on it is this posterior's LOO: KL with
-        learning rate times every weight equal to 1. Otherwise (a robust divergence, tempering,
-        row weights) log p(y_i | theta) is in the group ``model_log_likelihood`` instead, so that
-        ArviZ's loo, waic, compare and loo_pit, which would weight the draws by 1 / p(y_i | theta),
-        refuse rather than give a wrong number; :meth:`loo` gives this posterior's LOO.
+        Groups: posterior, sample_stats, log_likelihood, posterior_predictive, observed_data,
+        constant_data (weights) and robust_loss, with named dims. ``log_likelihood`` is there only
+        when ``arviz.loo`` on it is this posterior's LOO (KL with learning rate times every weight
+        equal to 1); otherwise log p(y_i | theta) is in the group ``model_log_likelihood``, so that
+        ArviZ's loo, waic, compare and loo_pit refuse rather than give a wrong number (:meth:`loo`
+        gives this posterior's LOO).
+
+        Returns
+        -------
+        arviz.InferenceData or xarray.DataTree
+            InferenceData on ArviZ 0.x, DataTree on 1.x.
         """
         return native_inference_data(self._arviz_groups())
 

@@ -9,7 +9,22 @@ import pandas as pd
 
 
 def plot_influence(tables: Mapping[str, pd.DataFrame], ax=None, xlabel: str = "value of the moved point"):
-    """Plot ``change`` against ``value`` for each labelled table (e.g. {"KL": ..., "beta": ...})."""
+    """Plot ``change`` against ``value`` for each labelled table of :func:`robust_stan.influence`.
+
+    Parameters
+    ----------
+    tables : mapping of str to pandas.DataFrame
+        Tables by label, e.g. ``{"KL": ..., "beta": ...}``.
+    ax : matplotlib.axes.Axes or None, default None
+        Axes to draw on; None makes a new figure.
+    xlabel : str, default "value of the moved point"
+        The x axis label.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The axes drawn on.
+    """
     import matplotlib.pyplot as plt
 
     if ax is None:

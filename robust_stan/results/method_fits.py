@@ -12,14 +12,26 @@ from .fit import Fit
 
 
 class VariationalFit(Fit):
-    """Draws from the fitted q, with the same draws(), summary() and to_arviz() as a NUTS fit.
+    """Draws from a fitted variational q, with the same methods as a NUTS fit.
 
-    ``q`` is the Gaussian on the unconstrained scale; ``elbo`` and ``elbo_se``
-    the final ELBO estimate from the output draws and its Monte Carlo error;
-    ``elbo_trace`` a table of (iteration, ELBO estimate) during the fit, also in
-    the InferenceData group ``variational_elbo``. sample_stats hold ``lp``
-    (log pi) and ``log_q`` of each draw, whose difference gives importance
-    weights (see :meth:`diagnostics`).
+    sample_stats hold ``lp`` (log pi) and ``log_q`` of each draw, whose difference gives
+    importance weights (see :meth:`diagnostics`); the ELBO trace is also in the group
+    ``variational_elbo``.
+
+    Parameters
+    ----------
+    *args
+        The :class:`~robust_stan.results.fit.Fit` arguments ``model, raw, prepared, settings``.
+    q : GaussianQ
+        The Gaussian on the unconstrained scale.
+    elbo : float
+        The final ELBO estimate from the output draws.
+    elbo_se : float
+        Its Monte Carlo error.
+    elbo_trace : pandas.DataFrame
+        (iteration, ELBO estimate) during the fit.
+    **kwargs
+        Passed to :class:`~robust_stan.results.fit.Fit` likewise.
     """
 
     method = "variational"
@@ -29,8 +41,16 @@ class VariationalFit(Fit):
         self.q, self.elbo, self.elbo_se, self.elbo_trace = q, elbo, elbo_se, elbo_trace
 
     def diagnostics(self) -> dict:
-        """The final ELBO and its Monte Carlo error, convergence, and the Pareto k-hat of the
-        importance weights pi/q (Yao et al. 2018: above 0.7 the q is a poor stand-in for pi)."""
+        """The final ELBO, its Monte Carlo error, convergence, and the Pareto k-hat of pi/q.
+
+        Above 0.7 the k-hat says q is a poor stand-in for pi (Yao, Vehtari, Simpson and Gelman 2018,
+        arXiv:1802.02538).
+
+        Returns
+        -------
+        dict
+            The diagnostics by name.
+        """
         log_ratio = (self.raw.sampler["lp__"] - self.raw.sampler["log_q"]).ravel()
         khat = pareto_khat(log_ratio[np.isfinite(log_ratio)])
         return {"elbo": self.elbo, "elbo_se": self.elbo_se, "converged": self.settings.converged,
@@ -51,11 +71,21 @@ class VariationalFit(Fit):
 
 
 class RobULAFit(Fit):
-    """Draws from Rob-ULA, with the same draws(), summary() and to_arviz() as a NUTS fit.
+    """Draws from Rob-ULA, with the same methods as a NUTS fit.
 
-    ``sample_stats`` holds per draw: ``lp`` (log density, unless left out), ``step_size`` and
-    ``kept_fraction`` (rows the robust estimator kept at that step). ``inverse_metric`` is the
-    final M = L L^T and ``unconstrained_draws`` the draws of theta (chains, draws, d).
+    ``sample_stats`` holds per draw ``lp`` (log density, unless left out), ``step_size`` and
+    ``kept_fraction`` (rows the robust estimator kept at that step).
+
+    Parameters
+    ----------
+    *args
+        The :class:`~robust_stan.results.fit.Fit` arguments ``model, raw, prepared, settings``.
+    inverse_metric : numpy.ndarray
+        The final M = L L^T, d x d.
+    unconstrained_draws : numpy.ndarray
+        The draws of theta, (chains, draws, d).
+    **kwargs
+        Passed to :class:`~robust_stan.results.fit.Fit` likewise.
     """
 
     method = "rob_ula"
@@ -65,7 +95,13 @@ class RobULAFit(Fit):
         self.inverse_metric, self.unconstrained_draws = inverse_metric, unconstrained_draws
 
     def diagnostics(self) -> dict:
-        """Chains that diverged, the mean kept fraction and the largest R-hat."""
+        """Chains that diverged, the mean kept fraction and the largest R-hat.
+
+        Returns
+        -------
+        dict
+            The diagnostics by name.
+        """
         return {
             "diverged_chains": int(sum(not np.all(np.isfinite(chain)) for chain in next(iter(self.posterior.values())))),
             "mean_kept_fraction": float(np.nanmean(self.raw.sampler["kept_fraction"])),
@@ -113,13 +149,29 @@ class StanMethodFit(Fit):
 
 
 class CalibratedFit(Fit):
-    """A fit from :func:`robust_stan.calibrate`, with the same draws(), summary() and to_arviz().
+    """A fit from :func:`robust_stan.calibrate`, with the same methods as a NUTS fit.
 
-    ``calibration`` is "lhw" or "bootstrap" (NUTS at the calibrated learning rate ``w``; the
-    bootstrap's coverage at each w tried is ``bootstrap_trace``) or "sandwich" (the original
-    draws mapped so their covariance is ``sandwich_covariance``; ``w`` is then the original
-    learning rate); ``curvature`` (J) and ``information`` (I) are the sandwich matrices on the
-    unconstrained scale. to_arviz() records the method and w in its attributes.
+    :meth:`to_arviz` records the method and w in its attributes.
+
+    Parameters
+    ----------
+    *args
+        The :class:`~robust_stan.results.fit.Fit` arguments ``model, raw, prepared, settings``.
+    calibration : {"lhw", "bootstrap", "sandwich"}
+        "lhw" or "bootstrap": NUTS at the calibrated learning rate ``w``; "sandwich": the
+        original draws mapped so their covariance is ``sandwich_covariance``.
+    w : float
+        The calibrated learning rate (the original one for "sandwich").
+    curvature : numpy.ndarray
+        J, the sandwich's curvature matrix on the unconstrained scale.
+    information : numpy.ndarray
+        I, the sandwich's information matrix on the unconstrained scale.
+    sandwich_covariance : numpy.ndarray
+        J^-1 I J^-1.
+    bootstrap_trace : list of dict or None, default None
+        "bootstrap": the coverage at each w tried.
+    **kwargs
+        Passed to :class:`~robust_stan.results.fit.Fit` likewise.
     """
 
     def __init__(self, *args, calibration: str, w: float, curvature: np.ndarray, information: np.ndarray,
@@ -129,9 +181,19 @@ class CalibratedFit(Fit):
         self.curvature, self.information, self.sandwich_covariance = curvature, information, sandwich_covariance
 
     def loo(self):
-        """As :meth:`Fit.loo`, for the NUTS draws at the calibrated w ("lhw", "bootstrap"); the
-        sandwich calibration's draws are the original draws moved, not draws of a posterior,
-        and are refused."""
+        """As :meth:`Fit.loo`, for the NUTS draws at the calibrated w ("lhw", "bootstrap").
+
+        Returns
+        -------
+        arviz.ELPDData or arviz_stats.ELPDDataLOO
+            The installed ArviZ's ELPD result.
+
+        Raises
+        ------
+        RobustStanInputError
+            For the sandwich calibration, whose draws are the original draws moved, not draws of a
+            posterior.
+        """
         if self.calibration == "sandwich":
             raise RobustStanInputError("fit: the sandwich calibration moves the original draws to the sandwich "
                                        "covariance; they are not draws of a posterior that leaving a row out "

@@ -24,13 +24,32 @@ _POINTWISE_PREFIXES = ("rs_log_lik_", "rs_robust_loss_", WEIGHT_PARAMETERS)
 
 
 class ProgramFit:
-    """Draws of a user program's (generalized) posterior, from NUTS or from robust-stan's VI.
+    """Draws of a user program's (generalized) posterior, from NUTS, robust-stan's VI or Rob-ULA.
 
     ``posterior`` holds every parameter, transformed parameter and generated quantity of the
     program. The log likelihood comes from the program's own ``log_lik`` generated quantity
     (:func:`robust_stan.from_stan`) or, for a robustified program, per outcome from the
-    quantities robustify added, computed from the draws the first time they are asked for
-    (one engine call per chain) and then kept; ``robust_loss`` likewise.
+    quantities robustify added, computed the first time they are asked for (one engine call per
+    chain) and kept; ``robust_loss`` likewise.
+
+    Parameters
+    ----------
+    model : StanProgramModel
+        The program that was run.
+    raw : RawDraws
+        The engine-neutral output.
+    stan_data : dict
+        The Stan data of the run.
+    settings : NutsSettings or another method's settings
+        The run's settings.
+    divergence : Divergence
+        The divergence of a robustified program (KL as written).
+    learning_rate : float
+        Weight ``w`` on the data term.
+    method : {"nuts", "variational", "rob_ula"}, default "nuts"
+        What produced the draws.
+    **extras
+        Method-specific results kept as attributes (``q``, ``elbo``, ``inverse_metric``, ...).
     """
 
     def __init__(self, model, raw: RawDraws, stan_data: dict, settings, divergence, learning_rate: float,
@@ -90,8 +109,18 @@ class ProgramFit:
 
     # -- access ---------------------------------------------------------------------------------
     def draws(self, name: str) -> np.ndarray:
-        """Draws of a program variable, or of ``log_lik_<outcome>`` / ``robust_loss_<outcome>``,
-        as (chains, draws, ...)."""
+        """Draws of a program variable, or of ``log_lik_<outcome>`` / ``robust_loss_<outcome>``.
+
+        Parameters
+        ----------
+        name : str
+            The variable.
+
+        Returns
+        -------
+        numpy.ndarray
+            Shape (chains, draws, ...).
+        """
         if name in self.posterior:
             return self.posterior[name]
         for kind in ("log_lik", "robust_loss"):
@@ -102,11 +131,28 @@ class ProgramFit:
         raise RobustStanInputError(f"name: no variable {name!r}; the program has {sorted(self.posterior)}")
 
     def summary(self, percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
-        """Per scalar parameter: mean, sd, percentiles, MCSE of the mean, ESS (bulk, tail) and R-hat."""
+        """Per scalar variable: mean, sd, percentiles, MCSE of the mean, ESS (bulk, tail) and R-hat.
+
+        Parameters
+        ----------
+        percentiles : tuple of float, default (5, 50, 95)
+            Which percentiles.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per scalar variable.
+        """
         return summary_table({name: self.posterior[name] for name in self.parameter_names}, percentiles)
 
     def diagnostics(self) -> dict:
-        """Divergent transitions, tree-depth hits (NUTS) and the largest R-hat."""
+        """Divergent transitions and tree-depth hits (NUTS), and the largest R-hat.
+
+        Returns
+        -------
+        dict
+            The diagnostics by name.
+        """
         return {**nuts_diagnostics(self.raw.sampler, self.settings), "max_r_hat": float(self.summary()["r_hat"].max())}
 
     def warn_if_not_converged(self) -> None:
@@ -114,10 +160,22 @@ class ProgramFit:
         warn_if_poor_convergence(self.summary(), self.method, stacklevel=4)
 
     def outlier_scores(self, beta: float | None = None, outcome: str | None = None) -> pd.Series:
-        """Per observation of ``outcome`` (default: the only one): the posterior mean of
-        p(y_i | theta)^beta relative to its median over observations, as the built-in fits give it.
-        Low scores mark observations the robust loss down-weights; ``beta`` defaults to the fit's
-        beta or gamma (a KL fit needs it given)."""
+        """Per observation of ``outcome``: the posterior mean of p(y_i | theta)^beta over its median.
+
+        Low scores mark observations the robust loss down-weights, as for the built-in fits.
+
+        Parameters
+        ----------
+        beta : float or None, default None
+            The power; None is the fit's beta or gamma (a KL fit needs it given).
+        outcome : str or None, default None
+            The outcome; None is the only one.
+
+        Returns
+        -------
+        pandas.Series
+            One score per observation.
+        """
         outcome = self._outcome(outcome, "outlier_scores", "to score")
         return outlier_scores(self.log_lik[outcome], self.divergence, beta)
 
@@ -146,21 +204,28 @@ class ProgramFit:
         return {y: [f"{y}_obs"] for y in self.log_lik if y in self.model.observed}
 
     def loo(self, outcome: str | None = None):
-        """Leave-one-out cross-validation of this posterior by PSIS, one row of ``outcome`` (default:
-        the only one) at a time, as the installed ArviZ's own ELPD result; ``arviz.compare`` takes it.
+        """Leave-one-out cross-validation of this posterior by PSIS, one row of ``outcome`` at a time.
 
         For a robustified program the importance ratios are exp(w v_i l_i(theta)) and the density
-        predicted is p(y_i | theta), as for the built-in models (:meth:`robust_stan.Fit.loo`,
-        which says what the elpd of a robust posterior measures). For a program fitted as written
-        (:func:`robust_stan.from_stan`) it is ordinary PSIS-LOO on its ``log_lik``, as
-        ``arviz.loo(fit.to_arviz())`` is: that assumes, as ArviZ does, that the program's posterior
-        is the prior times the product of exp(log_lik). Refused for draws other than NUTS's,
-        for the original gamma form and for a program without a log likelihood.
+        predicted is p(y_i | theta), as :meth:`robust_stan.Fit.loo` explains. For a program fitted as
+        written it is ordinary PSIS-LOO on its ``log_lik``, as ``arviz.loo(fit.to_arviz())`` is,
+        assuming (as ArviZ does) that the posterior is the prior times the product of exp(log_lik).
 
         Parameters
         ----------
         outcome : str, optional
-            The outcome whose rows are left out, one at a time (needed when there are several).
+            The outcome whose rows are left out (needed when there are several).
+
+        Returns
+        -------
+        arviz.ELPDData or arviz_stats.ELPDDataLOO
+            The installed ArviZ's own ELPD result; ``arviz.compare`` takes it.
+
+        Raises
+        ------
+        RobustStanInputError
+            For draws other than NUTS's, for the original gamma form and for a program without a log
+            likelihood.
         """
         require_loo_draws(self.method, self.divergence)
         outcome = self._outcome(outcome, "loo", "to predict")
@@ -173,13 +238,20 @@ class ProgramFit:
         return generalized_loo(log_lik, ratios, self.posterior, outcome, self._log_lik_dims().get(outcome))
 
     def to_arviz(self):
-        """The fit as the installed ArviZ's object, with groups posterior, sample_stats and, where the
-        program has them, log_likelihood, observed_data (the data variables of its likelihood
-        statements), posterior_predictive (from a generated quantity ``<outcome>_rep`` of the
-        outcome's shape) and, for a robustified program, constant_data (weights) and robust_loss.
-        As for the built-in models, log p(y_i | theta) is in ``model_log_likelihood`` instead of
-        ``log_likelihood`` when ArviZ's loo on it would not be this posterior's LOO (a robust
-        divergence, a learning rate other than 1, row weights other than 1); :meth:`loo` gives it."""
+        """The fit as the installed ArviZ's object.
+
+        Groups: posterior, sample_stats and, where the program has them, log_likelihood,
+        observed_data (the data variables of its likelihood statements), posterior_predictive (from
+        a generated quantity ``<outcome>_rep`` of the outcome's shape) and, for a robustified program,
+        constant_data (weights) and robust_loss. As for the built-in models, log p(y_i | theta) is in
+        ``model_log_likelihood`` instead of ``log_likelihood`` when ArviZ's loo on it would not be
+        this posterior's LOO; :meth:`loo` gives it.
+
+        Returns
+        -------
+        arviz.InferenceData or xarray.DataTree
+            InferenceData on ArviZ 0.x, DataTree on 1.x.
+        """
         attrs = {"divergence": repr(self.divergence), "learning_rate": self.learning_rate,
                  "engine": self.model.engine, "inference_library": "robust-stan", "method": self.method}
         groups = {

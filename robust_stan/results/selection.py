@@ -14,18 +14,31 @@ from ..methods.selection.divergence import GridPoint, grid_value
 class Selection:
     """A divergence chosen from a grid by a criterion (:func:`robust_stan.select_divergence`).
 
-    ``divergence`` is the grid value with the smallest criterion; ``curve`` has one row per grid
-    value: the divergence, its beta or gamma (``value``, 0 for KL), the criterion, its Monte
-    Carlo standard error, where it came from (``source``: "fit", "reweighted from ...", "fit of
-    its own (...)" for a value that ``confirm`` fitted after reweighting it, "not evaluated: ..."
-    with NaN and the reason (several modes hold its mass; beyond a rise from the best value;
-    below a breakdown that ``confirm`` found), or a value reweighted from such a breakdown's fit), and
-    ``pareto_k``: the k-hat of the reweighting that gave the value, or that was tried and called
-    for a fit (above 0.7; NaN for the pilot and with fits="full"); ``fits`` are the NUTS fits
-    made, by divergence;
-    :attr:`fit` is the fit at the chosen value (made on first use when the chosen value was
-    reweighted rather than fitted, and always for ``"mse"``, which fits nothing); ``estimates``
-    (``"mse"``) the minimum-loss estimate at each value; :meth:`plot` draws the curve with the choice marked.
+    Parameters
+    ----------
+    criterion : {"hscore", "mse"}
+        The criterion minimised.
+    points : list of GridPoint
+        Each grid value's criterion, its Monte Carlo standard error, source and k-hat.
+    fits : dict
+        The NUTS fits made, by divergence.
+    fit_at : callable
+        Fits a divergence, for :attr:`fit` when the choice was not fitted.
+
+    Attributes
+    ----------
+    divergence : Divergence
+        The grid value with the smallest criterion.
+    curve : pandas.DataFrame
+        One row per grid value: the divergence, its beta or gamma (``value``, 0 for KL), the
+        criterion, its Monte Carlo standard error, ``source`` ("fit", "reweighted from ...",
+        "fit of its own (...)" for a value ``confirm`` fitted, or "not evaluated: ..." with NaN
+        and the reason) and ``pareto_k`` (the k-hat of the reweighting that gave the value, or
+        that was tried and called for a fit; NaN for the pilot and with fits="full").
+    fits : dict
+        The NUTS fits made, by divergence.
+    estimates : dict
+        "mse": the minimum-loss estimate at each value.
     """
 
     def __init__(self, criterion: str, points: list[GridPoint], fits: dict[Divergence, object],
@@ -59,8 +72,20 @@ class Selection:
         return self.fits[self.divergence]
 
     def plot(self, ax=None):
-        """The criterion against beta (or gamma) with +-2 Monte Carlo standard errors, fitted
-        values filled and reweighted ones open, the choice marked; returns the axes."""
+        """The criterion against beta (or gamma) with +-2 Monte Carlo standard errors.
+
+        Fitted values are filled and reweighted ones open; the choice is marked.
+
+        Parameters
+        ----------
+        ax : matplotlib.axes.Axes or None, default None
+            Axes to draw on; None makes a new figure.
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+            The axes drawn on.
+        """
         import matplotlib.pyplot as plt
 
         if ax is None:

@@ -92,10 +92,20 @@ def weight_gradient(g_coreset: np.ndarray, batch_sum: np.ndarray, batch_size: in
 
 
 class UnitGains:
-    """The gains greedy_coreset uses at S draws: the coreset units' own, and what it needs of a
-    uniform batch of units (its centred sum, each batch unit's correlation with a residual, each
-    batch unit's mean gain). Here the batch's gains are held whole (S, B); a target whose rows
-    live elsewhere computes the same reductions where the rows are."""
+    """The gains the greedy coreset construction uses at S draws.
+
+    The coreset units' own gains, and what it needs of a uniform batch of units (its centred sum,
+    each batch unit's correlation with a residual, each batch unit's mean gain). Here the batch's
+    gains are held whole (S, B); a target whose rows live elsewhere computes the same reductions
+    where the rows are.
+
+    Parameters
+    ----------
+    gains : dict of numpy.ndarray
+        By kind ("beta", "classical"): (S, k + B), the k coreset units first, then the batch.
+    coreset_size : int
+        k, the number of coreset units.
+    """
 
     def __init__(self, gains: dict[str, np.ndarray], coreset_size: int):
         self._gains, self._k = gains, coreset_size
@@ -108,22 +118,69 @@ class UnitGains:
 
     @property
     def batch_size(self) -> int:
+        """B, the number of batch units (int)."""
         return next(iter(self._gains.values())).shape[1] - self._k
 
     def coreset(self, kind: str) -> np.ndarray:
-        """The coreset units' gains (S, k), uncentred."""
+        """The coreset units' gains, uncentred.
+
+        Parameters
+        ----------
+        kind : {"beta", "classical"}
+            The gains of the beta loss or of the log-likelihood.
+
+        Returns
+        -------
+        numpy.ndarray
+            (S, k).
+        """
         return self._gains[kind][:, :self._k]
 
     def batch_centred_sum(self, kind: str) -> np.ndarray:
-        """sum over the batch of g_s(n), the gains centred over the draws (S,)."""
+        """The sum over the batch of the gains centred over the draws.
+
+        Parameters
+        ----------
+        kind : str
+            "beta" or "classical", as for :meth:`coreset`.
+
+        Returns
+        -------
+        numpy.ndarray
+            (S,).
+        """
         return self._centred(kind).sum(axis=1)
 
     def batch_correlations(self, kind: str, residual: np.ndarray) -> np.ndarray:
-        """Each batch unit's Corr_n with ``residual`` (B,), eq. 14."""
+        """Each batch unit's correlation with a residual (eq. 14 of Manousakas and Mascolo 2020).
+
+        Parameters
+        ----------
+        kind : str
+            Which gains, "beta" or "classical".
+        residual : numpy.ndarray
+            (S,), the residual over the draws.
+
+        Returns
+        -------
+        numpy.ndarray
+            (B,).
+        """
         return correlations(self._centred(kind), residual)
 
     def batch_means(self, kind: str) -> np.ndarray:
-        """Each batch unit's gain averaged over the draws (B,)."""
+        """Each batch unit's gain averaged over the draws.
+
+        Parameters
+        ----------
+        kind : str
+            Which gains (as for :meth:`coreset`).
+
+        Returns
+        -------
+        numpy.ndarray
+            (B,).
+        """
         return self._gains[kind][:, self._k:].mean(axis=0)
 
 

@@ -83,12 +83,38 @@ class CoresetTargetBase:
         raise NotImplementedError
 
     def sample_nuts(self, data: dict, settings: NutsSettings) -> RawDraws:
-        """One NUTS chain of the program on ``data``."""
+        """One NUTS chain of the program.
+
+        Parameters
+        ----------
+        data : dict
+            Stan data.
+        settings : NutsSettings
+            Iterations and seed.
+
+        Returns
+        -------
+        RawDraws
+            The draws.
+        """
         return self._compiled.sample(data, settings, None)
 
     # -- the rows of a set of units ------------------------------------------------
     def rows_of(self, units: np.ndarray, weights: np.ndarray | None = None):
-        """The rows of ``units`` in order (and each row's weight, its unit's, if ``weights`` given)."""
+        """The rows of ``units`` in order.
+
+        Parameters
+        ----------
+        units : numpy.ndarray
+            The units.
+        weights : numpy.ndarray or None, default None
+            Their weights, to give each row its unit's.
+
+        Returns
+        -------
+        numpy.ndarray or tuple of numpy.ndarray
+            The rows, or (rows, row weights) when ``weights`` is given.
+        """
         units = np.asarray(units, dtype=int)
         if self.unit_rows is None:
             return units if weights is None else (units, np.asarray(weights, dtype=float))
@@ -99,7 +125,24 @@ class CoresetTargetBase:
 
     # -- draws --------------------------------------------------------------------
     def draw(self, units, weights, count: int, rng: np.random.Generator) -> np.ndarray:
-        """``count`` draws of pi_w as constrained parameter columns (count, k), Stan's order."""
+        """Draws of the weighted posterior pi_w.
+
+        Parameters
+        ----------
+        units : array_like of int
+            The coreset units.
+        weights : array_like
+            Their weights.
+        count : int
+            Number of draws.
+        rng : numpy.random.Generator
+            Source of randomness.
+
+        Returns
+        -------
+        numpy.ndarray
+            (count, k) constrained parameter columns, Stan's order.
+        """
         data = self.posterior_data(units, weights)
         if self.sampler == "nuts":
             settings = NutsSettings(chains=1, iter_warmup=self.nuts_warmup, iter_sampling=count,
@@ -109,7 +152,20 @@ class CoresetTargetBase:
         return self.constrained(approx.draws(count, rng), data)
 
     def laplace(self, units, weights, data: dict | None = None) -> LaplaceApproximation:
-        """The Laplace approximation of pi_w (kept for the last (units, weights) asked)."""
+        """The Laplace approximation of pi_w (kept for the last units and weights asked).
+
+        Parameters
+        ----------
+        units, weights
+            As for :meth:`draw`.
+        data : dict or None, default None
+            Stan data of pi_w; None builds them.
+
+        Returns
+        -------
+        LaplaceApproximation
+            The Gaussian at the mode.
+        """
         key = (tuple(np.asarray(units, dtype=int)), tuple(np.asarray(weights, dtype=float)))
         if self._last_laplace is not None and self._last_laplace[0] == key:
             return self._last_laplace[1]
@@ -122,18 +178,54 @@ class CoresetTargetBase:
         return approx
 
     def constrained(self, thetas: np.ndarray, data: dict) -> np.ndarray:
-        """Unconstrained draws (count, d) as constrained parameter columns (count, k)."""
+        """Unconstrained draws as constrained parameter columns.
+
+        Parameters
+        ----------
+        thetas : numpy.ndarray
+            (count, d).
+        data : dict
+            Stan data.
+
+        Returns
+        -------
+        numpy.ndarray
+            (count, k), Stan's order.
+        """
         variables = constrained_draws(self.program.oracle_for(data), thetas[None])
         return parameter_columns(variables, self._parameter_names)[0]
 
     def log_normaliser(self, units, weights) -> float:
-        """log Z_w of the program's density for pi_w (Laplace estimate), up to a constant free of w."""
+        """log Z_w of the program's density for pi_w (Laplace estimate), up to a constant free of w.
+
+        Parameters
+        ----------
+        units, weights
+            The units and weights that define pi_w.
+
+        Returns
+        -------
+        float
+            The estimate.
+        """
         return self.laplace(units, weights).log_normaliser
 
     # -- gains ----------------------------------------------------------------------
     def gains(self, units, columns: np.ndarray) -> dict[str, np.ndarray]:
-        """{"beta": f, "classical": f}, each (S, len(units)): every unit's gain at each draw
-        (a unit's rows summed), from one generated-quantities call of the program."""
+        """Every unit's gain at each draw (a unit's rows summed), from one generated-quantities call.
+
+        Parameters
+        ----------
+        units : array_like of int
+            The units.
+        columns : numpy.ndarray
+            (S, k) constrained draws.
+
+        Returns
+        -------
+        dict of numpy.ndarray
+            {"beta": f, "classical": f}, each (S, len(units)).
+        """
         units = np.asarray(units, dtype=int)
         robust_loss, log_lik = self.row_losses(self.rows_of(units), np.asarray(columns, dtype=float))
         per_row = {"beta": -self.learning_rate * robust_loss, "classical": self.learning_rate * log_lik}
@@ -146,11 +238,37 @@ class CoresetTargetBase:
         return {kind: np.add.reduceat(values, starts, axis=1) for kind, values in per_row.items()}
 
     def unit_gains(self, support, batch, columns: np.ndarray) -> UnitGains:
-        """The gains of the coreset units ``support`` and of the uniform ``batch`` at the draws."""
+        """The gains of the coreset units and of a uniform batch at the draws.
+
+        Parameters
+        ----------
+        support : array_like of int
+            The coreset units.
+        batch : array_like of int
+            The batch units.
+        columns : numpy.ndarray
+            (S, k) constrained draws.
+
+        Returns
+        -------
+        UnitGains
+            The gains and their reductions.
+        """
         return UnitGains(self.gains(np.concatenate([support, batch]), columns), len(support))
 
     def exact_kl(self, units, weights) -> float | None:
-        """KL(pi_w || pi_1) in closed form where the target knows it; else None."""
+        """KL(pi_w || pi_1) in closed form where the target knows it.
+
+        Parameters
+        ----------
+        units, weights
+            pi_w's units and their weights (as for :meth:`draw`).
+
+        Returns
+        -------
+        float or None
+            The KL, or None where there is no closed form.
+        """
         return None
 
 
@@ -206,14 +324,36 @@ class CoresetTarget(CoresetTargetBase):
 
 
 class ProgramCoresetTarget(CoresetTargetBase):
-    """Weighted posteriors and gains of a robustified Stan program (``rs.robustify``, one outcome)
-    with its Stan data ``stan_data``.
+    """Weighted posteriors and gains of a robustified Stan program (``rs.robustify``, one outcome).
 
     Your program's rows cannot be cut out safely (its transformed data may use every row), so the
     weights do the restricting: pi_w is the program on all its data with the outcome's weight
-    vector w (0 off the coreset; every weight 0 leaves the prior, as the library's weighted loss
-    is then 0), and the gains come from its ``rs_robust_loss_<y>`` and ``rs_log_lik_<y>``
-    generated quantities. Each draw and each gains call therefore costs O(N) rows, not O(M)."""
+    vector w (0 off the coreset; every weight 0 leaves the prior), and the gains come from its
+    ``rs_robust_loss_<y>`` and ``rs_log_lik_<y>`` generated quantities. Each draw and each gains
+    call therefore costs O(N) rows, not O(M).
+
+    Parameters
+    ----------
+    program : StanProgramModel
+        The robustified program.
+    stan_data : dict
+        Its Stan data.
+    divergence : Divergence
+        The divergence of the coreset's target.
+    inner : {"beta", "classical"}
+        The loss of pi_w.
+    sampler : {"laplace", "nuts"}
+        How pi_w is drawn from.
+    unit_rows : list of numpy.ndarray or None, default None
+        The rows of each unit when units are groups; None: one unit per row.
+    nuts_warmup : int, default 300
+        Warmup iterations of ``sampler="nuts"``.
+
+    Raises
+    ------
+    RobustStanInputError
+        For ``sampler="exact"``, which only the built-in known-covariance normal has.
+    """
 
     def __init__(self, program, stan_data: dict, divergence: Divergence, inner: str, sampler: str,
                  unit_rows: list[np.ndarray] | None = None, nuts_warmup: int = 300):
@@ -233,6 +373,20 @@ class ProgramCoresetTarget(CoresetTargetBase):
                     **{f"rs_weights_{self.outcome}": weights})
 
     def posterior_data(self, units, weights) -> dict:
+        """Stan data of the weighted posterior on the rows of ``units``.
+
+        Parameters
+        ----------
+        units : array_like of int
+            The coreset units, whose rows get weights.
+        weights : array_like
+            Their weights (every other row gets 0).
+
+        Returns
+        -------
+        dict
+            Stan data (the prior alone if no weight is positive).
+        """
         units, weights = np.asarray(units, dtype=int), np.asarray(weights, dtype=float)
         row_weights = np.zeros(self.n_rows)
         if units.size:
@@ -241,6 +395,22 @@ class ProgramCoresetTarget(CoresetTargetBase):
         return self._with(self.inner_divergence, row_weights, pointwise=Pointwise.OFF)
 
     def row_losses(self, rows: np.ndarray, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every row's robust loss and log density at each constrained draw.
+
+        Parameters
+        ----------
+        rows : numpy.ndarray
+            0-based rows.
+        columns : numpy.ndarray
+            (S, k) constrained draws.
+
+        Returns
+        -------
+        robust_loss : numpy.ndarray
+            (S, len(rows)).
+        log_p : numpy.ndarray
+            (S, len(rows)).
+        """
         data = self._with(self.divergence, np.ones(self.n_rows), pointwise=Pointwise.ON)
         computed = self._compiled.generated_quantities(data, columns[None], seed=1)
         return (computed[f"rs_robust_loss_{self.outcome}"][0][:, rows],

@@ -1,4 +1,6 @@
-"""DP-VI: mean-field variational inference by DP-SGD (``../shared/papers/noise-aware-dpvi.txt``).
+"""DP-VI: mean-field variational inference by DP-SGD.
+
+The mechanism of Alrawajfeh, Jälkö and Honkela (2025, arXiv:2410.19371).
 
 The variational family is the paper's (section 4.1): a Gaussian on the program's
 unconstrained scale with independent coordinates, q(zeta; phi) = N(mu, diag(s)),

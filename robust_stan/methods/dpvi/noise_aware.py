@@ -1,4 +1,4 @@
-"""The noise-aware posterior of a DP-VI release (``../shared/papers/noise-aware-dpvi.txt``).
+"""The noise-aware posterior of a DP-VI release (Alrawajfeh, Jälkö and Honkela 2025, arXiv:2410.19371).
 
 From the post-burn-in trace (phi_t, g~_{t+1}), t = T*..T-1, the paper's
 post-processing model (eq. 20 and A60, subsampling covariance 0, A = diag(softplus(v)))

@@ -251,15 +251,39 @@ def robust_mode(weighted_oracle, per_example, prior, start: np.ndarray, epsilon:
 
 @dataclass(frozen=True)
 class LangevinTarget:
-    """What Rob-ULA needs of a model with its data (the built-in models: :func:`builtin_target`;
-    robustified programs: ``StanProgramModel.langevin_target``).
+    """What Rob-ULA needs of a model with its data.
 
-    ``per_example`` gives grad l_i (``n``, ``dimension``, ``gradients(theta, batch=None)``,
-    ``gradients_many(thetas)`` and ``gradients_many_in(thetas, factor)``, the same times a factor);
-    ``prior`` is the prior alone (Jacobian included), ``posterior`` the model as prepared (or
-    None, with ``log_densities`` given);
-    ``weighted(w)`` the prior plus the likelihood with weights w per row; ``output()`` the oracle whose constrained values become the draws; ``learning_rate`` the
-    loss's scale w; ``default_estimator`` what ``estimator="auto"`` means for this likelihood.
+    Built by :func:`builtin_target` for the built-in models and by
+    ``StanProgramModel.langevin_target`` for robustified programs.
+
+    Parameters
+    ----------
+    per_example : object
+        Gives grad l_i: ``n``, ``dimension``, ``gradients(theta, batch=None)``,
+        ``gradients_many(thetas)`` and ``gradients_many_in(thetas, factor)``.
+    prior : GradientOracle
+        The prior alone (Jacobian included).
+    posterior : GradientOracle or None
+        The model as prepared; None with ``log_densities`` given.
+    weighted : callable or None
+        ``w -> GradientOracle``: the prior plus the likelihood with weights w per row.
+    output : callable
+        ``() -> GradientOracle`` whose constrained values become the draws.
+    learning_rate : float
+        The loss's scale w.
+    default_estimator : str
+        What ``estimator="auto"`` means for this likelihood.
+    robust_means : callable or None, default None
+        Rows held in partitions: ``(thetas, factor, estimate, epsilon) -> (robust means, kept
+        shares)``; ``per_example`` then gives only n and dimension.
+    robust_start : callable or None, default None
+        With ``robust_means``: ``(start, epsilon, total, metric, plain) -> (point, converged)``,
+        the start of ``init="mode"``.
+    kept_loss_hessian : callable or None, default None
+        With ``robust_means``: ``(point, epsilon) -> H``, the Hessian of the mean loss over the
+        rows Algorithm 3 keeps at ``point``, for the metric and the default step.
+    log_densities : callable or None, default None
+        ``thetas (S, d) -> log pi`` at each, Jacobian included (when ``posterior`` is None).
     """
 
     per_example: object
@@ -282,7 +306,18 @@ class LangevinTarget:
     log_densities: Callable | None = None
 
     def log_density_at(self, thetas: np.ndarray) -> np.ndarray:
-        """log pi (Jacobian included) at each of ``thetas`` (..., d); NaN where a state is not finite."""
+        """log pi (Jacobian included) at each of several states.
+
+        Parameters
+        ----------
+        thetas : numpy.ndarray
+            (..., d) unconstrained states.
+
+        Returns
+        -------
+        numpy.ndarray
+            (...), NaN where a state is not finite.
+        """
         flat = thetas.reshape(-1, thetas.shape[-1])
         values = np.full(flat.shape[0], np.nan)
         finite = np.all(np.isfinite(flat), axis=1)
