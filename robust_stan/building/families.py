@@ -89,6 +89,10 @@ class Family:
         (name, declaration, default prior) of further shared parameters.
     intercept_prior : str, default "normal(0, 2.5)"
         :func:`robust_stan.location`'s default prior of the intercept.
+    positive_rate : bool, default False
+        The built-in models' parameter is a positive rate (exponential): :func:`robust_stan.location`
+        declares ``real<lower=0> rate``, :func:`robust_stan.glm` models the mean exp(eta), so the
+        rate exp(-eta).
     """
 
     name: str
@@ -128,8 +132,6 @@ class Family:
     shape_parameters: tuple[tuple[str, str, str], ...] = ()
     # the default prior of rs.location's intercept alpha on the family's linear-predictor scale
     intercept_prior: str = "normal(0, 2.5)"
-    # the built-in models' parameter is a positive rate (exponential): rs.location declares
-    # real<lower=0> rate, rs.glm models the mean exp(eta) and so the rate exp(-eta)
     positive_rate: bool = False
 
     @property
