@@ -57,3 +57,15 @@ def test_the_public_namespace_uses_nothing_deprecated():
     result = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_select_divergence_names_every_option_in_its_signature():
+    """NUTS settings are named parameters (CmdStanPy's names), so a wrong keyword is refused by name."""
+    import inspect
+
+    parameters = inspect.signature(rs.select_divergence).parameters
+    assert not any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    assert {"chains", "iter_warmup", "iter_sampling", "thin", "seed", "adapt_delta", "max_treedepth",
+            "show_progress"} <= set(parameters)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'divergence'"):
+        rs.select_divergence(rs.glm("normal"), {}, divergence=rs.BetaD(0.3))

@@ -28,7 +28,9 @@ LOCATION_DRAWS = 100
 
 def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "hscore", fits: str = "reweight",
                       learning_rate: float = 1.0, pilot=None, confirm: bool = True, cluster: Cluster | None = None,
-                      **sample_options) -> Selection:
+                      chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000, thin: int = 1,
+                      seed: int | None = None, adapt_delta: float = 0.8, max_treedepth: int = 10,
+                      show_progress: bool = False) -> Selection:
     """Choose the divergence (beta, or gamma) that minimises a criterion over a grid.
 
     Near a beta's breakdown point the generalized posterior has a second mode that follows the
@@ -74,9 +76,12 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
         breakdown the census missed sends the search back to the values in doubt).
     cluster : Cluster or None, default None
         With ``fits="full"``: run the fits side by side on its workers (same results as here).
-    **sample_options
-        Passed to :meth:`Model.sample` (chains, iter_warmup, iter_sampling, seed, ...; not
-        ``weights``).
+    chains, iter_warmup, iter_sampling, thin, adapt_delta, max_treedepth : int or float
+        Every NUTS fit's settings, as in :meth:`Model.sample` (CmdStanPy's names and defaults).
+    seed : int or None, default None
+        Seeds the census's starts and every NUTS fit; None draws fresh ones (not repeatable).
+    show_progress : bool, default False
+        Show the NUTS fits' progress bars.
 
     Returns
     -------
@@ -105,12 +110,10 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
         raise RobustStanInputError(f"criterion: 'hscore' needs a continuous outcome on the whole real line "
                                    f"(normal, student_t); this model's family is {family.name} and {reason}; "
                                    "criterion='mse' works for every family")
-    if "weights" in sample_options:
-        raise RobustStanInputError("weights: rs.select_divergence does not take row weights (its criterion and its "
-                                   "census are of the unweighted rows)")
+    sample_options = dict(chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, thin=thin, seed=seed,
+                          adapt_delta=adapt_delta, max_treedepth=max_treedepth, show_progress=show_progress)
     divergences = _grid(grid)
     pilot_index = _pilot(pilot, divergences)
-    sample_options.setdefault("show_progress", False)
 
     positions = np.array([grid_value(d) for d in divergences])
     modes = _grid_modes(model, data, divergences, learning_rate, sample_options.get("seed")) \
