@@ -6,15 +6,15 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from ..building.data import PreparedData
 from ..building.divergences import Divergence, DivergenceCode, as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
+from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError, require_count, require_positive
 from ..common.seeds import seed_to_use
 from ..methods.coresets.construction import METHODS, OPTIMIZERS, CoresetSettings, greedy_coreset, uniform_coreset
-from ..building.data import PreparedData
-from ..common.cluster import Cluster
-from ..methods.coresets.targets import INNER, SAMPLERS, CoresetTarget
 from ..methods.coresets.partitioned import PartitionedCoresetTarget
+from ..methods.coresets.targets import INNER, SAMPLERS, CoresetTarget
 from ..results.coreset import Coreset, ProgramCoreset
 from .model import Model, require_builtin_model
 from .stan_program import StanProgramModel
@@ -75,7 +75,8 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
 
     Rows held in partitions (``data`` values that are Dask arrays split into row chunks, Dask
     DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths, one file per partition; a
-    built-in model with ``standardize=False``): each batch's gains are computed where their partitions live (on ``cluster``'s workers, an
+    built-in model with ``standardize=False``): each batch's gains are computed where their partitions live (on
+    ``cluster``'s workers, an
     :class:`rs.Cluster`; here without one) and only their reductions travel; the coreset's rows
     are fetched here as they join (:mod:`robust_stan.methods.coresets.partitioned`). The choices
     are the in-memory run's; the result's ``prepared`` then holds the fetched rows only

@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from ..common.errors import RobustStanInputError, RobustStanWarning, require_seed
-from ..methods.rob_ula.sampler import default_estimator
 from ..methods.held_out import held_out_pointwise_log_likelihood
+from ..methods.rob_ula.sampler import default_estimator
 from ..results.method_fits import RobULAFit
 from .model import Model
 from .rob_ula import rob_ula

@@ -12,10 +12,17 @@ from ..building.divergences import KL, BetaD, Divergence, DivergenceCode, GammaD
 from ..common.cluster import Cluster, run_tasks
 from ..common.errors import RobustStanInputError
 from ..gradients.oracles import unconstrained_draws
-from ..methods.selection.calibration import minimum_loss
-from ..methods.selection.divergence import (Evaluation, default_grid, fitted_points, grid_value, hscore_per_draw,
-                                            iterated_warwick_jones, walk_grid)
 from ..methods.mode_census import GridModes, ModeCensus
+from ..methods.selection.calibration import minimum_loss
+from ..methods.selection.divergence import (
+    Evaluation,
+    default_grid,
+    fitted_points,
+    grid_value,
+    hscore_per_draw,
+    iterated_warwick_jones,
+    walk_grid,
+)
 from ..results.selection import Selection
 from .mode_starts import GRID_CENSUS_STARTS, dispersed_starts, starts_in_largest_mode
 from .model import Model, require_builtin_model

@@ -13,8 +13,14 @@ import numpy as np
 from ..building.data import Pointwise, check_learning_rate, check_weights
 from ..building.divergences import Divergence, DivergenceCode, as_divergence, refuse_original_gamma
 from ..building.families import FAMILIES
-from ..building.robustify import (SWITCHES, WEIGHT_PARAMETERS, Likelihood, RobustifyError, likelihood_outcomes,
-                                  robustify_program)
+from ..building.robustify import (
+    SWITCHES,
+    WEIGHT_PARAMETERS,
+    Likelihood,
+    RobustifyError,
+    likelihood_outcomes,
+    robustify_program,
+)
 from ..building.stanc import canonical_program, program_info
 from ..common.digest import digest
 from ..common.errors import RobustStanInputError, StanCompileError, require_inits
@@ -22,8 +28,8 @@ from ..common.resources import LIBRARY_FILE
 from ..engines import ProgramOnEngine
 from ..gradients.oracles import GradientOracle, make_oracle
 from ..gradients.weight_derivatives import WeightDerivativeGradients, second_order_available
-from ..methods.nuts import nuts_settings
 from ..methods.coresets.targets import ProgramCoresetTarget
+from ..methods.nuts import nuts_settings
 from ..methods.rob_ula.sampler import LangevinTarget, default_estimator
 from ..methods.stan_methods import run_stan_method
 from ..methods.variational.robust_vi import fit_variational
@@ -110,7 +116,8 @@ class StanProgramModel(ProgramOnEngine):
             return out
         switches = divergence.stan_data()
         out.update(rs_divergence=switches["divergence"], rs_divergence_param=switches["divergence_param"],
-                   rs_learning_rate=check_learning_rate(learning_rate), rs_pointwise=int(Pointwise.OFF), rs_weights_are_parameters=0)
+                   rs_learning_rate=check_learning_rate(learning_rate), rs_pointwise=int(Pointwise.OFF),
+                   rs_weights_are_parameters=0)
         out.update(self._weights(out, weights))
         return out
 

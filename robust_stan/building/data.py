@@ -250,7 +250,7 @@ def prepare_data(
                 raise RobustStanInputError(f"data: {name!r} is fixed by the model's known={{{name!r}: "
                                            f"{spec.known[name]}}}; give it in one place, not also in the data")
             continue
-        if name in out or name in ("P", "prior_scale_b") and "X" in raw:
+        if name in out or (name in ("P", "prior_scale_b") and "X" in raw):
             continue
         if name not in raw:
             raise RobustStanInputError(f"data: missing {name!r}, which the model declares")

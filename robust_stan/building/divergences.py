@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import ClassVar
 
 from ..common.errors import RobustStanInputError, require_positive
 
@@ -102,7 +103,7 @@ class GammaD(Divergence):
     observations; ``form="original"`` is Fujisawa and Eguchi's log-ratio form.
     """
 
-    FORMS = {"decomposable": DivergenceCode.GAMMA, "original": DivergenceCode.GAMMA_ORIGINAL}
+    FORMS: ClassVar[dict[str, DivergenceCode]] = {"decomposable": DivergenceCode.GAMMA, "original": DivergenceCode.GAMMA_ORIGINAL}
 
     def __init__(self, gamma: float, form: str = "decomposable"):
         if form not in self.FORMS:

@@ -206,7 +206,7 @@ def split_partitions(data: Mapping) -> Partitions:
     for name, value in partitioned.items():
         if is_dask_array(value):
             if value.ndim > 1 and len(value.chunks[1]) > 1:
-                value = value.rechunk({i: -1 for i in range(1, value.ndim)})  # rows only are split
+                value = value.rechunk(dict.fromkeys(range(1, value.ndim), -1))  # rows only are split
             pieces[name] = list(value.to_delayed().ravel())
             shapes[name] = [(rows, *value.shape[1:]) for rows in value.chunks[0]]
         else:

@@ -391,8 +391,8 @@ def _statements_on_non_data(code: list[str], model: tuple[int, int], info: dict,
                             filename: str) -> list[tuple[str, str, str]]:
     """(outcome, where, why) for each distribution statement of the model block whose outcome is a
     transformed parameter or a local variable of the model block: not data, so not a likelihood."""
-    kinds = {**{n: "a transformed parameter" for n in info["transformed parameters"]},
-             **{n: "a generated quantity" for n in info["generated quantities"]}}
+    kinds = {**dict.fromkeys(info["transformed parameters"], "a transformed parameter"),
+             **dict.fromkeys(info["generated quantities"], "a generated quantity")}
     out = []
     for k in range(model[0] + 1, model[1]):
         for statement in _statements_on(code[k], k):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,7 @@ INTERFACE_HEADER = Path(__file__).with_name("oracle_interface.hpp")
 SECOND_ORDER_MARK = "// robust-stan: built with second-order autodiff (STAN_MODEL_FVAR_VAR)"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _library(path: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(path)
     try:

@@ -11,7 +11,7 @@ and dims are the same on both lines.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -24,7 +24,7 @@ SAMPLE_DIMS = ("chain", "draw")
 TAIL_PROBABILITIES = (0.05, 0.95)
 
 
-@lru_cache(maxsize=None)
+@cache
 def arviz_major() -> int:
     """Major version of the installed ArviZ (0 or 1)."""
     import arviz

@@ -30,13 +30,18 @@ import numpy as np
 
 from ...building.data import with_switches
 from ...building.divergences import Divergence
+from ...building.partitions import load_partition_value
 from ...common.cluster import Cluster
 from ...gradients.program import RobustProgram
+from ..partition_placement import (
+    PlacedPartitions,
+    kept_on_worker,
+    partition_stan_data,
+    prepare_partitioned,
+    prepare_rows,
+)
 from .construction import UnitGains
 from .targets import CoresetTarget
-from ...building.partitions import load_partition_value
-from ..partition_placement import (PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned,
-                                   prepare_rows)
 
 
 def partition_batch_gains(part: dict, run: str, index: int, program: RobustProgram, shared: dict,

@@ -40,9 +40,9 @@ from ...engines import NutsSettings, RawDraws
 from ...engines.base import parameter_columns
 from ...gradients.oracles import constrained_draws
 from ...gradients.program import RobustProgram
-from .construction import UnitGains
 from ..laplace import LaplaceApproximation, laplace_approximation
 from ..nuts import run_nuts
+from .construction import UnitGains
 
 INNER = ("beta", "classical")
 SAMPLERS = ("laplace", "nuts", "exact")

@@ -157,7 +157,7 @@ class PerExampleObjective:
         self.dimension = per_example.dimension
 
     @classmethod
-    def of_program(cls, program, stan_data: dict, n_rows: int, q_scale: str = "variance") -> "PerExampleObjective":
+    def of_program(cls, program, stan_data: dict, n_rows: int, q_scale: str = "variance") -> PerExampleObjective:
         """The objective of a program with its prepared ``stan_data`` (its per-example gradients and its
         prior mode), for ``n_rows`` rows in all."""
         prior = program.oracle_for(with_switches(stan_data, mode="prior"))

@@ -69,7 +69,7 @@ class Preconditioner:
     def inverse_metric(self) -> np.ndarray:
         return self.factor @ self.factor.T
 
-    def then(self, slope: np.ndarray) -> "Preconditioner":
+    def then(self, slope: np.ndarray) -> Preconditioner:
         """Rescaled so that ``slope`` (the drift's Jacobian in this preconditioner's coordinates)
         becomes the identity, each direction's scale changed by a factor 1/2 to 2 at most.
 
@@ -258,7 +258,8 @@ class LangevinTarget:
     ``gradients_many(thetas)`` and ``gradients_many_in(thetas, factor)``, the same times a factor);
     ``prior`` is the prior alone (Jacobian included), ``posterior`` the model as prepared (or
     None, with ``log_densities`` given);
-    ``weighted(w)`` the prior plus the likelihood with weights w per row; ``output()`` the oracle whose constrained values become the draws; ``learning_rate`` the
+    ``weighted(w)`` the prior plus the likelihood with weights w per row; ``output()`` the oracle whose constrained
+    values become the draws; ``learning_rate`` the
     loss's scale w; ``default_estimator`` what ``estimator="auto"`` means for this likelihood.
     """
 

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...building.divergences import KL, BetaD, Divergence, DivergenceCode, GammaD
-from .calibration import MinimumLoss
 from ..importance import K_HAT_LIMIT, psis
 from ..mode_census import GridModes
+from .calibration import MinimumLoss
 
 #: A confirming fit whose criterion is worse than its reweighted value by this many combined standard
 #: errors, or whose chains disagree on it (R-hat above MODES_RHAT), marks a breakdown.
