@@ -267,6 +267,7 @@ def check_trace_model(posterior: PrivatePosterior, blocks: int = 20, level: floa
     if not 0 < level < 1:
         raise RobustStanInputError(f"level: must lie in (0, 1), got {level!r}")
     release = posterior.release
+    assert posterior.burn_in is not None and posterior.trace_draws is not None  # a noise-aware posterior's
     check = trace_predictive_check(release, posterior.burn_in, posterior.trace_draws["phi_star"],
                                    posterior.trace_draws["a"], blocks)
     n = release.dimension

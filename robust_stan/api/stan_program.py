@@ -315,9 +315,9 @@ class StanProgramModel(ProgramOnEngine):
         """
         stan_data = self.stan_data(data, divergence, learning_rate, weights)
         if method != "robust-stan":
-            start = require_inits(init, 1, self.parameter_names)
-            raw, settings = run_stan_method(self, method, stan_data, family=family, draws=draws, seed=seed,
-                                            show_progress=show_progress, init=None if start is None else start[0],
+            inits = require_inits(init, 1, self.parameter_names)
+            raw, settings = run_stan_method(self, method, stan_data, family=family, draws=draws, seed=seed,  # type: ignore[arg-type]
+                                            show_progress=show_progress, init=None if inits is None else inits[0],
                                             **options)
             return ProgramFit(self, raw, stan_data, settings, as_divergence(divergence), learning_rate, method=method)
         if options.get("batch_size") is not None:
@@ -326,7 +326,7 @@ class StanProgramModel(ProgramOnEngine):
         start = None
         if init is not None:
             start = self.compile().unconstrain(stan_data, {k: np.asarray(v, dtype=float) for k, v in init.items()})
-        out = fit_variational(self, stan_data, family=family, draws=draws, seed=seed, start=start,
+        out = fit_variational(self, stan_data, family=family, draws=draws, seed=seed, start=start,  # type: ignore[arg-type]
                               show_progress=show_progress, **options)
         fit = ProgramFit(self, out.raw, stan_data, out.settings, as_divergence(divergence), learning_rate,
                          method="variational", q=out.q, elbo=out.elbo, elbo_se=out.elbo_se,

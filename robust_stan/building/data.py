@@ -235,7 +235,7 @@ def prepare_data(
     raw = {k: _as_array(k, v) for k, v in data.items()}
     if family.class_labels and "K" not in raw:
         raw["K"] = np.asarray(int(np.max(raw["y"])) if raw["y"].size else 2)
-        raw["K_inferred"] = True
+        raw["K_inferred"] = np.asarray(True)
     y = family.check_outcome(raw["y"], raw)
     raw.pop("K_inferred", None)
     n = len(y)

@@ -170,7 +170,7 @@ def _compiler_command() -> list[str]:
 
     compiler = new_compiler()
     customize_compiler(compiler)
-    return list(getattr(compiler, "compiler_so_cxx", None) or compiler.compiler_so)
+    return list(getattr(compiler, "compiler_so_cxx", None) or compiler.compiler_so)  # type: ignore[attr-defined]
 
 
 def _is_gcc(command: list[str]) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,8 @@ def draws_dataset(variables: Mapping[str, np.ndarray], dims: Mapping[str, list[s
     import xarray as xr
 
     dims = dims or {}
-    data_vars, coords = {}, {}
+    data_vars: dict[str, tuple] = {}
+    coords: dict[str, np.ndarray] = {}
     for name, values in variables.items():
         values = np.asarray(values)
         extra = values.ndim - len(sample_dims)
@@ -56,7 +58,7 @@ def draws_dataset(variables: Mapping[str, np.ndarray], dims: Mapping[str, list[s
     return xr.Dataset(data_vars, coords=coords, attrs=dict(attrs or {}))
 
 
-def native_inference_data(groups: Mapping[str, object]):
+def native_inference_data(groups: Mapping[str, Any]):
     """``groups`` (name -> xarray Dataset) as the installed ArviZ's own object:
     ``arviz.InferenceData`` on ArviZ 0.x, ``xarray.DataTree`` on ArviZ 1.x."""
     if arviz_major() >= 1:

@@ -145,7 +145,8 @@ class PartitionedCoresetTarget(CoresetTarget):
         positions = np.searchsorted(self.local_rows, units)
         return positions if weights is None else (positions, np.asarray(weights, dtype=float))
 
-    def unit_gains(self, support, batch, columns: np.ndarray) -> PartitionedUnitGains:
+    # the same interface as UnitGains, with the gains left on the workers
+    def unit_gains(self, support, batch, columns: np.ndarray) -> PartitionedUnitGains:  # type: ignore[override]
         columns = np.asarray(columns, dtype=float)
         coreset_gains = self.gains(support, columns)
         index, inside = self.placed.locate(np.asarray(batch, dtype=int))

@@ -186,6 +186,7 @@ class CoresetTarget(CoresetTargetBase):
         if self.sampler != "exact":
             return super().draw(units, weights, count, rng)
         rows, row_weights = self.rows_of(np.asarray(units, dtype=int), weights)
+        assert self.exact is not None  # sampler "exact"
         mean, cov = self.exact.posterior(rows, row_weights)
         return rng.multivariate_normal(mean, cov, size=count, method="cholesky")
 

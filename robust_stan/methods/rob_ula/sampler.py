@@ -20,6 +20,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import optimize
@@ -221,7 +222,7 @@ def trimmed_mode(weighted_oracle, per_example, start: np.ndarray, epsilon: float
     return point, converged
 
 
-def rows_weighted(weighted: Callable[[np.ndarray], GradientOracle], n: int, total: float) -> Callable:
+def rows_weighted(weighted: Callable[[np.ndarray], GradientOracle] | None, n: int, total: float) -> Callable:
     """rows -> ``weighted(w)`` with w = total / len(rows) on those of the n rows and 0 elsewhere: the
     posterior as if those rows were all ``total`` of the data (the optimiser's view in
     :func:`trimmed_mode`)."""
@@ -229,6 +230,7 @@ def rows_weighted(weighted: Callable[[np.ndarray], GradientOracle], n: int, tota
     def oracle(rows: np.ndarray):
         weights = np.zeros(n)
         weights[rows] = total / rows.size
+        assert weighted is not None, "a target without weighted(w) finds its modes by its own robust_mode"
         return weighted(weights)
 
     return oracle
@@ -263,7 +265,7 @@ class LangevinTarget:
     loss's scale w; ``default_estimator`` what ``estimator="auto"`` means for this likelihood.
     """
 
-    per_example: object
+    per_example: Any
     prior: GradientOracle
     posterior: GradientOracle | None
     weighted: Callable[[np.ndarray], GradientOracle] | None
@@ -291,6 +293,7 @@ class LangevinTarget:
             if self.log_densities is not None:
                 values[finite] = self.log_densities(flat[finite])
             else:
+                assert self.posterior is not None  # given where log_densities is not
                 values[finite] = [self.posterior.log_density(theta, jacobian=True) for theta in flat[finite]]
         return values.reshape(thetas.shape[:-1])
 

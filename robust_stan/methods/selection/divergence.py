@@ -269,7 +269,9 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
         for k in revived:
             left_out.discard(k)
             khat = points[k].pareto_k
-            fit_here(k, fits[nearest_fit(k)])
+            nearest = nearest_fit(k)
+            assert nearest is not None  # fits holds the fits of the grid values evaluated so far
+            fit_here(k, fits[nearest])
             points[k].pareto_k = khat
 
 
