@@ -64,7 +64,8 @@ def native_inference_data(groups: Mapping[str, Any]):
     if arviz_major() >= 1:
         import xarray as xr
 
-        return xr.DataTree.from_dict(dict(groups))
+        # xarray before 2024.10 (the oldest supported) has no DataTree; ArviZ 1.x installs a newer one
+        return xr.DataTree.from_dict(dict(groups))  # type: ignore[attr-defined, unused-ignore]
     import warnings
 
     import arviz
