@@ -76,8 +76,7 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
     Rows held in partitions (``data`` values that are Dask arrays split into row chunks, Dask
     DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths, one file per partition; a
     built-in model with ``standardize=False``): each batch's gains are computed where their partitions live (on
-    ``cluster``'s workers, an
-    :class:`rs.Cluster`; here without one) and only their reductions travel; the coreset's rows
+    ``cluster``'s workers, an :class:`rs.Cluster`; here without one) and only their reductions travel; the coreset's rows
     are fetched here as they join (:mod:`robust_stan.methods.coresets.partitioned`). The choices
     are the in-memory run's; the result's ``prepared`` then holds the fetched rows only
     (``local_rows``). Not with ``groups``, ``refresh`` or ``sampler="exact"``.

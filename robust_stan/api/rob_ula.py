@@ -110,8 +110,7 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     Rows held in partitions (``data`` values that are Dask arrays split into row chunks, Dask
     DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths, one file per partition; a
     built-in model with ``standardize=False``): each partition's per-example gradients and the estimator on them are
-    computed where the partition
-    lives (on ``cluster``'s workers, an :class:`rs.Cluster`; here without one), and only each
+    computed where the partition lives (on ``cluster``'s workers, an :class:`rs.Cluster`; here without one), and only each
     partition's robust mean travels; ``combine`` ("median", default, or "mean") joins them
     (:mod:`robust_stan.methods.rob_ula.partitioned` states each one's guarantee). The warmup is done the
     same way: ``init="mode"`` starts from each partition's robust mode (the prior plus its rows'

@@ -103,7 +103,8 @@ class GammaD(Divergence):
     observations; ``form="original"`` is Fujisawa and Eguchi's log-ratio form.
     """
 
-    FORMS: ClassVar[dict[str, DivergenceCode]] = {"decomposable": DivergenceCode.GAMMA, "original": DivergenceCode.GAMMA_ORIGINAL}
+    FORMS: ClassVar[dict[str, DivergenceCode]] = {"decomposable": DivergenceCode.GAMMA,
+                                                  "original": DivergenceCode.GAMMA_ORIGINAL}
 
     def __init__(self, gamma: float, form: str = "decomposable"):
         if form not in self.FORMS:

@@ -140,7 +140,8 @@ class SubsampleKey:
 
     def __init__(self, seed: int | None):
         self.secure = seed is None
-        self.key: int | np.ndarray = fresh_key() if seed is None else np.random.SeedSequence([seed, 1]).generate_state(4)
+        self.key: int | np.ndarray = (fresh_key() if seed is None
+                                      else np.random.SeedSequence([seed, 1]).generate_state(4))
 
     def generator(self, step: int, partition: int) -> np.random.Generator:
         """The generator of ``partition``'s rows of step ``step``'s subsample.

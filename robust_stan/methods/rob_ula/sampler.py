@@ -261,8 +261,8 @@ class LangevinTarget:
     ``prior`` is the prior alone (Jacobian included), ``posterior`` the model as prepared (or
     None, with ``log_densities`` given);
     ``weighted(w)`` the prior plus the likelihood with weights w per row; ``output()`` the oracle whose constrained
-    values become the draws; ``learning_rate`` the
-    loss's scale w; ``default_estimator`` what ``estimator="auto"`` means for this likelihood.
+    values become the draws; ``learning_rate`` the loss's scale w; ``default_estimator`` what
+    ``estimator="auto"`` means for this likelihood.
     """
 
     per_example: Any
