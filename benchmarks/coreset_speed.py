@@ -27,8 +27,8 @@ import robust_stan as rs
 from robust_stan.methods.coresets.targets import CoresetTarget
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from _coreset_data import load_adult  # noqa: E402
-from _timing import median_seconds  # noqa: E402
+from _coreset_data import load_adult
+from _timing import median_seconds
 
 
 def main(argv=None) -> None:

@@ -36,8 +36,8 @@ from robust_stan.methods.dpvi.mechanism import PerExampleObjective, clip_rows, n
 from robust_stan.methods.dpvi.randomness import PRIVATE_NORMAL_DRAWS, chacha_generator, fresh_key, private_normal
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from _coreset_data import load_adult  # noqa: E402
-from _timing import median_seconds  # noqa: E402
+from _coreset_data import load_adult
+from _timing import median_seconds
 
 
 def main(argv=None) -> None:
@@ -82,7 +82,8 @@ def main(argv=None) -> None:
     rows = int(round(args.kappa * len(y)))
     print(f"Adult logistic, about {rows} rows per batch (kappa {args.kappa}), {n} parameters")
     print(f"one per-example call, 1 point:         {1e3 * one_point:8.2f} ms")
-    print(f"one per-example call, {args.draws:2d} points:        {1e3 * all_draws:8.2f} ms  ({all_draws / one_point:.2f} x 1 point)")
+    print(f"one per-example call, {args.draws:2d} points:        {1e3 * all_draws:8.2f} ms  "
+          f"({all_draws / one_point:.2f} x 1 point)")
     print(f"one DP-VI step, {args.draws:2d} draws:             {1e3 * full_step:8.2f} ms  "
           f"= {full_step / all_draws:.2f} x the step's own per-example call (target <= 3: "
           f"{'met' if full_step <= 3 * all_draws else 'MISSED'}), {full_step / one_point:.2f} x a 1-point call "

@@ -28,8 +28,8 @@ import numpy as np
 from robust_stan.engines import compile_program
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import median_seconds  # noqa: E402
-from per_example_cost import problem  # noqa: E402
+from _timing import median_seconds
+from per_example_cost import problem
 
 OFFSETS_PROGRAM = """
 data {

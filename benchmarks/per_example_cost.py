@@ -31,7 +31,7 @@ from robust_stan.engines.httpstan_engine import _as_httpstan_data
 from robust_stan.methods.rob_ula.estimators import lrv, row_trimmed_mean, trimmed_mean
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))  # the paper's problems
-from _timing import median_seconds  # noqa: E402
+from _timing import median_seconds
 
 
 def own_call(oracle, theta, repeats: int = 5) -> float:

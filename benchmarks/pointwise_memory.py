@@ -46,7 +46,7 @@ def main() -> None:
           f"{sorted(k for k, v in fit.raw.variables.items() if v.size and v.shape[2:] == (args.rows,))})")
     if args.compute:
         start = time.perf_counter()
-        fit.log_lik
+        _ = fit.log_lik  # reading the property computes the array
         print(f"after reading fit.log_lik ({time.perf_counter() - start:.1f} s): {array_bytes(fit) / 1e6:.1f} MB")
 
 

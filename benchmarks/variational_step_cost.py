@@ -27,7 +27,7 @@ import numpy as np
 import robust_stan as rs
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import median_seconds  # noqa: E402
+from _timing import median_seconds
 
 
 def main(argv=None) -> None:

@@ -27,7 +27,6 @@ import pandas as pd
 import robust_stan as rs
 from _cluster import add_address_argument, cluster_pool
 
-
 SAMPLERS = (("Rob-ULA lrv", "lrv"), ("Rob-ULA lrv_once", "lrv_once"), ("Rob-ULA trimmed_mean", "trimmed_mean"),
             ("Rob-ULA row_trimmed_mean", "row_trimmed_mean"), ("ULA", "mean"))
 

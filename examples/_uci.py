@@ -17,7 +17,8 @@ import pandas as pd
 import robust_stan as rs
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
-REGRESSION_SETS = {"housing": "bostonHousing", "concrete": "concrete", "power_plant": "power-plant", "protein": "protein-tertiary-structure"}
+REGRESSION_SETS = {"housing": "bostonHousing", "concrete": "concrete", "power_plant": "power-plant",
+                   "protein": "protein-tertiary-structure"}
 
 
 def load_regression(name: str, data_dir: Path = DATA_DIR) -> tuple[np.ndarray, np.ndarray]:

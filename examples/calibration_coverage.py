@@ -42,7 +42,7 @@ import robust_stan as rs
 from _cluster import add_address_argument, cluster_pool
 
 sys.path.insert(0, str(Path(__file__).parent))
-from select_divergence import DISCRETE, OUT as SELECTION_OUT, TRUE_B, simulate, simulate_discrete  # noqa: E402
+from select_divergence import DISCRETE, OUT as SELECTION_OUT, TRUE_B, simulate, simulate_discrete
 
 OUT = Path(__file__).parent / "results" / "calibration_coverage"
 MINIMISER_X_ROWS = 400_000  # as label_flips_population.csv

@@ -21,9 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from _cluster import add_address_argument, cluster_pool
-
 import robust_stan as rs
+from _cluster import add_address_argument, cluster_pool
 from robust_stan.methods.coresets.targets import ExactGaussianMean
 
 METHODS = ("beta_cores", "sparse_vi", "uniform")
@@ -48,7 +47,8 @@ def one_trial(fraction: float, trial: int, args) -> list[dict]:
     clean = np.flatnonzero(~bad)
     rows = []
     for method in METHODS:
-        sizes = [args.max_size] if method != "uniform" else sorted({s for s in (5, 10, 20, 50, 100, 150) if s < args.max_size} | {args.max_size})
+        sizes = ([args.max_size] if method != "uniform"
+                 else sorted({s for s in (5, 10, 20, 50, 100, 150) if s < args.max_size} | {args.max_size}))
         for size in sizes:
             coreset = rs.coreset(model, data, size=size, method=method, divergence=rs.BetaD(args.beta),
                                  draws=args.draws, iters_per_point=args.iters, select_batch=args.select_batch,

@@ -31,10 +31,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from _cluster import add_address_argument, cluster_pool
-from _coreset_data import _one_hot, accuracy, adult_frames, balanced, principal_components
 
 import robust_stan as rs
+from _cluster import add_address_argument, cluster_pool
+from _coreset_data import _one_hot, accuracy, adult_frames, balanced, principal_components
 
 OUT = Path(__file__).parent / "results" / "coreset_groups"
 NUTS = {"chains": 2, "iter_warmup": 500, "iter_sampling": 500, "show_progress": False}
@@ -105,7 +105,8 @@ def one_trial(trial: int, args) -> tuple[list[dict], list[dict]]:
         chosen = np.flatnonzero(current.unit_weights)
         fit = current.sample("classical", seed=trial, **NUTS)
         rows.append({"protocol": args.protocol, "trial": trial, "method": "beta_cores", "iteration": step + 1,
-                     "groups": chosen.size, "rows": current.indices.size, "outlier_share": float(corrupted[current.indices].mean()),
+                     "groups": chosen.size, "rows": current.indices.size,
+                     "outlier_share": float(corrupted[current.indices].mean()),
                      "accuracy": accuracy(fit, X_eval, y_eval)})
     for label, weight in zip(labels, coreset.unit_weights):  # every group, chosen or not
         chosen_rows.append({"protocol": args.protocol, "trial": trial, "group": label, "chosen": bool(weight > 0),

@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import optimize
-from _cluster import add_address_argument, cluster_pool
-from _coreset_data import auc, balanced, contaminate, load_adult, load_phishing, predictive_probability
 
 import robust_stan as rs
+from _cluster import add_address_argument, cluster_pool
+from _coreset_data import auc, balanced, contaminate, load_adult, load_phishing, predictive_probability
 
 LOADERS = {"adult": load_adult, "phishing": load_phishing}
 METHODS = ("beta_cores", "sparse_vi", "uniform")
@@ -70,7 +70,8 @@ def full_data_probability(model, data: dict, divergence, X_eval: np.ndarray, how
         return predictive_probability(model.sample(data, divergence=divergence, seed=seed, **NUTS), X_eval)
     Z = np.column_stack([np.ones(len(data["y"])), data["X"]])
     beta = getattr(divergence, "beta", 0.0)
-    result = optimize.minimize(negative_log_posterior, np.zeros(Z.shape[1]), (Z, data["y"], beta), jac=True, method="L-BFGS-B", options={"gtol": 1e-9, "ftol": 1e-14, "maxiter": 10_000})
+    result = optimize.minimize(negative_log_posterior, np.zeros(Z.shape[1]), (Z, data["y"], beta), jac=True,
+                               method="L-BFGS-B", options={"gtol": 1e-9, "ftol": 1e-14, "maxiter": 10_000})
     return 1 / (1 + np.exp(-(result.x[0] + X_eval @ result.x[1:])))
 
 

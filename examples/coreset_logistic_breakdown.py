@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from _coreset_data import balanced, contaminate, load_adult
 from scipy import optimize
 
 import robust_stan as rs
+from _coreset_data import balanced, contaminate, load_adult
 from robust_stan.methods.coresets.targets import CoresetTarget
 
 OUT = Path(__file__).parent / "results" / "coreset_logistic_breakdown"

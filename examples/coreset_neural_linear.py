@@ -44,10 +44,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from _cluster import add_address_argument, cluster_pool
-from _uci import load_regression
 
 import robust_stan as rs
+from _cluster import add_address_argument, cluster_pool
+from _uci import load_regression
 
 OUT = Path(__file__).parent / "results" / "coreset_neural_linear"
 NUTS = {"chains": 2, "iter_warmup": 400, "iter_sampling": 400, "show_progress": False}

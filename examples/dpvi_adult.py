@@ -37,11 +37,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from _coreset_data import adult_frames
 
 import robust_stan as rs
-from robust_stan.methods.dpvi.mechanism import softplus
 from _cluster import add_address_argument, cluster_pool
+from _coreset_data import adult_frames
+from robust_stan.methods.dpvi.mechanism import softplus
 
 OUT = Path(__file__).parent / "results" / "dpvi_adult"
 CONTINUOUS = ["age", "fnlwgt", "capital_gain", "capital_loss", "hours_per_week"]

@@ -62,11 +62,10 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
-from dpvi_tarp import OUT, settings_of, simulated_release  # noqa: E402
-
-import robust_stan as rs  # noqa: E402
-from robust_stan.methods.dpvi.mechanism import heuristic_step_size, q_sd  # noqa: E402
-from robust_stan.methods.dpvi.noise_aware import burn_in_steps  # noqa: E402
+import robust_stan as rs
+from dpvi_tarp import OUT, settings_of, simulated_release
+from robust_stan.methods.dpvi.mechanism import heuristic_step_size, q_sd
+from robust_stan.methods.dpvi.noise_aware import burn_in_steps
 
 NAME = "linear_regression"
 
@@ -210,7 +209,8 @@ def structural_of_one_release(epsilon: float, k: int, args) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--experiment", choices=["per_coordinate", "coupling", "slope_bias", "structural"], default="per_coordinate")
+    parser.add_argument("--experiment", choices=["per_coordinate", "coupling", "slope_bias", "structural"],
+                        default="per_coordinate")
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0])
     parser.add_argument("--datasets", type=int, default=3)
     parser.add_argument("--rows", type=int, default=5000)

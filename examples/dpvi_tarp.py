@@ -35,7 +35,8 @@ last an intercept), x ~ N(0, I_10).
 
     python examples/dpvi_tarp.py --experiment exponential_families --datasets 100 --workers 2
     python examples/dpvi_tarp.py --experiment exponential_families --datasets 500 --repeats 20 --workers 64   # the paper's size
-    python examples/dpvi_tarp.py --settings authors --datasets 500 --reference-redraws 20 --address ADDRESS   # the authors' code's protocol
+    # the authors' code's protocol:
+    python examples/dpvi_tarp.py --settings authors --datasets 500 --reference-redraws 20 --address ADDRESS
     python examples/dpvi_tarp.py --experiment linear_regression --epsilons 0.1 0.3 1 --datasets 50
     python examples/dpvi_tarp.py --settings authors --datasets 60   # the authors' code's priors and settings
 
@@ -166,6 +167,7 @@ def build(name: str, settings: str = "ours"):
 class SimulatedRelease(NamedTuple):
     """Data set k of a cell: the model, the data, the true theta, a reference point drawn from the
     prior, DP-VI's release on the data, the burn-in the settings give and DP-VI's seconds."""
+
     model: object
     data: dict
     truth: dict

@@ -36,12 +36,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
 from scipy import stats
 
+from robust_stan.methods.dpvi.accounting import PrivacyAccounting, solve_noise_multiplier
 from robust_stan.methods.dpvi.mechanism import DPVIRelease, heuristic_step_size, softplus
 from robust_stan.methods.dpvi.noise_aware import sample_trace_model, trace_model_data, trace_statistics
-from robust_stan.methods.dpvi.accounting import PrivacyAccounting, solve_noise_multiplier
 
 OUT = Path(__file__).parent / "results"
 TABLE2_MARGINALS = OUT / "dpvi_linear_regression_k100_non_centred" / "marginals.csv"
@@ -105,7 +104,10 @@ def stationary_linear_traces(a, noise_sd, step, kappa, steps, burn_in, replicate
     return phis, grads
 
 
-def phi_star_posterior(data: dict, grid=np.linspace(-12, 12, 1201)):
+PHI_STAR_GRID = np.linspace(-12, 12, 1201)
+
+
+def phi_star_posterior(data: dict, grid=PHI_STAR_GRID):
     """The trace model's exact posterior of phi*_j for every coordinate j of ``data`` (the Stan data
     of ``trace_statistics``): given v_j it is N(phi_bar_j + m(v), 1 / P(v)), P = 1 + n (kappa a)^2 /
     noise_sd^2, so it is a mixture over a grid of v in H.3 prior sds. Returns (weights, means,

@@ -26,13 +26,17 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
-from dpvi_tarp import ALPHAS, OUT, bootstrap_rmse, simulated_release  # noqa: E402
-
-import robust_stan as rs  # noqa: E402
-from _cluster import add_address_argument, cluster_pool  # noqa: E402
-from robust_stan.methods.dpvi.noise_aware import (burn_in_steps, q_draws, sample_trace_model, trace_model_data,  # noqa: E402
-                                                  trace_statistics)
-from robust_stan.results.coverage import tarp_coverage  # noqa: E402
+import robust_stan as rs
+from _cluster import add_address_argument, cluster_pool
+from dpvi_tarp import ALPHAS, OUT, bootstrap_rmse, build, simulated_release
+from robust_stan.methods.dpvi.noise_aware import (
+    burn_in_steps,
+    q_draws,
+    sample_trace_model,
+    trace_model_data,
+    trace_statistics,
+)
+from robust_stan.results.coverage import tarp_coverage
 
 VARIANTS = ("prior from the post-burn-in trace (rs.noise_aware)", "prior from steps T/4..T/2", "last iterate")
 

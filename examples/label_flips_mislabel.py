@@ -43,7 +43,7 @@ from label_flips_divergences import TRUE_B, scores
 from select_divergence import discrete_data
 
 sys.path.insert(0, str(Path(__file__).parent))
-from robust_vi_classification import accuracy, prepare  # noqa: E402
+from robust_vi_classification import accuracy, prepare
 
 OUT = Path(__file__).parent / "results" / "label_flips_mislabel"
 NUTS = dict(chains=4, show_progress=False)  # iter_warmup and iter_sampling: --iter-warmup, --iter-sampling

@@ -27,7 +27,7 @@ from scipy import stats
 import robust_stan as rs
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _synthetic_experiment  # noqa: E402
+import _synthetic_experiment
 
 
 def model(prior: str = "flat"):

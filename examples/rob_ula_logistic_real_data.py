@@ -163,7 +163,7 @@ def run_dataset(name: str, data_dir: Path, seed: int, epsilons: list[float], bet
         alpha = fit.draws("alpha").reshape(-1)
         b = fit.draws("b").reshape(len(alpha), -1)
         loglik = pointwise_test_loglik(alpha, b, X_test, y_test)
-        accuracy = float(np.mean((np.exp(loglik) > 0.5)))
+        accuracy = float(np.mean(np.exp(loglik) > 0.5))
         rows.append({"dataset": name, "split": seed, "n_train": len(train["y"]), "n_test": len(y_test),
                      "features": X.shape[1], "flip_rate": flip_rate, "sampler": sampler, "epsilon": epsilon,
                      "mean_test_loglik": float(loglik.mean()), "accuracy": accuracy,

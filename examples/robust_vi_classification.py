@@ -41,7 +41,7 @@ import robust_stan as rs
 from _cluster import add_address_argument, cluster_pool
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _uci  # noqa: E402
+import _uci
 
 PAPER = {("spam", 0.0): (93.2, 94.2, 93.3), ("eeg", 0.0): (75.6, 79.6, 79.2), ("eeg", 0.2): (68.4, 73.3, 77.3)}
 

@@ -44,7 +44,7 @@ import robust_stan as rs
 from _cluster import add_address_argument, cluster_pool
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _uci  # noqa: E402
+import _uci
 
 PAPER = {  # (dataset, contamination) -> KL(G), beta, gamma test RMSE
     ("concrete", 0.0): (7.46, 7.27, 5.53), ("concrete", 0.1): (8.58, 7.58, 6.20),

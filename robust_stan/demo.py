@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,7 +40,7 @@ def run_demo(out_dir: str | Path = "robust_stan_output", seed: int = 1, beta: fl
     out.mkdir(parents=True, exist_ok=True)
     data, truth, outliers = simulate_regression(seed=seed)
     model = glm("normal", engine=engine)
-    settings = dict(chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
+    settings: dict[str, Any] = dict(chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
                     show_progress=show_progress)
     fits = {"KL": model.sample(data, divergence=KL(), **settings),
             f"beta={beta:g}": model.sample(data, divergence=BetaD(beta), **settings)}

@@ -15,7 +15,7 @@ import pytest
 
 warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
 
-import robust_stan as rs
+import robust_stan as rs  # noqa: E402  (after the filter: ArviZ warns as it is imported)
 
 ENGINE = os.environ.get("ROBUST_STAN_TEST_ENGINE", "httpstan")
 

@@ -150,8 +150,8 @@ def test_reweighting_to_a_wider_posterior_is_not_trusted_below_its_tail_index():
     (seed 4) give 0.57, as the bootstrap's 1,000 MCMC draws from two chains gave 0.38-0.69.
     ``covers`` reports at least 0.75, so the resample is fitted again. Towards a narrower
     posterior (w = 2) the k-hat is the reweighting's own."""
-    from robust_stan.methods.selection.calibration import BootstrapPosterior, covers
     from robust_stan.methods.importance import psis
+    from robust_stan.methods.selection.calibration import BootstrapPosterior, covers
 
     x = np.random.default_rng(4).normal(size=(1000, 1))
     posterior = BootstrapPosterior(x, 0.5 * x[:, 0] ** 2, 1.0)

@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from robust_stan.results.arviz_output import group_names
 from robust_stan.cli import main
+from robust_stan.results.arviz_output import group_names
 
 from .conftest import ENGINE
 

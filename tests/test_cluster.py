@@ -1,8 +1,9 @@
 """rs.Cluster on real Dask clusters: a LocalCluster started by the test, and a scheduler and two
 workers started as separate processes with the ``dask`` command line on loopback. A grid of
 NUTS fits (rs.select_divergence, fits="full") gives draws identical to the serial run on 1 and
-2 workers (and on the command-line cluster, also partitioned Rob-ULA and beta-Cores runs); builds reach workers through the shared cache or as shipped files (no compile on a
-worker); a worker killed mid-run loses no result; bad input fails clearly."""
+2 workers (and on the command-line cluster, also partitioned Rob-ULA and beta-Cores runs); builds reach workers
+through the shared cache or as shipped files (no compile on a worker); a worker killed mid-run loses no result;
+bad input fails clearly."""
 
 import os
 import signal

@@ -8,6 +8,7 @@ take) fails here in CI instead of only where CmdStan is installed.
 
 import inspect
 from types import SimpleNamespace
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -40,7 +41,7 @@ class StandInResult:
 class StandInModel:
     """Records every method call (and the construction) as (name, args, kwargs)."""
 
-    calls: list = []
+    calls: ClassVar[list] = []
 
     def __init__(self, *args, **kwargs):
         StandInModel.calls.append(("__init__", args, kwargs))
@@ -56,7 +57,7 @@ class StandInModel:
 @pytest.fixture
 def recorded():
     StandInModel.calls = []
-    yield StandInModel.calls
+    return StandInModel.calls
 
 
 def assert_binds(calls):

@@ -6,11 +6,17 @@ import numpy as np
 import pytest
 
 import robust_stan as rs
-from robust_stan.building.divergences import DivergenceCode
 from robust_stan.building.data import with_switches
+from robust_stan.building.divergences import DivergenceCode
 from robust_stan.engines.base import parameter_columns
-from robust_stan.methods.selection.divergence import (Evaluation, GridPoint, _best_below_a_rise, grid_value,
-                                                      loss_y_derivatives, walk_grid)
+from robust_stan.methods.selection.divergence import (
+    Evaluation,
+    GridPoint,
+    _best_below_a_rise,
+    grid_value,
+    loss_y_derivatives,
+    walk_grid,
+)
 
 from .conftest import ENGINE
 
@@ -193,7 +199,7 @@ def test_the_census_sends_each_value_to_a_fit_in_its_mode():
         fitted.append(grid_value(divergence))
         return "outliers" if grid_value(divergence) < 0.45 else "clean"
 
-    points, fits = walk_grid(grid, 9, fit_at, evaluate, modes=_StandInModes(grid, several=(0.7,)))
+    points, _fits = walk_grid(grid, 9, fit_at, evaluate, modes=_StandInModes(grid, several=(0.7,)))
     assert fitted == [1.0, 0.4, 0.2, 0.1, 0.5]
     assert np.isnan(points[6].criterion) and points[6].source == ("not evaluated: its posterior has several modes "
                                                                   "(shares 0.6, 0.4)")
@@ -226,7 +232,7 @@ def test_confirmation_bisects_after_a_breakdown():
             return nearest
         return "outliers" if grid_value(divergence) < 0.45 else "clean"
 
-    points, fits = walk_grid(grid, 9, fit_at, evaluate)
+    points, _fits = walk_grid(grid, 9, fit_at, evaluate)
     assert fitted == [1.0, 0.1, 0.6, 0.4, 0.5]
     criteria = np.array([p.criterion for p in points])
     assert np.isnan(criteria[1]) and points[1].source.startswith("not evaluated: below the breakdown found at "
@@ -270,7 +276,7 @@ def test_no_refit_beyond_a_rise_from_the_best_value(rising):
     grid = [rs.BetaD(b / 10) for b in range(1, 11)]
     fit_at, evaluate, fitted = _stand_in(1, (0.1, 0.9, 1.0), (lambda beta: 100 * (beta - 0.3) ** 2) if rising
                                          else (lambda beta: -10 * beta))
-    points, fits = walk_grid(grid, 4, fit_at, evaluate)
+    points, _fits = walk_grid(grid, 4, fit_at, evaluate)
     criteria = np.array([p.criterion for p in points])
     if rising:
         assert fitted == [0.5, 0.1, 0.3]
@@ -425,6 +431,6 @@ def test_both_criteria_and_lhw_on_a_custom_model():
     b_hat = np.linalg.lstsq(X, y, rcond=None)[0]
     e = y - X @ b_hat
     J = X.T @ X / n
-    I = (X * e[:, None] ** 2).T @ X / n
+    I = (X * e[:, None] ** 2).T @ X / n  # noqa: E741  (the sandwich's I and J, as in the paper)
     expected = np.trace(J @ np.linalg.solve(I, J)) / np.trace(J)
     assert rs.calibrate(fit, method="lhw").w == pytest.approx(expected, rel=1e-6)

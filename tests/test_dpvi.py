@@ -19,16 +19,32 @@ import robust_stan as rs
 from robust_stan.building.data import slice_rows, with_switches
 from robust_stan.engines import compile_program
 from robust_stan.gradients.per_example import PerExampleGradients
-from robust_stan.methods.dpvi import mechanism as dpvi_method
-from robust_stan.methods.dpvi import randomness as private_randomness
-from robust_stan.methods.dpvi.mechanism import (PerExampleObjective, clip_rows, heuristic_step_size, noisy_gradient,
-                                                poisson_batch, softplus)
-from robust_stan.methods.dpvi.noise_aware import (sample_trace_model, trace_model_data, trace_model_laplace,
-                                                  trace_model_program, trace_predictive_check, trace_statistics)
+from robust_stan.methods.dpvi import mechanism as dpvi_method, randomness as private_randomness
 from robust_stan.methods.dpvi.accounting import epsilon_for, solve_noise_multiplier
+from robust_stan.methods.dpvi.mechanism import (
+    PerExampleObjective,
+    clip_rows,
+    heuristic_step_size,
+    noisy_gradient,
+    poisson_batch,
+    softplus,
+)
+from robust_stan.methods.dpvi.noise_aware import (
+    sample_trace_model,
+    trace_model_data,
+    trace_model_laplace,
+    trace_model_program,
+    trace_predictive_check,
+    trace_statistics,
+)
 from robust_stan.methods.dpvi.randomness import SubsampleKey, chacha_generator, is_secure, private_generator
-from robust_stan.results.coverage import (calibrated_rmse_reference, calibration_curve, calibration_rmse,
-                                          coverage_rmse, tarp_coverage)
+from robust_stan.results.coverage import (
+    calibrated_rmse_reference,
+    calibration_curve,
+    calibration_rmse,
+    coverage_rmse,
+    tarp_coverage,
+)
 from robust_stan.results.fit import summary_table
 
 from .conftest import ENGINE
@@ -72,7 +88,7 @@ def test_solved_sigma_meets_epsilon_by_its_own_and_other_accountants():
     accountant = prv.PRVAccountant(prvs=[prv.PoissonSubsampledGaussianMechanism(noise_multiplier=sigma,
                                                                                  sampling_probability=0.1)],
                                    max_self_compositions=[1000], eps_error=1e-3, delta_error=1e-10)
-    low, estimate, high = accountant.compute_epsilon(delta=1e-5, num_self_compositions=[1000])
+    low, _estimate, high = accountant.compute_epsilon(delta=1e-5, num_self_compositions=[1000])
     assert low - 1e-3 <= pld <= high + 1e-3
     assert solve_noise_multiplier(1.0, 1e-5, 0.1, 1000).noise_multiplier < sigma  # more epsilon, less noise
 
@@ -599,7 +615,7 @@ def test_tarp_coverage_matches_the_tarp_package():
     references = rng.normal(size=(K, p))
     ecp, edges = tarp.get_tarp_coverage(np.swapaxes(draws, 0, 1), truths, references=references, norm=False,
                                         num_alpha_bins=20)
-    alphas, ours = tarp_coverage(draws, truths, references, 1 - edges)
+    _alphas, ours = tarp_coverage(draws, truths, references, 1 - edges)
     f = np.mean(np.linalg.norm(draws - references[:, None], axis=2)
                 < np.linalg.norm(truths - references, axis=1)[:, None], axis=1)
     ties = np.array([np.mean(np.isclose(f, e)) for e in edges])  # tarp counts f == edge as covered
@@ -764,7 +780,7 @@ def test_partitioned_clipped_sums_are_the_in_memory_ones(exponential, q_scale):
     from robust_stan.methods.dpvi.partitioned import partitioned_dpvi_setup
 
     y = data_of(1.5, 1000, 9)["y"]
-    stan_data, placed, n_rows, make_batches = partitioned_dpvi_setup(exponential, _in_partitions(y, 300),
+    _stan_data, placed, n_rows, make_batches = partitioned_dpvi_setup(exponential, _in_partitions(y, 300),
                                                                      rs.KL(), None)
     beta = np.array([1.0, 30.0])
     settings = DPVISettings(clip=0.5, steps=1, sampling_rate=1.0, noise_multiplier=1.0, step_size=1.0,

@@ -17,11 +17,11 @@ import pytest
 
 import robust_stan as rs
 from robust_stan.building.divergences import DivergenceCode
-from robust_stan.results.arviz_output import group_names
 from robust_stan.engines import resolve_engine
 from robust_stan.engines.bridgestan_oracle import bridgestan_available
 from robust_stan.engines.cmdstan_engine import cmdstan_available
 from robust_stan.engines.httpstan_engine import httpstan_available
+from robust_stan.results.arviz_output import group_names
 
 DIVERGENCES = [rs.KL(), rs.BetaD(0.4), rs.GammaD(0.3), rs.GammaD(0.3, form="original")]
 IDS = ["KL", "beta", "gamma", "gamma-original"]

@@ -13,8 +13,8 @@ all with standardize=False. NUTS mean within 4 MCSE of the grid's; sd within 10%
 ESS ~ 1000 the sd's own Monte Carlo error is about 2-3%).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pytest

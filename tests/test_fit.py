@@ -20,7 +20,7 @@ def beta_fit(glm_normal_standardized):
 
 @pytest.mark.stan
 def test_draws_and_summary(beta_fit):
-    fit, data = beta_fit
+    fit, _data = beta_fit
     assert fit.draws("b").shape == (2, 200, 3)
     assert fit.draws("alpha").shape == (2, 200)
     assert fit.draws("log_lik").shape == (2, 200, 80)

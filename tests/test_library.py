@@ -209,9 +209,11 @@ generated quantities {
         lines.append(f"    log_density = rs_{f}_log_density({fam.core.y}, {fam.core.args});\n")
         lines.append(f"    log_integral = rs_{f}_log_integral({fam.core.y}, {fam.core.args}, a);\n")
         if f in FAMILIES_WITH_TABLES:
-            lines.append(f"    if (a > 0) log_integral_tabled = rs_{f}_log_integral({fam.core.y}, {fam.core.args}, a, integral_table);\n")
+            lines.append(f"    if (a > 0) log_integral_tabled = rs_{f}_log_integral({fam.core.y}, {fam.core.args}, a, "
+                         "integral_table);\n")
             # variant 9: a table built for a, called with 2a (must be refused)
-            lines.append(f"    if (variant == 9) log_integral_tabled = rs_{f}_log_integral({fam.core.y}, {fam.core.args}, 2 * a, integral_table);\n")
+            lines.append(f"    if (variant == 9) log_integral_tabled = rs_{f}_log_integral({fam.core.y}, {fam.core.args}, "
+                         "2 * a, integral_table);\n")
         for v, o in enumerate(fam.overloads):
             lines.append(f"    if (variant == {v}) {{\n")
             for row, prefix in enumerate(("betad", "gammad", "gammaorig"), start=1):
@@ -703,7 +705,7 @@ def _in_a_forked_child(function, *args, timeout=120):
     def child():
         try:
             send.send(("ok", function(*args)))
-        except Exception as exc:  # noqa: BLE001 - handed to the parent as text
+        except Exception as exc:  # handed to the parent as text
             send.send(("error", repr(exc)))
 
     process = context.Process(target=child)

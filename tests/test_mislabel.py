@@ -24,7 +24,7 @@ bernoulli: p(1) = e + (1 - 2 e) inv_logit(eta). Two programs (bernoulli; categor
 
 import numpy as np
 import pytest
-from scipy.special import expit, log_softmax, logsumexp
+from scipy.special import expit, log_softmax
 from scipy.stats import norm
 
 import robust_stan as rs

@@ -245,10 +245,11 @@ def leverage_regression(seed):
 def test_default_estimator_stays_near_the_clean_rows_posterior(glm_normal, shifted_regression, design):
     """What Rob-ULA aims at is the posterior given the clean rows. On the plain regression (where
     the coordinate-wise trimmed mean, the default before issue 51, puts b[3] 4.3-4.8 and the
-    intercept 1.7-2.5 posterior sds away on these seeds) and on a leverage design, over 3 seeds, the default's posterior mean of every coefficient
-    lies within 1.5 clean-rows posterior sds of NUTS on the clean rows. The default keeps the
-    clean rows whole (examples/results/rob_ula_bias), so what remains is Monte Carlo error (under
-    0.1 sd at these ESS), ULA's discretisation and the gradient total n against 270 clean rows
+    intercept 1.7-2.5 posterior sds away on these seeds) and on a leverage design, over 3 seeds, the
+    default's posterior mean of every coefficient lies within 1.5 clean-rows posterior sds of NUTS
+    on the clean rows. The default keeps the clean rows whole (examples/results/rob_ula_bias), so
+    what remains is Monte Carlo error (under 0.1 sd at these ESS), ULA's discretisation and the
+    gradient total n against 270 clean rows
     (both far under 1.5 sds)."""
     coefficients = ["alpha"] + [f"b[{j}]" for j in range(1, 4 if design == "shifted_y" else 11)]
     for seed in range(3):

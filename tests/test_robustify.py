@@ -181,7 +181,7 @@ def test_from_stan_gives_every_program_the_fit_object_and_groups_of_the_built_in
     are the built-in models' where the program has the quantity: observed_data from the data
     variables of its likelihood statements, log_likelihood from a log_lik, posterior_predictive
     from a <outcome>_rep."""
-    name, data, adapt_delta, original, robust = case
+    _name, data, adapt_delta, original, robust = case
     plain = original.sample(data, chains=2, iter_warmup=300, iter_sampling=200, seed=5, adapt_delta=adapt_delta,
                             show_progress=False)
     assert isinstance(plain, ProgramFit)
@@ -410,8 +410,8 @@ def test_rewritten_program_reads_well_and_names_its_origin():
     assert "posterior_predictive" in group_names(idata)
     np.testing.assert_array_equal(np.asarray(idata["posterior_predictive"]["y"]), fit.draws("y_rep"))
     # the original gamma form is refused where the likelihood is written row by row
+    model = rs.robustify(_program("loop_likelihood"), engine=ENGINE)
     with pytest.raises(Exception, match="one observation at a time"):
-        model = rs.robustify(_program("loop_likelihood"), engine=ENGINE)
         model.log_density(_simple_regression(np.random.default_rng(1)), np.zeros(3),
                           divergence=rs.GammaD(0.5, form="original"))
 

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("httpstan")
 
-from robust_stan.engines.httpstan_build import translate  # noqa: E402
+from robust_stan.engines.httpstan_build import translate
 
 PROGRAM = """
 data { int<lower=0> J; array[J] real y; array[J] real<lower=0> sigma; }

@@ -2,14 +2,15 @@
 non-conjugate one, robustness of beta- and gamma-VI, minibatches, and bad input."""
 
 import importlib
+
 import numpy as np
 import pandas as pd
 import pytest
 
 import robust_stan as rs
-from robust_stan.results.arviz_output import group_names
 from robust_stan.building.data import slice_rows
 from robust_stan.engines.cmdstan_engine import cmdstan_available
+from robust_stan.results.arviz_output import group_names
 
 from .conftest import ENGINE, check_seed_is_recorded_truly, regression_data
 

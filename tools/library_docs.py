@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 
 from robust_stan.common.resources import stan_include_path
-
 from tools import write_or_print
 from tools.stan_library import render_library
 

@@ -13,7 +13,6 @@ import jinja2
 
 from robust_stan.building.families import FAMILIES
 from robust_stan.common.resources import LIBRARY_FILE, stan_include_path, templates_path
-
 from tools import write_or_print
 
 

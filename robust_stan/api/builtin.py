@@ -27,7 +27,7 @@ def _merge_priors(defaults: dict[str, str], priors: dict[str, str] | None, names
     if unknown:
         raise RobustStanInputError(f"priors: unknown parameter(s) {unknown}; this model has {names}")
     merged = {**defaults, **priors}
-    lines = []
+    lines: list[str] = []
     for name in names:
         statement = merged[name].strip()
         if "~" in statement or "target" in statement or ";" in statement:

@@ -12,9 +12,14 @@ from ..building.divergences import KL
 from ..common.errors import RobustStanInputError, require_count
 from ..engines import NutsSettings, RawDraws
 from ..gradients.oracles import constrained_draws, unconstrained_draws
-from ..methods.selection.calibration import (BootstrapPosterior, bootstrap_learning_rate, curvature_adjusted,
-                                             lhw_learning_rate, minimum_loss)
 from ..methods.nuts import run_nuts
+from ..methods.selection.calibration import (
+    BootstrapPosterior,
+    bootstrap_learning_rate,
+    curvature_adjusted,
+    lhw_learning_rate,
+    minimum_loss,
+)
 from ..results.fit import Fit
 from ..results.method_fits import CalibratedFit
 

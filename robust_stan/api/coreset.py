@@ -6,15 +6,15 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from ..building.data import PreparedData
 from ..building.divergences import Divergence, DivergenceCode, as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
+from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError, require_count, require_positive
 from ..common.seeds import seed_to_use
 from ..methods.coresets.construction import METHODS, OPTIMIZERS, CoresetSettings, greedy_coreset, uniform_coreset
-from ..building.data import PreparedData
-from ..common.cluster import Cluster
-from ..methods.coresets.targets import INNER, SAMPLERS, CoresetTarget
 from ..methods.coresets.partitioned import PartitionedCoresetTarget
+from ..methods.coresets.targets import INNER, SAMPLERS, CoresetTarget
 from ..results.coreset import Coreset, ProgramCoreset
 from .model import Model, require_builtin_model
 from .stan_program import StanProgramModel
@@ -135,7 +135,8 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
                                     groups, start, refresh, cluster)
     refuse_cluster_for_rows_here(cluster, "rs.coreset")
     prepared = _prepared(model, data, divergence, learning_rate)
-    n_rows = int(prepared.stan_data["N"]) if not own_program else model.rows_of_outcome(prepared.stan_data)
+    n_rows = (int(prepared.stan_data["N"]) if not own_program
+              else model.rows_of_outcome(prepared.stan_data))  # type: ignore[attr-defined]  # a StanProgramModel
     unit_rows, labels = _units(groups, n_rows)
     n_units = len(unit_rows) if unit_rows is not None else n_rows
     start_units = _checked_start(start, labels, n_units, size, method, refresh)
@@ -144,7 +145,7 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
 
     def target_for(stan_data: dict):
         if own_program:
-            return model.coreset_target(stan_data, divergence, inner, sampler, unit_rows)
+            return model.coreset_target(stan_data, divergence, inner, sampler, unit_rows)  # type: ignore[attr-defined]
         return CoresetTarget(model, stan_data, divergence, inner, sampler, unit_rows)
 
     result = ProgramCoreset if own_program else Coreset
@@ -158,8 +159,10 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
         rows, row_weights = target.rows_of(units, weights)
         all_weights = np.zeros(n_rows)
         all_weights[rows] = row_weights
+        assert refresh is not None  # refreshed_target is used with refresh only
         new = _prepared(model, refresh(all_weights), divergence, learning_rate)
-        new_rows = model.rows_of_outcome(new.stan_data) if own_program else int(new.stan_data["N"])
+        new_rows = (model.rows_of_outcome(new.stan_data)  # type: ignore[attr-defined]  # a StanProgramModel
+                    if own_program else int(new.stan_data["N"]))
         if new_rows != n_rows:
             raise RobustStanInputError(f"refresh: must return data for the same {n_rows} rows, got {new_rows}")
         latest[0] = new
@@ -199,7 +202,8 @@ def _partitioned_coreset(model, data: Mapping, method: str, divergence: Divergen
 def _prepared(model, data: Mapping, divergence: Divergence, learning_rate: float) -> PreparedData:
     """A built-in model's prepared data, or your program's Stan data in the same holder (no scaling)."""
     if isinstance(model, StanProgramModel):
-        return PreparedData(data, model.stan_data(data, divergence, learning_rate), None, divergence)
+        return PreparedData(data, model.stan_data(data, divergence, learning_rate), None,  # type: ignore[arg-type]
+                            divergence)  # your program's data: nothing is standardised
     return model.prepare(data, divergence, learning_rate)
 
 

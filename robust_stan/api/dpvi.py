@@ -14,12 +14,23 @@ from ..building.divergences import as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError, RobustStanWarning, require_count, require_positive, require_seed
-from ..methods.dpvi.mechanism import (DPVIRelease, DPVISettings, PerExampleObjective, heuristic_step_size,
-                                      require_q_scale, run_dp_sgd)
-from ..methods.dpvi.noise_aware import (burn_in_steps, q_draws, sample_trace_model, trace_model_data,
-                                        trace_predictive_check)
-from ..methods.dpvi.partitioned import partitioned_dpvi_setup
 from ..methods.dpvi.accounting import check_privacy_arguments, solve_noise_multiplier
+from ..methods.dpvi.mechanism import (
+    DPVIRelease,
+    DPVISettings,
+    PerExampleObjective,
+    heuristic_step_size,
+    require_q_scale,
+    run_dp_sgd,
+)
+from ..methods.dpvi.noise_aware import (
+    burn_in_steps,
+    q_draws,
+    sample_trace_model,
+    trace_model_data,
+    trace_predictive_check,
+)
+from ..methods.dpvi.partitioned import partitioned_dpvi_setup
 from ..methods.dpvi.randomness import warn_seeded_release
 from ..results.dpvi import DPVIFit, PrivatePosterior
 from .model import Model, require_builtin_model
@@ -258,6 +269,7 @@ def check_trace_model(posterior: PrivatePosterior, blocks: int = 20, level: floa
     if not 0 < level < 1:
         raise RobustStanInputError(f"level: must lie in (0, 1), got {level!r}")
     release = posterior.release
+    assert posterior.burn_in is not None and posterior.trace_draws is not None  # a noise-aware posterior's
     check = trace_predictive_check(release, posterior.burn_in, posterior.trace_draws["phi_star"],
                                    posterior.trace_draws["a"], blocks)
     n = release.dimension

@@ -82,8 +82,8 @@ def influence(fit_or_model: VariationalFit | Model, data: Mapping, index: int, v
         raise RobustStanInputError(f"index: must be a row number in 0..{n - 1}, got {index!r}")
     if variable not in data:
         raise RobustStanInputError(f"variable: {variable!r} is not in the data")
-    values = np.asarray(values, dtype=float).ravel()
-    if values.size == 0 or not np.all(np.isfinite(values)):
+    value_array = np.asarray(values, dtype=float).ravel()
+    if value_array.size == 0 or not np.all(np.isfinite(value_array)):
         raise RobustStanInputError("values: give at least one finite value")
-    return influence_curve(fit, data, index, values, test_data, variable=variable, column=column, draws=draws,
+    return influence_curve(fit, data, index, value_array, test_data, variable=variable, column=column, draws=draws,
                            seed=seed, **options)

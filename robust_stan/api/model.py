@@ -367,9 +367,10 @@ class Model(RobustProgram):
                                   show_progress=show_progress, **options)
             return VariationalFit(self, out.raw, prepared, out.settings, q=out.q, elbo=out.elbo,
                                   elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
-        start = None if init is None else self.chain_inits(init, 1, prepared.scaling)[0]
+        inits = None if init is None else self.chain_inits(init, 1, prepared.scaling)
         raw, settings = run_stan_method(self, method, prepared.stan_data, family=family, draws=draws, seed=seed,
-                                        show_progress=show_progress, init=start, **options)
+                                        show_progress=show_progress, init=None if inits is None else inits[0],
+                                        **options)
         return StanMethodFit(self, raw, prepared, settings)
 
     def _variational_on_partitions(self, data, divergence, learning_rate, weights, family, method, draws, seed,

@@ -20,7 +20,8 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
             divergence: Divergence | None = None, learning_rate: float = 1.0, init: str = "mode",
             init_scale: float = 1.0, metric: str = "dense", seed: int | None = None, show_progress: bool = True,
             oracle: str = "auto", log_density: bool = True,
-            gradient_total: str = "n", cluster: Cluster | None = None, combine: str = "median") -> RobULAFit:
+            gradient_total: str = "n", cluster: Cluster | None = None,
+            combine: str = "median") -> RobULAFit | ProgramFit:
     """Sample a model's robust posterior with Rob-ULA.
 
     Rob-ULA (Bhatia, Ma, Dragan, Bartlett and Jordan 2019, arXiv:1907.11826) is the unadjusted
@@ -136,14 +137,15 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
                               gradient_total=gradient_total)
         finally:
             gradients.close()
-        fit = PartitionedRobULAFit(model, out.raw, prepared, out.settings, inverse_metric=out.inverse_metric,
-                                   unconstrained_draws=out.unconstrained_draws)
+        fit: RobULAFit | ProgramFit = PartitionedRobULAFit(model, out.raw, prepared, out.settings,
+                                                           inverse_metric=out.inverse_metric,
+                                                           unconstrained_draws=out.unconstrained_draws)
         fit.warn_if_not_converged()
         return fit
     refuse_cluster_for_rows_here(cluster, "Rob-ULA")
     if own_program:
         stan_data = model.stan_data(data, divergence, learning_rate)
-        target = model.langevin_target(stan_data, oracle)
+        target = model.langevin_target(stan_data, oracle)  # type: ignore[attr-defined]  # a StanProgramModel
     else:
         require_builtin_model(model, "rs.rob_ula")
         prepared = model.prepare(data, divergence, learning_rate)

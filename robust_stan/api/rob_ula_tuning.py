@@ -15,13 +15,14 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from ..common.errors import RobustStanInputError, RobustStanWarning, require_seed
-from ..methods.rob_ula.sampler import default_estimator
 from ..methods.held_out import held_out_pointwise_log_likelihood
+from ..methods.rob_ula.sampler import default_estimator
 from ..results.method_fits import RobULAFit
 from .model import Model
 from .rob_ula import rob_ula
@@ -139,6 +140,9 @@ def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAUL
     -------
     RobULATuning
     """
+    if not isinstance(model, Model):  # the held-out log density is computed on a built-in model's scaling
+        raise RobustStanInputError(f"model: rs.tune_rob_ula works on the built-in models (rs.glm, rs.location, "
+                                   f"rs.custom), got {type(model).__name__}; run rs.rob_ula with a chosen epsilon")
     epsilons = [float(e) for e in np.atleast_1d(epsilons)]
     if not epsilons or any(not 0 <= e < 0.5 for e in epsilons):
         raise RobustStanInputError(f"epsilons: need values in [0, 0.5), got {epsilons}")
@@ -162,7 +166,8 @@ def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAUL
             started = time.perf_counter()
             with warnings.catch_warnings():  # the curve reports each run's R-hat instead
                 warnings.simplefilter("ignore", RobustStanWarning)
-                fit = rob_ula(model, training, epsilon=epsilon, estimator=estimator, seed=run_seed, **options)
+                fit = cast(RobULAFit, rob_ula(model, training, epsilon=epsilon, estimator=estimator, seed=run_seed,
+                                              **options))  # a built-in model's fit
             thetas = fit.unconstrained_draws.reshape(-1, fit.unconstrained_draws.shape[-1])
             finite = thetas[np.all(np.isfinite(thetas), axis=1)]
             pointwise = held_out_pointwise_log_likelihood(fit.model, fit.divergence, fit.scaling, validation, finite)
@@ -173,8 +178,9 @@ def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAUL
                          "seconds": time.perf_counter() - started})
     curve = pd.DataFrame(rows)
     best = curve.loc[curve["validation_loglik"].idxmax()]
-    fit = None
+    refitted = None
     if refit:
-        fit = rob_ula(model, data, epsilon=float(best["epsilon"]), estimator=named[best["estimator"]],
-                      seed=run_seed, **{"show_progress": False, **rob_ula_options})
-    return RobULATuning(float(best["epsilon"]), str(best["estimator"]), curve, fit)
+        refitted = cast(RobULAFit, rob_ula(model, data, epsilon=float(best["epsilon"]),
+                                           estimator=named[best["estimator"]], seed=run_seed,
+                                           **{"show_progress": False, **rob_ula_options}))
+    return RobULATuning(float(best["epsilon"]), str(best["estimator"]), curve, refitted)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -12,10 +13,17 @@ from ..building.divergences import KL, BetaD, Divergence, DivergenceCode, GammaD
 from ..common.cluster import Cluster, run_tasks
 from ..common.errors import RobustStanInputError
 from ..gradients.oracles import unconstrained_draws
-from ..methods.selection.calibration import minimum_loss
-from ..methods.selection.divergence import (Evaluation, default_grid, fitted_points, grid_value, hscore_per_draw,
-                                            iterated_warwick_jones, walk_grid)
 from ..methods.mode_census import GridModes, ModeCensus
+from ..methods.selection.calibration import minimum_loss
+from ..methods.selection.divergence import (
+    Evaluation,
+    default_grid,
+    fitted_points,
+    grid_value,
+    hscore_per_draw,
+    iterated_warwick_jones,
+    walk_grid,
+)
 from ..results.selection import Selection
 from .mode_starts import GRID_CENSUS_STARTS, dispersed_starts, starts_in_largest_mode
 from .model import Model, require_builtin_model
@@ -110,13 +118,14 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
         raise RobustStanInputError(f"criterion: 'hscore' needs a continuous outcome on the whole real line "
                                    f"(normal, student_t); this model's family is {family.name} and {reason}; "
                                    "criterion='mse' works for every family")
-    sample_options = dict(chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, thin=thin, seed=seed,
-                          adapt_delta=adapt_delta, max_treedepth=max_treedepth, show_progress=show_progress)
+    sample_options: dict[str, Any] = dict(chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
+                                          thin=thin, seed=seed, adapt_delta=adapt_delta,
+                                          max_treedepth=max_treedepth, show_progress=show_progress)
     divergences = _grid(grid)
     pilot_index = _pilot(pilot, divergences)
 
     positions = np.array([grid_value(d) for d in divergences])
-    modes = _grid_modes(model, data, divergences, learning_rate, sample_options.get("seed")) \
+    modes = _grid_modes(model, data, divergences, learning_rate, seed) \
         if criterion == "hscore" else None
 
     def census_of(divergence: Divergence) -> ModeCensus | None:

@@ -13,8 +13,14 @@ import numpy as np
 from ..building.data import Pointwise, check_learning_rate, check_weights
 from ..building.divergences import Divergence, DivergenceCode, as_divergence, refuse_original_gamma
 from ..building.families import FAMILIES
-from ..building.robustify import (SWITCHES, WEIGHT_PARAMETERS, Likelihood, RobustifyError, likelihood_outcomes,
-                                  robustify_program)
+from ..building.robustify import (
+    SWITCHES,
+    WEIGHT_PARAMETERS,
+    Likelihood,
+    RobustifyError,
+    likelihood_outcomes,
+    robustify_program,
+)
 from ..building.stanc import canonical_program, program_info
 from ..common.digest import digest
 from ..common.errors import RobustStanInputError, StanCompileError, require_inits
@@ -22,8 +28,8 @@ from ..common.resources import LIBRARY_FILE
 from ..engines import ProgramOnEngine
 from ..gradients.oracles import GradientOracle, make_oracle
 from ..gradients.weight_derivatives import WeightDerivativeGradients, second_order_available
-from ..methods.nuts import nuts_settings
 from ..methods.coresets.targets import ProgramCoresetTarget
+from ..methods.nuts import nuts_settings
 from ..methods.rob_ula.sampler import LangevinTarget, default_estimator
 from ..methods.stan_methods import run_stan_method
 from ..methods.variational.robust_vi import fit_variational
@@ -155,7 +161,8 @@ class StanProgramModel(ProgramOnEngine):
             return out
         switches = divergence.stan_data()
         out.update(rs_divergence=switches["divergence"], rs_divergence_param=switches["divergence_param"],
-                   rs_learning_rate=check_learning_rate(learning_rate), rs_pointwise=int(Pointwise.OFF), rs_weights_are_parameters=0)
+                   rs_learning_rate=check_learning_rate(learning_rate), rs_pointwise=int(Pointwise.OFF),
+                   rs_weights_are_parameters=0)
         out.update(self._weights(out, weights))
         return out
 
@@ -486,9 +493,9 @@ class StanProgramModel(ProgramOnEngine):
         """
         stan_data = self.stan_data(data, divergence, learning_rate, weights)
         if method != "robust-stan":
-            start = require_inits(init, 1, self.parameter_names)
-            raw, settings = run_stan_method(self, method, stan_data, family=family, draws=draws, seed=seed,
-                                            show_progress=show_progress, init=None if start is None else start[0],
+            inits = require_inits(init, 1, self.parameter_names)
+            raw, settings = run_stan_method(self, method, stan_data, family=family, draws=draws, seed=seed,  # type: ignore[arg-type]
+                                            show_progress=show_progress, init=None if inits is None else inits[0],
                                             **options)
             return ProgramFit(self, raw, stan_data, settings, as_divergence(divergence), learning_rate, method=method)
         if options.get("batch_size") is not None:
@@ -497,7 +504,7 @@ class StanProgramModel(ProgramOnEngine):
         start = None
         if init is not None:
             start = self.compile().unconstrain(stan_data, {k: np.asarray(v, dtype=float) for k, v in init.items()})
-        out = fit_variational(self, stan_data, family=family, draws=draws, seed=seed, start=start,
+        out = fit_variational(self, stan_data, family=family, draws=draws, seed=seed, start=start,  # type: ignore[arg-type]
                               show_progress=show_progress, **options)
         fit = ProgramFit(self, out.raw, stan_data, out.settings, as_divergence(divergence), learning_rate,
                          method="variational", q=out.q, elbo=out.elbo, elbo_se=out.elbo_se,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import jinja2
@@ -48,6 +49,7 @@ def _render_argument(spec: ModelSpec, fam_arg) -> RenderedArgument:
 def _linear_predictor_call(spec: ModelSpec) -> list[str]:
     """The family arguments of mode 3's one vectorised call over the batch rows."""
     lp = spec.linear_predictor
+    assert lp is not None, "mode 3 is generated for linear-predictor models only"
     # of_eta names eta and any other parameter in braces; each becomes its per-row copies
     copies = {p.name: f"to_vector({p.name}_copies)" for p in spec.parameters if p.name != lp.coefficients}
     copies["eta"] = copies.pop(lp.intercept)
@@ -99,5 +101,10 @@ def expand_includes(program: str) -> str:
     Engines whose stanc is not given include paths (httpstan) compile this.
     """
     for line, text in ((INCLUDE_LINE, library_code), (NATIVE_INCLUDE_LINE, native_code)):
-        program = re.sub(rf"^\s*{re.escape(line)}\s*$", lambda _, text=text: text(), program, flags=re.MULTILINE)
+        program = re.sub(rf"^\s*{re.escape(line)}\s*$", _called(text), program, flags=re.MULTILINE)
     return program
+
+
+def _called(text: Callable[[], str]) -> Callable[[re.Match[str]], str]:
+    """A replacement for ``re.sub``: ``text()`` as it is (no backslash escapes), read only on a match."""
+    return lambda _: text()

@@ -246,7 +246,7 @@ def prepare_data(
     raw = {k: _as_array(k, v) for k, v in data.items()}
     if family.class_labels and "K" not in raw:
         raw["K"] = np.asarray(int(np.max(raw["y"])) if raw["y"].size else 2)
-        raw["K_inferred"] = True
+        raw["K_inferred"] = np.asarray(True)
     y = family.check_outcome(raw["y"], raw)
     raw.pop("K_inferred", None)
     n = len(y)
@@ -261,7 +261,7 @@ def prepare_data(
                 raise RobustStanInputError(f"data: {name!r} is fixed by the model's known={{{name!r}: "
                                            f"{spec.known[name]}}}; give it in one place, not also in the data")
             continue
-        if name in out or name in ("P", "prior_scale_b") and "X" in raw:
+        if name in out or (name in ("P", "prior_scale_b") and "X" in raw):
             continue
         if name not in raw:
             raise RobustStanInputError(f"data: missing {name!r}, which the model declares")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import ClassVar
 
 from ..common.errors import RobustStanInputError, require_positive
 
@@ -141,7 +142,8 @@ class GammaD(Divergence):
         If ``gamma`` is not a positive number or ``form`` is unknown.
     """
 
-    FORMS = {"decomposable": DivergenceCode.GAMMA, "original": DivergenceCode.GAMMA_ORIGINAL}
+    FORMS: ClassVar[dict[str, DivergenceCode]] = {"decomposable": DivergenceCode.GAMMA,
+                                                  "original": DivergenceCode.GAMMA_ORIGINAL}
 
     def __init__(self, gamma: float, form: str = "decomposable"):
         if form not in self.FORMS:

@@ -206,7 +206,7 @@ def split_partitions(data: Mapping) -> Partitions:
     for name, value in partitioned.items():
         if is_dask_array(value):
             if value.ndim > 1 and len(value.chunks[1]) > 1:
-                value = value.rechunk({i: -1 for i in range(1, value.ndim)})  # rows only are split
+                value = value.rechunk(dict.fromkeys(range(1, value.ndim), -1))  # rows only are split
             pieces[name] = list(value.to_delayed().ravel())
             shapes[name] = [(rows, *value.shape[1:]) for rows in value.chunks[0]]
         else:
@@ -222,7 +222,7 @@ def split_partitions(data: Mapping) -> Partitions:
     counts = {name: len(p) for name, p in pieces.items()}
     if len(set(counts.values())) != 1:
         raise RobustStanInputError(f"data: the partitioned values have different numbers of partitions: {counts}")
-    rows = None
+    rows: list[int] | None = None
     for name, value_shapes in shapes.items():
         trailing = {shape[1:] for shape in value_shapes}
         if len(trailing) > 1:
@@ -234,6 +234,7 @@ def split_partitions(data: Mapping) -> Partitions:
         elif these != rows:
             raise RobustStanInputError(f"data[{name!r}]: its partitions' row counts {these} differ from the other "
                                        f"values' {rows}")
+    assert rows is not None, "split_partitions found a partitioned value"
     kept = [k for k in range(len(rows)) if rows[k] > 0]  # a partition without rows has nothing to add
     if not kept:
         raise RobustStanInputError("data: every partition is empty")
@@ -265,7 +266,7 @@ def _file_moments(path: str) -> tuple[int, np.ndarray, np.ndarray]:
     """A partition file's row count, column means and sums of squared deviations from them."""
     block = load_partition_value(path).astype(float)
     if block.shape[0] == 0:
-        return 0, 0.0, 0.0
+        return 0, np.zeros(block.shape[1:]), np.zeros(block.shape[1:])
     mean = block.mean(axis=0)
     return block.shape[0], mean, ((block - mean) ** 2).sum(axis=0)
 

@@ -201,7 +201,7 @@ def _block(lines: list[str], name: str) -> tuple[int, int] | None:
 def _declarations(lines: list[str], block: tuple[int, int] | None) -> dict[str, str]:
     """Top-level declarations of a canonical block (comments blanked): name -> its type text.
     ``vector[N] y, x;`` declares both names."""
-    out = {}
+    out: dict[str, str] = {}
     if block is None:
         return out
     for line in lines[block[0] + 1:block[1]]:
@@ -391,8 +391,8 @@ def _statements_on_non_data(code: list[str], model: tuple[int, int], info: dict,
                             filename: str) -> list[tuple[str, str, str]]:
     """(outcome, where, why) for each distribution statement of the model block whose outcome is a
     transformed parameter or a local variable of the model block: not data, so not a likelihood."""
-    kinds = {**{n: "a transformed parameter" for n in info["transformed parameters"]},
-             **{n: "a generated quantity" for n in info["generated quantities"]}}
+    kinds = {**dict.fromkeys(info["transformed parameters"], "a transformed parameter"),
+             **dict.fromkeys(info["generated quantities"], "a generated quantity")}
     out = []
     for k in range(model[0] + 1, model[1]):
         for statement in _statements_on(code[k], k):
@@ -546,6 +546,7 @@ def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelih
                                  "generated quantities (where robustify computes log_lik) cannot do")
     functions, data, parameters = _block(code, "functions"), _block(code, "data"), _block(code, "parameters")
     transformed_data, gq = _block(code, "transformed data"), _block(code, "generated quantities")
+    assert data is not None, "a likelihood's outcome is declared in the data block"
     per_row = [lik for lik in likelihoods if not lik.vectorised]
     added_transformed_data = (_gamma_original_guard(per_row) if per_row else []) + _integral_tables(likelihoods)
     first_block = next(k for k, line in enumerate(code) if re.match(r"[a-z]", line))
@@ -561,7 +562,7 @@ def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelih
         if parameters and k == parameters[1]:
             out += _weight_parameters(likelihoods)
         if k in rewritten:
-            indent = re.match(r"\s*", line)[0]
+            indent = line[:len(line) - len(line.lstrip())]
             out.append((indent + rewritten[k].replace("\n", "\n" + indent) + " " + _comment_part(line, code[k])).rstrip())
         else:
             out.append(line)
@@ -635,7 +636,7 @@ def _pointwise_block(lines: list[str], code: list[str], model: tuple[int, int], 
                 f"  vector[{size}] rs_robust_loss_{lik.outcome};  // l_i(theta) under the chosen divergence"]
     out.append("  if (rs_pointwise) {")
     for k in range(model[0] + 1, model[1]):
-        indent = "  " + re.match(r"\s*", lines[k])[0]
+        indent = "  " + lines[k][:len(lines[k]) - len(lines[k].lstrip())]
         if k in pointwise:
             out += [indent + text for text in pointwise[k]]
         elif _statements_on(code[k]) or code[k].strip().startswith("target +="):

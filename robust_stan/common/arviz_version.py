@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 
-@lru_cache(maxsize=None)
+@cache
 def arviz_major() -> int:
     """Major version of the installed ArviZ (0 or 1).
 

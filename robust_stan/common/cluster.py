@@ -290,6 +290,7 @@ def require_cluster(cluster) -> Cluster | None:
 def run_tasks(function: Callable, tasks: Sequence, cluster: Cluster | None = None, description: str = "tasks",
               programs: Iterable = ()) -> list:
     """``function`` over ``tasks``: here, in order, without a cluster; on ``cluster`` otherwise."""
-    if require_cluster(cluster) is None:
+    cluster = require_cluster(cluster)
+    if cluster is None:
         return [function(task) for task in tasks]
     return cluster.map(function, tasks, description, programs)

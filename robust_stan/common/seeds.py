@@ -1,7 +1,7 @@
 """Seeds: a run given ``seed=None`` draws one from the operating system's entropy, once, where
 it is needed, and records None (the run cannot be repeated); a run given a seed records it."""
 
-import numpy as np
+import secrets
 
 from .errors import require_seed
 
@@ -11,7 +11,7 @@ SEED_LIMIT = 2**31 - 1
 
 def fresh_seed() -> int:
     """A seed drawn from the operating system's entropy, in [0, SEED_LIMIT)."""
-    return int(np.random.SeedSequence().entropy % SEED_LIMIT)
+    return secrets.randbelow(SEED_LIMIT)
 
 
 def seed_to_use(seed) -> int:

@@ -151,4 +151,5 @@ class ProgramOnEngine:
         return theta
 
 
-__all__ = ["ProgramOnEngine", "COMPILE_COUNTS", "CompiledProgram", "NutsSettings", "RawDraws", "compile_program", "resolve_engine"]
+__all__ = ["ProgramOnEngine", "COMPILE_COUNTS", "CompiledProgram", "NutsSettings", "RawDraws", "compile_program",
+           "resolve_engine"]

@@ -109,13 +109,13 @@ def _jsonable(data: dict) -> dict:
     return {k: (np.asarray(v).tolist()) for k, v in data.items()}
 
 
-def _group_columns(names: list[str], flat: np.ndarray) -> dict[str, np.ndarray]:
+def _group_columns(names: list[str], flat: np.ndarray) -> dict[str, float | np.ndarray]:
     """BridgeStan names columns 'b.1.2' in column-major order; rebuild arrays."""
     groups: dict[str, list[tuple[tuple[int, ...], float]]] = {}
     for name, value in zip(names, flat):
         base, *idx = name.split(".")
         groups.setdefault(base, []).append((tuple(int(i) for i in idx), float(value)))
-    out = {}
+    out: dict[str, float | np.ndarray] = {}
     for base, items in groups.items():
         if not items[0][0]:
             out[base] = items[0][1]

@@ -188,7 +188,7 @@ class CmdStanProgram(CompiledProgram):
                 self._run_method(data, folder, ["generate_quantities", f"fitted_params={folder / 'draws.csv'}",
                                                 f"num_chains={chains}", "random", f"seed={int(seed) % 2**32}"],
                                  folder / "gq.csv")  # written as gq_1.csv, gq_2.csv, ...
-            for c in np.flatnonzero(finite.any(axis=1)):
+            for c in np.flatnonzero(finite.any(axis=1)).tolist():
                 header, values = _read_stan_csv(folder / f"gq_{c + 1}.csv")
                 if values.shape[1] == len(header.split(",")) + k:
                     values = values[:, k:]  # CmdStan 2.35's num_chains rows lead with the parameters, unnamed

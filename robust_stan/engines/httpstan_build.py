@@ -164,12 +164,13 @@ def _compiler_command() -> list[str]:
     """The compiler and flags setuptools compiles an extension's C++ sources with (Python's CFLAGS;
     CXX, CC and CPPFLAGS from the environment; setuptools before 72 compiles C++ with CC)."""
     import setuptools  # noqa: F401  (``distutils`` is then setuptools' own, on every Python)
+    # isort: split
     from distutils.ccompiler import new_compiler
     from distutils.sysconfig import customize_compiler
 
     compiler = new_compiler()
     customize_compiler(compiler)
-    return list(getattr(compiler, "compiler_so_cxx", None) or compiler.compiler_so)
+    return list(getattr(compiler, "compiler_so_cxx", None) or compiler.compiler_so)  # type: ignore[attr-defined]
 
 
 def _is_gcc(command: list[str]) -> bool:

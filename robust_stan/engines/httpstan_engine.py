@@ -128,7 +128,7 @@ class HttpstanProgram(CompiledProgram):
         self.model_name = model_name
         self.module = _load_module_of_our_own(model_name)
         self.library_path = self.module.__file__
-        self._shapes: dict[tuple, dict[str, tuple[int, ...]]] = {}
+        self._shapes: dict[str, dict[str, tuple[int, ...]]] = {}
 
     def native_model(self, data: dict) -> NativeModel:
         """The model built once with ``data``, for many log density and gradient calls."""

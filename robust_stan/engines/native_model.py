@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,7 @@ INTERFACE_HEADER = Path(__file__).with_name("oracle_interface.hpp")
 SECOND_ORDER_MARK = "// robust-stan: built with second-order autodiff (STAN_MODEL_FVAR_VAR)"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _library(path: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(path)
     try:
@@ -71,7 +71,7 @@ def split_data(data: dict) -> tuple:
     real values, real shapes, int names, int values, int shapes). Values are flattened in
     column-major order; floating-point arrays are reals and integer arrays ints (the same
     split as httpstan's ``_split_data``, without a Python object per number)."""
-    split = {"real": ([], [], []), "int": ([], [], [])}
+    split: dict[str, tuple[list, list, list]] = {"real": ([], [], []), "int": ([], [], [])}
     for name, value in data.items():
         array = np.asarray(value)
         if np.issubdtype(array.dtype, np.floating):
@@ -137,7 +137,7 @@ class NativeModel:
         error = ctypes.c_char_p()
         status = self._lib.robust_stan_log_density_gradient(
             self._handle, int(bool(jacobian)), theta.ctypes.data, ctypes.byref(value),
-            grad.ctypes.data if gradient else None, ctypes.byref(error))
+            grad.ctypes.data if grad is not None else None, ctypes.byref(error))
         if status:
             message = _take_message(self._lib, error)
             raise (ValueError if status == 1 else RuntimeError)(message)

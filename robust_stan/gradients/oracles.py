@@ -148,8 +148,8 @@ class HttpstanOracle(GradientOracle):
         if self._model.dimension != int(dimension):
             raise RuntimeError(f"the program has {self._model.dimension} unconstrained parameters with these data, "
                                f"expected {dimension}")
-        self._shapes = None
-        self._seeds = None
+        self._shapes: dict[str, tuple[int, ...]] | None = None
+        self._seeds: np.random.Generator | None = None
 
     @property
     def dimension(self) -> int:

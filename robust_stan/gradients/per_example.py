@@ -76,6 +76,7 @@ class PerExampleGradients:
         self._copied = list(range(len(layout)))  # the parameters the per-example program copies per row
         if self.strategy == "linear_predictor":
             lp = program.spec.linear_predictor
+            assert lp is not None, "the linear_predictor strategy is chosen for linear-predictor models only"
             names = [p.name for p, _, _ in layout]
             self._intercept_parameter = names.index(lp.intercept)  # a real: one column
             at = names.index(lp.coefficients)
@@ -87,7 +88,8 @@ class PerExampleGradients:
         self._copy_size = sum(self._per_copy_sizes[i] for i in self._copied)
         self._oracle_kind = oracle
         self._oracles: dict[bytes, GradientOracle] = {}
-        self._design_times_factor = None  # (rows and shape, factor, [1, X] @ factor): see gradients_many_in
+        # (rows and shape, factor, [1, X] @ factor): see gradients_many_in
+        self._design_times_factor: tuple[tuple[bytes, tuple], np.ndarray, np.ndarray] | None = None
 
     def _oracle(self, rows: np.ndarray) -> GradientOracle:
         key = rows.astype(np.int64).tobytes()

@@ -170,7 +170,9 @@ class RobustProgram(ProgramOnEngine):
         missing = sorted(set(self.spec.parameter_names) - set(init))
         if missing:
             raise RobustStanInputError(f"init: give a value for every parameter; missing {missing}")
-        values = self.chain_inits(init, 1, scaling)[0]
+        inits = self.chain_inits(init, 1, scaling)
+        assert inits is not None  # init is a dict here
+        values = inits[0]
         return self.oracle_for(stan_data).unconstrain(values)
 
     def inits_at(self, thetas, stan_data: dict, scaling: Scaling) -> list[dict]:

@@ -79,7 +79,7 @@ class WeightDerivativeGradients:
         self.dimension = int(dimension)
         program = compile_program(f"{SECOND_ORDER_MARK}\n{stan_code}", engine="httpstan", show_progress=show_progress)
         data = dict(stan_data, rs_weights_are_parameters=1, rs_learning_rate=1.0)
-        self._native = program.native_model(data)
+        self._native = program.native_model(data)  # type: ignore[attr-defined]  # httpstan's program
         if self._native.dimension != self.dimension + self.n:
             raise RuntimeError(f"the program has {self._native.dimension} parameters with its weights as parameters; "
                                f"expected {self.dimension} + {self.n} (is {outcome!r} its only likelihood outcome?)")

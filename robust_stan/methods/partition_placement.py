@@ -20,8 +20,14 @@ import numpy as np
 
 from ..building.data import PreparedData, prepare_data
 from ..building.divergences import Divergence
-from ..building.partitions import (Partitions, first_row, global_prior_scales, load_partition_value, split_partitions,
-                                   unified_dask_values)
+from ..building.partitions import (
+    Partitions,
+    first_row,
+    global_prior_scales,
+    load_partition_value,
+    split_partitions,
+    unified_dask_values,
+)
 from ..common.cluster import Cluster, require_cluster
 from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..gradients.program import RobustProgram

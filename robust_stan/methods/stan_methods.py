@@ -114,7 +114,8 @@ def run_stan_method(program: RobustProgram, method: str, stan_data: dict, family
     if "inits" in options:
         raise RobustStanInputError("inits: give the starting values as init= (parameter values by name)")
     compiled = program.compile(show_progress=show_progress)
-    result = _call_cmdstanpy(compiled.model, method, stan_data, family, int(draws), seed_to_use(seed), init, options)
+    model = compiled.model  # type: ignore[attr-defined]  # the CmdStan engine's program (checked above)
+    result = _call_cmdstanpy(model, method, stan_data, family, int(draws), seed_to_use(seed), init, options)
     variables = {}
     for name in result.metadata.stan_vars:
         values = np.asarray(result.stan_variable(name, mean=False) if method == "advi" else result.stan_variable(name))

@@ -11,6 +11,7 @@ and dims are the same on both lines.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,8 @@ def draws_dataset(variables: Mapping[str, np.ndarray], dims: Mapping[str, list[s
     import xarray as xr
 
     dims = dims or {}
-    data_vars, coords = {}, {}
+    data_vars: dict[str, tuple] = {}
+    coords: dict[str, np.ndarray] = {}
     for name, values in variables.items():
         values = np.asarray(values)
         extra = values.ndim - len(sample_dims)
@@ -48,13 +50,14 @@ def draws_dataset(variables: Mapping[str, np.ndarray], dims: Mapping[str, list[s
     return xr.Dataset(data_vars, coords=coords, attrs=dict(attrs or {}))
 
 
-def native_inference_data(groups: Mapping[str, object]):
+def native_inference_data(groups: Mapping[str, Any]):
     """``groups`` (name -> xarray Dataset) as the installed ArviZ's own object:
     ``arviz.InferenceData`` on ArviZ 0.x, ``xarray.DataTree`` on ArviZ 1.x."""
     if arviz_major() >= 1:
         import xarray as xr
 
-        return xr.DataTree.from_dict(dict(groups))
+        # xarray before 2024.10 (the oldest supported) has no DataTree; ArviZ 1.x installs a newer one
+        return xr.DataTree.from_dict(dict(groups))  # type: ignore[attr-defined, unused-ignore]
     import warnings
 
     import arviz

@@ -15,8 +15,9 @@ def tarp_coverage(posterior_draws, truths, references, alphas=None) -> tuple[np.
 
     For data set k, f_k is the posterior mass closer to the reference than the truth is; the
     coverage of level 1 - alpha is the share of data sets with f_k < 1 - alpha (eqs. A62-A63 of
-    Alrawajfeh, Jälkö and Honkela (2025, arXiv:2410.19371)). Distances are Euclidean, on the scale given (the paper's: the unconstrained scale). A
-    calibrated posterior has coverage = 1 - alpha for every alpha.
+    Alrawajfeh, Jälkö and Honkela (2025, arXiv:2410.19371)). Distances are Euclidean, on the scale
+    given (the paper's: the unconstrained scale). A calibrated posterior has coverage = 1 - alpha
+    for every alpha.
 
     Parameters
     ----------

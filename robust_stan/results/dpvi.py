@@ -54,8 +54,9 @@ class PrivatePosterior:
     release : DPVIRelease
         What :func:`robust_stan.dpvi` released.
     kind : {"noise_aware", "last_iterate", "averaged"}
-        The mixture over draws of phi* of q(theta; phi*) (eq. 23 of Alrawajfeh, Jälkö and Honkela (2025, arXiv:2410.19371)), q(theta; phi_T) (the
-        naive baseline) or q of the mean of the post-burn-in iterates (DPVIm).
+        The mixture over draws of phi* of q(theta; phi*) (eq. 23 of Alrawajfeh, Jälkö and Honkela
+        (2025, arXiv:2410.19371)), q(theta; phi_T) (the naive baseline) or q of the mean of the
+        post-burn-in iterates (DPVIm).
     unconstrained : numpy.ndarray
         The draws on the program's unconstrained scale, (chains, draws, n).
     trace_draws : dict of numpy.ndarray or None, default None

@@ -7,16 +7,28 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ..building.data import (Pointwise, PreparedData, log_density_on_outcome_scale, outcome_values, to_original_scale,
-                             with_switches)
+from ..building.data import (
+    Pointwise,
+    PreparedData,
+    log_density_on_outcome_scale,
+    outcome_values,
+    to_original_scale,
+    with_switches,
+)
 from ..building.divergences import Divergence, DivergenceCode
 from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..common.seeds import fresh_seed
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data, scalar_diagnostics
-from .loo import (MODEL_LOG_LIKELIHOOD, MODEL_LOG_LIKELIHOOD_NOTE, generalized_log_ratios, generalized_loo,
-                  ordinary_loo_applies, require_loo_draws)
+from .loo import (
+    MODEL_LOG_LIKELIHOOD,
+    MODEL_LOG_LIKELIHOOD_NOTE,
+    generalized_log_ratios,
+    generalized_loo,
+    ordinary_loo_applies,
+    require_loo_draws,
+)
 
 #: Convergence limits of :meth:`Fit.warn_if_not_converged` (Vehtari, Gelman, Simpson, Carpenter
 #: and Buerkner 2021): R-hat at most 1.01, bulk and tail ESS at least 100.

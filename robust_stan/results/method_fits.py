@@ -137,7 +137,7 @@ class StanMethodFit(Fit):
     """
 
     @property
-    def method(self) -> str:
+    def method(self) -> str:  # type: ignore[override]  # read from the settings, unlike Fit's class attribute
         return self.settings.method
 
     def diagnostics(self) -> dict:

@@ -14,10 +14,22 @@ from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data
-from .fit import (nuts_diagnostics, outlier_scores, quantities_seed, sample_stats_dataset, summary_table,
-                  warn_if_poor_convergence)
-from .loo import (MODEL_LOG_LIKELIHOOD, MODEL_LOG_LIKELIHOOD_NOTE, generalized_log_ratios, generalized_loo,
-                  ordinary_loo_applies, require_loo_draws)
+from .fit import (
+    nuts_diagnostics,
+    outlier_scores,
+    quantities_seed,
+    sample_stats_dataset,
+    summary_table,
+    warn_if_poor_convergence,
+)
+from .loo import (
+    MODEL_LOG_LIKELIHOOD,
+    MODEL_LOG_LIKELIHOOD_NOTE,
+    generalized_log_ratios,
+    generalized_loo,
+    ordinary_loo_applies,
+    require_loo_draws,
+)
 
 # robustify's per-observation quantities and its weight parameters (size 0 outside per-example work)
 _POINTWISE_PREFIXES = ("rs_log_lik_", "rs_robust_loss_", WEIGHT_PARAMETERS)

@@ -17,7 +17,6 @@ from scipy import optimize
 sys.path.insert(0, "examples")
 warnings.simplefilter("ignore")
 import dpvi_tarp  # noqa: E402
-
 from robust_stan.methods.dpvi.mechanism import q_sd  # noqa: E402
 
 

@@ -3,14 +3,19 @@ Table 1's models with the authors' settings (data sets 0-2 of dpvi_tarp.py's see
 
     python examples/results/dpvi_exponential_families_authors_marginals/clipped_share.py dirichlet_categorical beta_bernoulli
 """
-import sys, types, warnings
-import numpy as np
+import sys
+import types
+import warnings
 from pathlib import Path
+
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import dpvi_tarp as dt
 import robust_stan as rs
 from robust_stan.methods.dpvi.mechanism import PerExampleObjective
 from robust_stan.methods.dpvi.noise_aware import burn_in_steps
+
 warnings.simplefilter("ignore")
 args = types.SimpleNamespace(settings="authors", rows=5000)
 for name in sys.argv[1:]:
@@ -28,6 +33,7 @@ for name in sys.argv[1:]:
             eps = np.random.default_rng(s).standard_normal((10, n))
             g = obj.gradients(phi, eps, np.arange(5000)) * beta
             norm = np.linalg.norm(g, axis=1)
-            shares.append(np.mean(norm > settings["clip"])); norms.append(np.quantile(norm, [0.5, 0.99]))
+            shares.append(np.mean(norm > settings["clip"]))
+            norms.append(np.quantile(norm, [0.5, 0.99]))
         print(f"{name} k={k}: C={settings['clip']:.3g}  clipped share {np.mean(shares):.4f}  "
               f"norm median / q99 {np.mean(norms, axis=0).round(3)}", flush=True)

@@ -29,11 +29,10 @@ import pandas as pd
 from scipy import optimize
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-import dpvi_tarp  # noqa: E402
-
-import robust_stan as rs  # noqa: E402
-from robust_stan.methods.dpvi.mechanism import PerExampleObjective  # noqa: E402
-from robust_stan.methods.dpvi.noise_aware import burn_in_steps  # noqa: E402
+import dpvi_tarp
+import robust_stan as rs
+from robust_stan.methods.dpvi.mechanism import PerExampleObjective
+from robust_stan.methods.dpvi.noise_aware import burn_in_steps
 
 EPSILON = 0.1
 args = types.SimpleNamespace(settings="authors", rows=5000)

@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-import dpvi_tarp  # noqa: E402
-
-import robust_stan as rs  # noqa: E402
+import dpvi_tarp
+import robust_stan as rs
 
 warnings.simplefilter("ignore")
 epsilon, datasets = float(sys.argv[1]), [int(a) for a in sys.argv[2:]]

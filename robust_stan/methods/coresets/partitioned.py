@@ -30,13 +30,18 @@ import numpy as np
 
 from ...building.data import with_switches
 from ...building.divergences import Divergence
+from ...building.partitions import load_partition_value
 from ...common.cluster import Cluster
 from ...gradients.program import RobustProgram
+from ..partition_placement import (
+    PlacedPartitions,
+    kept_on_worker,
+    partition_stan_data,
+    prepare_partitioned,
+    prepare_rows,
+)
 from .construction import UnitGains
 from .targets import CoresetTarget
-from ...building.partitions import load_partition_value
-from ..partition_placement import (PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned,
-                                   prepare_rows)
 
 
 def partition_batch_gains(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
@@ -140,7 +145,8 @@ class PartitionedCoresetTarget(CoresetTarget):
         positions = np.searchsorted(self.local_rows, units)
         return positions if weights is None else (positions, np.asarray(weights, dtype=float))
 
-    def unit_gains(self, support, batch, columns: np.ndarray) -> PartitionedUnitGains:
+    # the same interface as UnitGains, with the gains left on the workers
+    def unit_gains(self, support, batch, columns: np.ndarray) -> PartitionedUnitGains:  # type: ignore[override]
         columns = np.asarray(columns, dtype=float)
         coreset_gains = self.gains(support, columns)
         index, inside = self.placed.locate(np.asarray(batch, dtype=int))

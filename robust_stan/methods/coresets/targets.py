@@ -40,9 +40,9 @@ from ...engines import NutsSettings, RawDraws
 from ...engines.base import parameter_columns
 from ...gradients.oracles import constrained_draws
 from ...gradients.program import RobustProgram
-from .construction import UnitGains
 from ..laplace import LaplaceApproximation, laplace_approximation
 from ..nuts import run_nuts
+from .construction import UnitGains
 
 INNER = ("beta", "classical")
 SAMPLERS = ("laplace", "nuts", "exact")
@@ -304,6 +304,7 @@ class CoresetTarget(CoresetTargetBase):
         if self.sampler != "exact":
             return super().draw(units, weights, count, rng)
         rows, row_weights = self.rows_of(np.asarray(units, dtype=int), weights)
+        assert self.exact is not None  # sampler "exact"
         mean, cov = self.exact.posterior(rows, row_weights)
         return rng.multivariate_normal(mean, cov, size=count, method="cholesky")
 

@@ -59,6 +59,7 @@ from tqdm.auto import tqdm
 from ...building.data import Scaling, with_switches
 from ...common.errors import RobustStanInputError
 from ...gradients.per_example import PerExampleGradients
+from ...gradients.program import RobustProgram
 from .accounting import PrivacyAccounting
 from .randomness import PRIVATE_NORMAL_DRAWS, private_generator, private_normal
 
@@ -117,7 +118,7 @@ class DPVIRelease:
     lambda_c: float | np.ndarray
     precondition: np.ndarray
     draws_per_step: int
-    model: object = field(repr=False)
+    model: RobustProgram = field(repr=False)
     public_data: dict = field(repr=False)
     q_scale: str = "variance"  # what softplus(u) is in every phi (Q_SCALES)
 
@@ -159,7 +160,7 @@ class PerExampleObjective:
         self.dimension = per_example.dimension
 
     @classmethod
-    def of_program(cls, program, stan_data: dict, n_rows: int, q_scale: str = "variance") -> "PerExampleObjective":
+    def of_program(cls, program, stan_data: dict, n_rows: int, q_scale: str = "variance") -> PerExampleObjective:
         """The objective of a program with its prepared ``stan_data`` (its per-example gradients and its
         prior mode), for ``n_rows`` rows in all."""
         prior = program.oracle_for(with_switches(stan_data, mode="prior"))

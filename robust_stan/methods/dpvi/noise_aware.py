@@ -46,8 +46,8 @@ import numpy as np
 from ...common.errors import RobustStanInputError
 from ...common.resources import stan_include_path
 from ...engines import NutsSettings, compile_program
-from .mechanism import DPVIRelease, reparameterised, softplus
 from ..laplace import LaplaceApproximation, laplace_approximation
+from .mechanism import DPVIRelease, reparameterised, softplus
 
 METHODS = ("nuts", "laplace")
 PHI_STAR_PRIORS = ("unit", "trace_sd")  # phi*'s prior sd: eq. A61's 1, or the post-burn-in iterates' sd

@@ -23,9 +23,9 @@ import numpy as np
 from ...building.divergences import Divergence
 from ...common.cluster import Cluster
 from ...gradients.program import RobustProgram
+from ..partition_placement import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned
 from .mechanism import DPVISettings, PerExampleObjective, poisson_batch
 from .randomness import SubsampleKey
-from ..partition_placement import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned
 
 
 def partition_clipped_sum(part: dict, run: str, index: int, program: RobustProgram, shared: dict,

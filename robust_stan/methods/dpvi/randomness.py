@@ -140,7 +140,8 @@ class SubsampleKey:
 
     def __init__(self, seed: int | None):
         self.secure = seed is None
-        self.key = fresh_key() if self.secure else np.random.SeedSequence([seed, 1]).generate_state(4)
+        self.key: int | np.ndarray = (fresh_key() if seed is None
+                                      else np.random.SeedSequence([seed, 1]).generate_state(4))
 
     def generator(self, step: int, partition: int) -> np.random.Generator:
         """The generator of ``partition``'s rows of step ``step``'s subsample.
@@ -152,6 +153,6 @@ class SubsampleKey:
         partition : int
             The partition's index.
         """
-        if self.secure:
+        if isinstance(self.key, int):  # self.secure: a ChaCha20 key
             return chacha_generator(self.key, ((step << 32) + partition) * self.STREAM_WORDS)
         return np.random.default_rng([*self.key, step, partition])

@@ -276,11 +276,11 @@ def geometric_median(G, epsilon: float = 0.0, tol: float = 1e-10, max_iter: int 
         eta = int(at_point.sum())
         if eta:
             r = np.linalg.norm((w[:, None] * (G - y)).sum(axis=0))
-            step = min(1.0, eta / r) if r > 0 else 1.0
+            step = min(1.0, float(eta / r)) if r > 0 else 1.0
             new = (1 - step) * t + step * y
         else:
             new = t
-        if np.linalg.norm(new - y) <= tol * max(np.linalg.norm(y), 1.0):
+        if np.linalg.norm(new - y) <= tol * max(float(np.linalg.norm(y)), 1.0):
             y = new
             break
         y = new

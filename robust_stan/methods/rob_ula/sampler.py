@@ -20,6 +20,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import optimize
@@ -69,7 +70,7 @@ class Preconditioner:
     def inverse_metric(self) -> np.ndarray:
         return self.factor @ self.factor.T
 
-    def then(self, slope: np.ndarray) -> "Preconditioner":
+    def then(self, slope: np.ndarray) -> Preconditioner:
         """Rescaled so that ``slope`` (the drift's Jacobian in this preconditioner's coordinates)
         becomes the identity, each direction's scale changed by a factor 1/2 to 2 at most.
 
@@ -221,7 +222,7 @@ def trimmed_mode(weighted_oracle, per_example, start: np.ndarray, epsilon: float
     return point, converged
 
 
-def rows_weighted(weighted: Callable[[np.ndarray], GradientOracle], n: int, total: float) -> Callable:
+def rows_weighted(weighted: Callable[[np.ndarray], GradientOracle] | None, n: int, total: float) -> Callable:
     """rows -> ``weighted(w)`` with w = total / len(rows) on those of the n rows and 0 elsewhere: the
     posterior as if those rows were all ``total`` of the data (the optimiser's view in
     :func:`trimmed_mode`)."""
@@ -229,6 +230,7 @@ def rows_weighted(weighted: Callable[[np.ndarray], GradientOracle], n: int, tota
     def oracle(rows: np.ndarray):
         weights = np.zeros(n)
         weights[rows] = total / rows.size
+        assert weighted is not None, "a target without weighted(w) finds its modes by its own robust_mode"
         return weighted(weights)
 
     return oracle
@@ -286,7 +288,7 @@ class LangevinTarget:
         ``thetas (S, d) -> log pi`` at each, Jacobian included (when ``posterior`` is None).
     """
 
-    per_example: object
+    per_example: Any
     prior: GradientOracle
     posterior: GradientOracle | None
     weighted: Callable[[np.ndarray], GradientOracle] | None
@@ -325,6 +327,7 @@ class LangevinTarget:
             if self.log_densities is not None:
                 values[finite] = self.log_densities(flat[finite])
             else:
+                assert self.posterior is not None  # given where log_densities is not
                 values[finite] = [self.posterior.log_density(theta, jacobian=True) for theta in flat[finite]]
         return values.reshape(thetas.shape[:-1])
 

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...building.divergences import KL, BetaD, Divergence, DivergenceCode, GammaD
-from .calibration import MinimumLoss
 from ..importance import K_HAT_LIMIT, psis
 from ..mode_census import GridModes
+from .calibration import MinimumLoss
 
 #: A confirming fit whose criterion is worse than its reweighted value by this many combined standard
 #: errors, or whose chains disagree on it (R-hat above MODES_RHAT), marks a breakdown.
@@ -269,7 +269,9 @@ def walk_grid(grid: list[Divergence], pilot: int, fit_at: Callable[[Divergence, 
         for k in revived:
             left_out.discard(k)
             khat = points[k].pareto_k
-            fit_here(k, fits[nearest_fit(k)])
+            nearest = nearest_fit(k)
+            assert nearest is not None  # fits holds the fits of the grid values evaluated so far
+            fit_here(k, fits[nearest])
             points[k].pareto_k = khat
 
 

@@ -35,7 +35,7 @@ from ...building.data import slice_rows, with_switches
 from ...building.divergences import refuse_original_gamma
 from ...common.errors import RobustStanInputError, require_count, require_positive, require_seed
 from ...engines import RawDraws
-from ...gradients.oracles import constrained_draws, make_oracle
+from ...gradients.oracles import GradientOracle, constrained_draws, make_oracle
 from ...gradients.program import RobustProgram
 
 FAMILIES = ("meanfield", "fullrank")
@@ -154,7 +154,8 @@ class VariationalTarget:
             raise RobustStanInputError(f"batch_size: at most the {self.n} rows, got {batch_size}")
         # With minibatches the ELBO is tracked on a fixed random subset of rows (weights
         # N / m: an unbiased estimate that moves only with q); the final one uses all rows.
-        self.tracking_rows, self._tracking_oracle = None, None
+        self.tracking_rows: np.ndarray | None = None
+        self._tracking_oracle: GradientOracle | None = None
         if batch_size is not None:
             m = min(self.n, max(1000, 10 * batch_size))
             if m < self.n:
