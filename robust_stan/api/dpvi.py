@@ -117,7 +117,10 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
         Its ``release`` is everything the mechanism released; posteriors come from it alone
         (:func:`robust_stan.noise_aware`, :func:`robust_stan.dpvi_baseline`).
     """
-    require_builtin_model(model, "rs.dpvi")
+    require_builtin_model(model, "rs.dpvi", reason=(
+        "Their data enter the release only through the clipped per-row terms, which robust-stan checks (no "
+        "standardising, no prior scales from the data); your own program's transformed data, priors and sizes may "
+        "read the private rows, and robust-stan cannot check that, so it releases nothing from one."))
     epsilon, delta, sampling_rate, steps = check_privacy_arguments(epsilon, delta, sampling_rate, steps)
     clip = require_positive("clip", clip)
     draws_per_step = require_count("draws_per_step", draws_per_step)

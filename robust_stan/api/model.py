@@ -396,18 +396,15 @@ class Model(RobustProgram):
                                          elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
 
 
-def require_builtin_model(model, method: str) -> None:
-    """An error naming ``model`` unless it is a built-in :class:`Model`. Private VI needs one: for
-    the built-in programs robust-stan checks that the data enter only through the clipped
-    per-row terms, which it cannot check for a program you wrote."""
+def require_builtin_model(model, method: str, reason: str = "") -> None:
+    """An error naming ``model`` unless it is a built-in :class:`Model`; ``reason`` (a sentence)
+    says why ``method`` needs one, where it is more than "not yet"."""
     if isinstance(model, Model):
         return
     if hasattr(model, "likelihoods"):  # rs.from_stan / rs.robustify
+        why = reason or "It does not take a program from rs.from_stan or rs.robustify yet."
         raise RobustStanInputError(
-            f"model: {method} works on the built-in models (rs.glm, rs.location, rs.custom). Their data enter the "
-            "release only through the clipped per-row terms, which robust-stan checks (no standardising, no prior "
-            "scales from the data); your own program's transformed data, priors and sizes may read the private "
-            "rows, and robust-stan cannot check that, so it releases nothing from one. A program from rs.from_stan "
-            "or rs.robustify runs sample, variational, per_example_gradients, rs.rob_ula and rs.coreset; rebuild "
-            f"the model with rs.custom to use {method}.")
+            f"model: {method} works on the built-in models (rs.glm, rs.location, rs.custom). {why} A program from "
+            "rs.from_stan or rs.robustify runs sample, variational, per_example_gradients, rs.rob_ula and rs.coreset; "
+            f"rebuild the model with rs.custom to use {method}.")
     raise RobustStanInputError(f"model: expected a robust_stan Model, got {type(model).__name__}")

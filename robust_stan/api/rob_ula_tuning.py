@@ -24,7 +24,7 @@ from ..common.errors import RobustStanInputError, RobustStanWarning, require_see
 from ..methods.held_out import held_out_pointwise_log_likelihood
 from ..methods.rob_ula.sampler import default_estimator
 from ..results.method_fits import RobULAFit
-from .model import Model
+from .model import Model, require_builtin_model
 from .rob_ula import rob_ula
 
 DEFAULT_EPSILONS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2)  # 0: plain ULA (see tune_rob_ula)
@@ -140,9 +140,9 @@ def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAUL
     -------
     RobULATuning
     """
-    if not isinstance(model, Model):  # the held-out log density is computed on a built-in model's scaling
-        raise RobustStanInputError(f"model: rs.tune_rob_ula works on the built-in models (rs.glm, rs.location, "
-                                   f"rs.custom), got {type(model).__name__}; run rs.rob_ula with a chosen epsilon")
+    require_builtin_model(model, "rs.tune_rob_ula", reason=(
+        "Its held-out log density is computed on a built-in model's scaling; for your own program, run rs.rob_ula "
+        "with a chosen epsilon."))
     epsilons = [float(e) for e in np.atleast_1d(epsilons)]
     if not epsilons or any(not 0 <= e < 0.5 for e in epsilons):
         raise RobustStanInputError(f"epsilons: need values in [0, 0.5), got {epsilons}")

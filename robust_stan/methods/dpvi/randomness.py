@@ -139,7 +139,6 @@ class SubsampleKey:
     STREAM_WORDS = 2**64  # keystream words of one (step, partition) stream: never exhausted
 
     def __init__(self, seed: int | None):
-        self.secure = seed is None
         self.key: int | np.ndarray = (fresh_key() if seed is None
                                       else np.random.SeedSequence([seed, 1]).generate_state(4))
 
@@ -153,6 +152,6 @@ class SubsampleKey:
         partition : int
             The partition's index.
         """
-        if isinstance(self.key, int):  # self.secure: a ChaCha20 key
+        if isinstance(self.key, int):  # a ChaCha20 key (no seed); an array is the seeded SeedSequence state
             return chacha_generator(self.key, ((step << 32) + partition) * self.STREAM_WORDS)
         return np.random.default_rng([*self.key, step, partition])
