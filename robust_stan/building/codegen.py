@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import jinja2
 
 from .._version import __version__
 from ..common.resources import LIBRARY_FILE, NATIVE_FILE, library_code, native_code, templates_path
+from .library_subset import library_subset
 from .spec import ModelSpec, split_statements
 
 INCLUDE_LINE = f"#include {LIBRARY_FILE}"
@@ -96,15 +96,26 @@ def render_program(spec: ModelSpec) -> str:
 
 def expand_includes(program: str) -> str:
     """The program with the robust-stan library (and the native losses' declarations) pasted in
-    place of their `#include` lines.
+    place of their `#include` lines: of the library, only the functions the program uses
+    (:func:`~robust_stan.building.library_subset.library_subset`), which shortens the C++ compile.
 
-    Engines whose stanc is not given include paths (httpstan) compile this.
+    Engines whose stanc is not given include paths (httpstan, BridgeStan) compile this.
+
+    Parameters
+    ----------
+    program : str
+        A Stan program that may include ``robust_stan.stanfunctions`` and
+        ``robust_stan_native.stanfunctions``.
+
+    Returns
+    -------
+    str
+        The program with those includes pasted in.
     """
-    for line, text in ((INCLUDE_LINE, library_code), (NATIVE_INCLUDE_LINE, native_code)):
-        program = re.sub(rf"^\s*{re.escape(line)}\s*$", _called(text), program, flags=re.MULTILINE)
-    return program
+    include = re.compile(rf"^\s*{re.escape(INCLUDE_LINE)}\s*$", flags=re.MULTILINE)
+    if include.search(program):
+        subset = library_subset(library_code(), include.sub("", program))
+        program = include.sub(lambda _: subset, program)
+    native = re.compile(rf"^\s*{re.escape(NATIVE_INCLUDE_LINE)}\s*$", flags=re.MULTILINE)
+    return native.sub(lambda _: native_code(), program)
 
-
-def _called(text: Callable[[], str]) -> Callable[[re.Match[str]], str]:
-    """A replacement for ``re.sub``: ``text()`` as it is (no backslash escapes), read only on a match."""
-    return lambda _: text()
