@@ -89,15 +89,19 @@ def _program(name):
     return PROGRAMS / f"{name}.stan"
 
 
+def _compiled_case(name, make_model):
+    """The program's name, its data, its NUTS adapt_delta, and make_model (rs.robustify or
+    rs.from_stan) of it, compiled."""
+    make_data, adapt_delta = CASES[name]
+    model = make_model(_program(name), engine=ENGINE)
+    model.compile(show_progress=False)
+    return name, make_data(np.random.default_rng(7)), adapt_delta, model
+
+
 @pytest.fixture(scope="module", params=sorted(CASES))
 def case(request):
     """Each program robustified (the programs as written: :func:`as_written`)."""
-    name = request.param
-    make_data, adapt_delta = CASES[name]
-    data = make_data(np.random.default_rng(7))
-    robust = rs.robustify(_program(name), engine=ENGINE)
-    robust.compile(show_progress=False)
-    return name, data, adapt_delta, robust
+    return _compiled_case(request.param, rs.robustify)
 
 
 # the programs as written that rs.from_stan compiles here: one of each shape (log_lik and y_rep in
@@ -108,12 +112,7 @@ AS_WRITTEN = ["linear_regression", "multi_normal_location", "target_lupdf", "two
 
 @pytest.fixture(scope="module", params=AS_WRITTEN)
 def as_written(request):
-    name = request.param
-    make_data, adapt_delta = CASES[name]
-    data = make_data(np.random.default_rng(7))
-    original = rs.from_stan(_program(name), engine=ENGINE)
-    original.compile(show_progress=False)
-    return name, data, adapt_delta, original
+    return _compiled_case(request.param, rs.from_stan)
 
 
 def _assert_log_density_is_the_reference_plus_a_constant(name, data, log_density_gradient, dimension):
