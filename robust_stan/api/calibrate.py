@@ -127,7 +127,7 @@ def _unconstrained(model, stan_data: dict, variables: dict, names: list[str]) ->
     """The draws (chains, draws, d) on the unconstrained scale. Each draw is unconstrained by a new
     instance of the program, which runs its transformed data, so this is done under KL: the
     parameters' constraints do not depend on the divergence, and KL skips the integral tables
-    (poisson's takes about 8 ms at beta 0.3: 65 s for 8000 draws, against 2.5 s under KL)."""
+    that the transformed data of a beta or gamma poisson model would build for every draw."""
     return unconstrained_draws(model.oracle_for(with_switches(stan_data, pointwise=False, divergence=KL())),
                                variables, names)
 

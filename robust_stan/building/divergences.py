@@ -1,4 +1,15 @@
-"""Divergences: which loss replaces the log-likelihood (DESIGN.md section 2).
+"""Divergences: which loss replaces the log-likelihood.
+
+The generalized posterior is pi(theta) propto prior(theta) exp(-w sum_i v_i l_i(theta)), with
+learning rate w, row weights v_i and, with p_i = p(y_i | theta) and I_a = the integral of
+p(y | theta)^(1 + a) over the outcome space, the loss l_i of each divergence:
+
+- KL: l_i = -log p_i (the ordinary posterior);
+- beta: l_i = -p_i^beta / beta + I_beta / (1 + beta) (Ghosh and Basu 2016; Futami et al. write
+  (1 + beta) times it, so their posterior is this one with w = 1 + beta);
+- gamma (decomposable): l_i = -((1 + gamma) / gamma) p_i^gamma / I_gamma^(gamma / (1 + gamma));
+- gamma (original, Fujisawa and Eguchi), not a sum over rows: with V = sum_i v_i, the total
+  L = -(V / gamma) log(sum_i v_i p_i^gamma / V) + (V / (1 + gamma)) log(sum_i v_i I_i / V).
 
 Each divergence becomes two numbers of program data, a code and a parameter,
 so switching divergence never recompiles.

@@ -525,7 +525,7 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
                              f"  target += -rs_learning_rate * rs_native_{translation.family}_total_loss("
                              f"{outcome_expression}, {arguments}, {weights}, rs_divergence, rs_divergence_param{table});\n"
                              f"else\n  {with_data_weights}")
-    # the weights as parameters only serve robust-stan's per-example gradients (DESIGN.md section 3)
+    # the weights as parameters only serve robust-stan's per-example gradients (gradients/weight_derivatives.py)
     model_line = (f"if (rs_weights_are_parameters) target += {call.format(weight_parameters)};\n"
                   f"else {with_data_weights}  // robustified: {statement.statement}")
     pick = "[1]" if index else ""

@@ -32,8 +32,8 @@ from .errors import RobustStanInputError, RobustStanWarning
 # NUTS on httpstan runs each chain in a child process; Dask's default worker processes are
 # daemonic and may not have children, so the workers robust-stan starts are not. Dask's nanny
 # also starts workers with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc return memory to the
-# system at almost every free: NUTS on httpstan then runs 2.2 times as long (1.22 -> 2.75 s a
-# fit, benchmarks/cluster_scaling.py's problem), so robust-stan's workers start without it.
+# system at almost every free: NUTS on httpstan then runs far slower (benchmarks/cluster_scaling.py
+# measures it), so robust-stan's workers start without it.
 _WORKER_CONFIG = {"distributed.worker.daemon": False,
                   "distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1,
                                                           "OPENBLAS_NUM_THREADS": 1}}

@@ -15,8 +15,7 @@ the child compiles httpstan's own ``stan_services.cpp`` once, with the same
 settings httpstan gives the model, keeps the object in httpstan's cache and
 links models with it instead.
 
-Two settings make a build about twice as fast and the module a tenth of the size
-(the figures are in :func:`_add_our_parts`): debug information is left out
+Two settings make a build faster and the module smaller: debug information is left out
 (``-g0``; Python's own flags ask for ``-g``), and with GCC the Stan headers and
 the C interface are parsed once into a precompiled header, kept in httpstan's
 cache for the compiler settings it was made with (:func:`precompiled_header`).
@@ -259,9 +258,7 @@ def _add_our_parts(hs, headers: tuple[Path, ...], services_for_this_python: bool
     built without them, see the same table of virtual functions.
 
     The model is compiled with ``-g0`` and, where :func:`_stan_precompiled_header` gives one, that
-    header in place of the C interface's (``headers[0]``). On this 2-core machine (httpstan 4.13,
-    GCC) a small program's model compiled in 30 s with Python's ``-g``, 23 s with ``-g0`` and 13 s
-    with the precompiled header too; a robustified hierarchical one in 33 and 16 s.
+    header in place of the C interface's (``headers[0]``).
     """
     run_build_ext = hs.build_ext.run_build_ext
     hs.compile.compile = translate
@@ -277,7 +274,7 @@ def _add_our_parts(hs, headers: tuple[Path, ...], services_for_this_python: bool
             command = _compiler_command()
             if _is_gcc(command):
                 first = _stan_precompiled_header(hs, extension, command, flags) or first
-                # httpstan's stan_services.o carries debug information too: 29 MB a module with it, 5 without
+                # httpstan's stan_services.o carries debug information too, which would bloat every module
                 extension.extra_link_args = list(extension.extra_link_args or []) + ["-Wl,--strip-debug"]
             extension.extra_compile_args = list(extension.extra_compile_args or []) + flags + [
                 flag for header in (first,) + headers[1:] for flag in ("-include", str(header))]

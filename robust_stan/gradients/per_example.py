@@ -1,4 +1,4 @@
-"""Per-example gradients from one call of a program's per-example mode (DESIGN.md section 3).
+"""Per-example gradients from one call of a program's per-example mode.
 
 Two strategies, both exact:
 

@@ -120,7 +120,7 @@ def lrv(G, epsilon: float) -> EstimateResult:
 
 
 def lrv_once(G, epsilon: float) -> EstimateResult:
-    """``lrv`` truncating at the top level only (DESIGN.md section 3a). Without
+    """``lrv`` truncating at the top level only. Without
     truncation below the top, each level's V and W parts add up to the plain mean
     of its rows, so this is exactly the mean of the rows Algorithm 3 keeps."""
     G, epsilon = check_rows(G, epsilon)
@@ -196,8 +196,8 @@ def _bracketed_trimmed_means(G: np.ndarray, cut: int) -> np.ndarray:
     bracket each one (5 binomial sds either side, a heuristic: a bracket that misses is detected
     by counting), so only the few values inside a bracket are partitioned and every value between
     the brackets is summed in one pass. A column whose brackets miss or
-    overlap (heavy ties, an adversarial row order) is partitioned whole. 2.5 times quicker than
-    the two-point partition of every column at n = 100,000 and 500,000."""
+    overlap (heavy ties, an adversarial row order) is partitioned whole. Quicker than the
+    two-point partition of every column on large n (benchmarks/ measure it)."""
     n, d = G.shape
     columns = np.ascontiguousarray(G.T)
     rows = np.linspace(0, n - 1, min(_SAMPLE_ROWS, n)).astype(np.intp)

@@ -5,7 +5,8 @@ an observation is H_i = 2 d^2/dy^2 log f + (d/dy log f)^2, which needs no normal
 constant (Hyvarinen 2005; Jewson and Rossell 2022 for improper models). The criterion of a
 divergence is the posterior mean of sum_i H_i(theta) under that divergence's generalized
 posterior, minimised over a grid. With s = d/dy log p(y_i | theta) and s2 = d^2/dy^2 log p
-(the program's ``y_score``), -l's derivatives are, per divergence (DESIGN.md section 2's losses):
+(the program's ``y_score``), -l's derivatives are, per divergence (the losses of
+:mod:`robust_stan.building.divergences`):
 
 - KL:    s,                          s2
 - beta:  p^b s,                      p^b (b s^2 + s2)

@@ -3,8 +3,8 @@
 Futami, Sato and Sugiyama (2018) replace the KL data term of variational
 inference by the beta or gamma cross-entropy; the optimal q is then the
 Gaussian closest (in KL(q || pi)) to the generalized posterior
-pi(theta) propto prior(theta) exp(-w sum_i v_i l_i(theta)) of DESIGN.md
-section 2, which is the target here for every divergence. q lives on the
+pi(theta) propto prior(theta) exp(-w sum_i v_i l_i(theta)) (the losses l_i as in
+:mod:`robust_stan.building.divergences`), which is the target here for every divergence. q lives on the
 unconstrained scale, so the target includes the log-Jacobian of the
 constraining transforms.
 
