@@ -92,9 +92,10 @@ def test_standardised_fit_is_the_same_in_any_units(name, divergence):
     _agree(_means_and_mcse(fit_y), _means_and_mcse(fit_10y), scales=scales)
 
 
+# the normal only: student_t's known sigma is scaled by the same code, and its standardised fits in
+# any units are compared above (one program fewer for the suite)
 KNOWN_SCALE_FAMILIES = {
     "normal": (dict(sigma=1.5), lambda y, mu, sigma: stats.norm.logpdf(y, mu, sigma)),
-    "student_t": (dict(sigma=1.5, nu=4.0), lambda y, mu, sigma: stats.t.logpdf(y, 4.0, mu, sigma)),
 }
 
 
