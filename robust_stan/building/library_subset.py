@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
-_DENSITY_SUFFIXES = {"_lpdf": "_lpdf", "_lpmf": "_lpmf", "_lupdf": "_lpdf", "_lupmf": "_lpmf"}
+_UNNORMALISED_SUFFIXES = {"_lupdf": "_lpdf", "_lupmf": "_lpmf"}  # a call's suffix -> the definition's
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def _names_in(text: str) -> set[str]:
     names: set[str] = set()
     for identifier in _IDENTIFIER.findall(text):
         names.update((identifier, identifier + "_lpdf", identifier + "_lpmf"))
-        for suffix, defined in _DENSITY_SUFFIXES.items():
+        for suffix, defined in _UNNORMALISED_SUFFIXES.items():
             if identifier.endswith(suffix):
                 names.add(identifier[: -len(suffix)] + defined)
     return names
