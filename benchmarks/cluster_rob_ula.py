@@ -4,7 +4,7 @@
 Data: y = 0.5 + X b + N(0, 1) with X ~ N(0, I_20), b ~ N(0, 1), a tenth of the rows' y shifted
 by +8; generated on the workers (dask.array's random numbers), never in this process. The model
 is rs.glm("normal", standardize=False) under the KL loss (as in the paper); Rob-ULA runs the paper's update (unit
-metric, init="random", a fixed step 0.3 / n) with the default estimator (--estimator), 2 chains. The run on all
+metric, inits="random", a fixed step 0.3 / n) with the default estimator (--estimator), 2 chains. The run on all
 rows is timed over a few steps (each takes tens of seconds); the comparison with the in-memory
 run uses enough steps for both to converge.
 
@@ -101,7 +101,7 @@ def main(argv=None) -> None:
     X, y = dask_rows(args.rows, args.columns, args.partitions)
 
     def options(n):
-        return dict(epsilon=args.epsilon, divergence=divergence, init="random", metric="unit", step_size=0.3 / n,
+        return dict(contamination=args.epsilon, divergence=divergence, inits="random", metric="unit", step_size=0.3 / n,
                     log_density=False, chains=2, seed=5, show_progress=False, estimator=args.estimator or "auto")
 
     def compare(cluster):
@@ -109,10 +109,10 @@ def main(argv=None) -> None:
         subset = args.subset
         chunk = subset // args.partitions
         Xs, ys = X[:subset].rechunk((chunk, args.columns)), y[:subset].rechunk(chunk)
-        on_cluster = rs.rob_ula(model, {"X": Xs, "y": ys}, iters=args.iters, warmup=args.warmup, cluster=cluster,
-                                combine=args.combine, **options(subset))
-        in_memory = rs.rob_ula(model, {"X": Xs.compute(), "y": ys.compute()}, iters=args.iters, warmup=args.warmup,
-                               **options(subset))
+        on_cluster = rs.rob_ula(model, {"X": Xs, "y": ys}, iter_sampling=args.iters, iter_warmup=args.warmup,
+                                cluster=cluster, combine=args.combine, **options(subset))
+        in_memory = rs.rob_ula(model, {"X": Xs.compute(), "y": ys.compute()}, iter_sampling=args.iters,
+                               iter_warmup=args.warmup, **options(subset))
         a, b = on_cluster.summary(), in_memory.summary()
         print(f"\nthe first {subset:,} rows in {args.partitions} partitions on the cluster (combine={args.combine!r}) "
               f"against all at once here; largest R-hat {a['r_hat'].max():.3f} and {b['r_hat'].max():.3f}:")
@@ -143,7 +143,7 @@ def main(argv=None) -> None:
 
         def run(iters, warmup):
             start = time.perf_counter()
-            fit = rs.rob_ula(model, {"X": X, "y": y}, iters=iters, warmup=warmup, cluster=cluster,
+            fit = rs.rob_ula(model, {"X": X, "y": y}, iter_sampling=iters, iter_warmup=warmup, cluster=cluster,
                              combine=args.combine, **options(args.rows))
             return fit, time.perf_counter() - start
 

@@ -125,8 +125,8 @@ def iteration_cost(label: str, model, data: dict, divergence, strategy: str, arg
 
     def run_rob_ula(iters: int) -> float:
         start = time.perf_counter()
-        rs.rob_ula(model, data, epsilon=0.2, divergence=divergence, step_size=1e-5, iters=iters, warmup=0, chains=1,
-                   seed=1, show_progress=False, oracle=args.oracle)
+        rs.rob_ula(model, data, contamination=0.2, divergence=divergence, step_size=1e-5, iter_sampling=iters,
+                   iter_warmup=0, chains=1, seed=1, show_progress=False, oracle=args.oracle)
         return time.perf_counter() - start
 
     # The difference of two run lengths leaves out the set-up (data conversion, first calls).

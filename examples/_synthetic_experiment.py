@@ -33,7 +33,7 @@ SAMPLERS = (("Rob-ULA lrv", "lrv"), ("Rob-ULA lrv_once", "lrv_once"), ("Rob-ULA 
 
 WARMUPS = {
     "library": {},                                      # start at the (trimmed) mode, dense metric
-    "paper": {"init": "random", "metric": "unit"},      # the paper's: a random start, no preconditioner
+    "paper": {"inits": "random", "metric": "unit"},     # the paper's: a random start, no preconditioner
 }
 
 
@@ -57,7 +57,8 @@ def run_once(problem_name: str, prior: str, d: int, n_clean: int, eps: float, wa
         if estimators is not None and estimator not in estimators:
             continue
         start = time.perf_counter()
-        fit = rs.rob_ula(model, data, epsilon=eps, estimator=estimator, iters=iters, warmup=warmup, chains=1,
+        fit = rs.rob_ula(model, data, contamination=eps, estimator=estimator, iter_sampling=iters,
+                         iter_warmup=warmup, chains=1,
                          **WARMUPS[warmup_protocol],
                          seed=seed, show_progress=False, log_density=False)
         estimate = fit.draws("theta").reshape(-1, d).mean(axis=0)

@@ -99,8 +99,9 @@ def one_run(epsilon: float, repeat: int, args) -> list[dict]:
                   steps=args.steps, sampling_rate=0.1, seed=repeat, show_progress=False, **settings)
     release = fit.release
     posteriors = {
-        "noise-aware NUTS": rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=repeat),
-        "noise-aware Laplace": rs.noise_aware(release, burn_in, method="laplace", draws=4000, seed=repeat),
+        "noise-aware NUTS": rs.noise_aware(release, burn_in, method="nuts", iter_sampling=2000, iter_warmup=1000,
+                                           seed=repeat),
+        "noise-aware Laplace": rs.noise_aware(release, burn_in, method="laplace", iter_sampling=2000, seed=repeat),
         "last iterate": rs.dpvi_baseline(release, "last_iterate", draws=4000, seed=repeat),
         "DPVIm": rs.dpvi_baseline(release, "averaged", burn_in, draws=4000, seed=repeat),
     }

@@ -91,7 +91,7 @@ def one_data_set(epsilon: float, k: int, args) -> list[dict]:
     true_point = release.unconstrain(simulated.truth)
     exact = exact_posterior_draws(data, np.random.default_rng(1))
     n = exact.shape[1]
-    noise_aware = rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=k)
+    noise_aware = rs.noise_aware(release, burn_in, method="nuts", iter_sampling=2000, iter_warmup=1000, seed=k)
     theta = noise_aware.unconstrained.reshape(-1, n)
     phi_star = noise_aware.trace_draws["phi_star"].reshape(-1, 2 * n)
     # the post-burn-in iterates: w's wander (the sum of its means' variances) and sigma^2's iterate

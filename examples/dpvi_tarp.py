@@ -201,10 +201,11 @@ def one_data_set(name: str, epsilon: float, repeat: int, k: int, args) -> dict:
     draws, convergence = {}, {}
     for prior in getattr(args, "phi_star_priors", ["unit"]):
         suffix = PHI_STAR_PRIOR_LABELS[prior]
-        nuts = rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=k, phi_star_prior=prior)
+        nuts = rs.noise_aware(release, burn_in, method="nuts", iter_sampling=2000, iter_warmup=1000, seed=k,
+                              phi_star_prior=prior)
         draws["noise-aware NUTS" + suffix] = nuts
-        draws["noise-aware Laplace" + suffix] = rs.noise_aware(release, burn_in, method="laplace", draws=4000, seed=k,
-                                                               phi_star_prior=prior)
+        draws["noise-aware Laplace" + suffix] = rs.noise_aware(release, burn_in, method="laplace", iter_sampling=2000,
+                                                               seed=k, phi_star_prior=prior)
         convergence.update({"trace_r_hat_max" + suffix: float(nuts.trace_summary["r_hat"].max()),
                             "trace_ess_bulk_min" + suffix: float(nuts.trace_summary["ess_bulk"].min())})
         check = rs.check_trace_model(nuts)  # the per-coordinate predictive check a user can run on the release

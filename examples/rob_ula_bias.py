@@ -48,7 +48,7 @@ import robust_stan as rs
 
 ROWS, INTERCEPT, Y_SHIFT, X_SHIFT = 300, 0.5, 12.0, 10.0
 ESTIMATORS = ["mean", "trimmed_mean", "row_trimmed_mean", "lrv_once", "lrv", "median_of_means", "coordinate_median"]
-SAMPLING = dict(iters=2000, warmup=500, chains=4, show_progress=False)
+SAMPLING = dict(iter_sampling=2000, iter_warmup=500, chains=4, show_progress=False)
 
 
 def regression_data(d: int, x_dist: str, outliers: str, fraction: float, seed: int):

@@ -49,7 +49,8 @@ import robust_stan as rs
 from _cluster import add_address_argument, cluster_pool
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
-TUNING_RUNS = {"chains": 2, "warmup": 300, "iters": 1000}  # shorter runs to score the grid; the refit is full
+# shorter runs to score the grid; the refit is full
+TUNING_RUNS = {"chains": 2, "iter_warmup": 300, "iter_sampling": 1000}
 FLIP_RATES = {"breast_cancer": 0.10, "german_credit": 0.10, "pima_diabetes": 0.15, "phishing": 0.0, "astro": 0.0}
 
 
@@ -138,10 +139,10 @@ def run_dataset(name: str, data_dir: Path, seed: int, epsilons: list[float], bet
         if f"{estimator}_tuned" not in samplers:
             continue
         start = time.perf_counter()
-        tuning = rs.tune_rob_ula(glm, train, epsilons=epsilons, estimators=[estimator], refit=False,
+        tuning = rs.tune_rob_ula(glm, train, contaminations=epsilons, estimators=[estimator], refit=False,
                                  **TUNING_RUNS, **options)
-        fit = rs.rob_ula(glm, train, epsilon=tuning.epsilon, estimator=estimator, **options)
-        fits[label] = (fit, tuning.epsilon, time.perf_counter() - start)
+        fit = rs.rob_ula(glm, train, contamination=tuning.contamination, estimator=estimator, **options)
+        fits[label] = (fit, tuning.contamination, time.perf_counter() - start)
         curves.append(tuning.curve.assign(dataset=name, split=seed))
     fixed = flip_rate if flip_rate > 0 else 0.05
     for label, estimator, epsilon in (("Rob-ULA lrv, epsilon = flip rate", "lrv", fixed),
@@ -151,7 +152,7 @@ def run_dataset(name: str, data_dir: Path, seed: int, epsilons: list[float], bet
         if estimator != "mean" and f"{estimator}_flip_rate" not in samplers:
             continue
         start = time.perf_counter()
-        fit = rs.rob_ula(glm, train, epsilon=epsilon, estimator=estimator, **options)
+        fit = rs.rob_ula(glm, train, contamination=epsilon, estimator=estimator, **options)
         fits[label] = (fit, epsilon, time.perf_counter() - start)
     if "nuts" in samplers:
         start = time.perf_counter()

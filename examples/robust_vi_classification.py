@@ -124,7 +124,8 @@ def influence_of_flips(name: str, points: int, kind: str) -> list[dict]:
     for label, divergence in (("KL", rs.KL()), ("beta=0.1", rs.BetaD(0.1))):
         fitted = fit(kind, train, divergence, 0)
         refit = {**fit_options(kind), "iter": INFLUENCE_STEPS, "batch_size": None}  # full batch: see the top
-        changes = [rs.influence(fitted, train, int(i), [1 - train["y"][i]], test, draws=100, **refit)["change"].iloc[0]
+        changes = [rs.influence(fitted, train, int(i), [1 - train["y"][i]], test, draws=100, seed=0,
+                                **refit)["change"].iloc[0]
                    for i in rows]
         out.append({"dataset": name, "method": label, "points": points,
                     "mean_abs_change": float(np.mean(np.abs(changes))), "sd": float(np.std(changes))})

@@ -309,10 +309,10 @@ def test_the_release_is_the_mechanism_output_and_enough_without_the_data(exponen
     assert release.public_data["N"] == 0 and np.asarray(release.public_data["y"]).size == 0
     sigma_c = a.noise_multiplier * release.clip
     assert release.step_size == pytest.approx(np.sqrt(2) / (sigma_c * np.sqrt(400 * 2)))
-    before = rs.noise_aware(release, method="laplace", draws=400, seed=3).unconstrained
+    before = rs.noise_aware(release, method="laplace", iter_sampling=200, seed=3).unconstrained
     del data, fit
     gc.collect()
-    after = rs.noise_aware(release, method="laplace", draws=400, seed=3).unconstrained
+    after = rs.noise_aware(release, method="laplace", iter_sampling=200, seed=3).unconstrained
     assert np.array_equal(before, after)
     with pytest.raises(rs.RobustStanInputError, match=r"^release: expected a DPVIFit"):
         rs.noise_aware({"y": np.ones(3)})
@@ -408,7 +408,7 @@ def test_noise_aware_nuts_draws_the_trace_models_posterior_where_a_is_weakly_ide
                                     phi_star_prior=phi_star_prior)
     snr = data["v_prior_mean"] / data["v_prior_sd"]
     assert snr[0] > 5 and snr[1] < 3  # the design: well and weakly identified
-    traced = sample_trace_model(data, "nuts", draws=2000, warmup=1000, chains=2, seed=3, engine=ENGINE)
+    traced = sample_trace_model(data, "nuts", iter_sampling=2000, iter_warmup=1000, chains=2, seed=3, engine=ENGINE)
     summary = summary_table({"phi_star": traced["phi_star"]})
     assert summary["r_hat"].max() < 1.01
     for j in range(2):
@@ -445,7 +445,7 @@ def test_check_trace_model_on_a_release_where_the_model_holds(exponential):
     y = np.random.default_rng(4).exponential(1 / 1.5, 1000)
     fit = rs.dpvi(exponential, {"y": y}, epsilon=1.0, clip=10.0, steps=2000, precondition=30, seed=1,
                   initial_variance=1e-3, show_progress=False)
-    posterior = rs.noise_aware(fit, draws=2000, warmup=500, seed=1)
+    posterior = rs.noise_aware(fit, iter_sampling=1000, iter_warmup=500, seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error", rs.RobustStanWarning)
         table = rs.check_trace_model(posterior)
@@ -574,7 +574,8 @@ def test_noise_aware_posterior_is_calibrated_where_the_last_iterate_is_not(expon
         rate = rng.gamma(A, 1 / B)
         fit = rs.dpvi(exponential, data_of(rate, n, 100 + k), epsilon=1.0, clip=10.0, steps=3000, precondition=100,
                       seed=k, show_progress=False)
-        aware.append(rs.noise_aware(fit, method="nuts", draws=draws, warmup=500, seed=k).unconstrained.reshape(-1, 1))
+        aware.append(rs.noise_aware(fit, method="nuts", iter_sampling=draws // 2, iter_warmup=500, seed=k)
+                     .unconstrained.reshape(-1, 1))
         naive.append(rs.dpvi_baseline(fit, draws=draws, seed=k).unconstrained.reshape(-1, 1))
         truths.append([np.log(rate)])
         references.append([np.log(rng.gamma(A, 1 / B))])
@@ -757,7 +758,7 @@ def test_the_defaults_work_on_a_plain_regression():
     b = np.array([0.5, -0.3])
     data = {"X": X, "y": 0.2 + X @ b + rng.normal(0, 1, 2000), "prior_scale_b": np.ones(2)}
     fit = rs.dpvi(model, data, epsilon=1.0, seed=1, show_progress=False)
-    posterior = rs.noise_aware(fit)
+    posterior = rs.noise_aware(fit, seed=0)
     assert set(posterior.parameter_names) == {"alpha", "b", "sigma"}
     assert all(np.all(np.isfinite(posterior.draws(name))) for name in posterior.parameter_names)
     assert {"r_hat", "ess_bulk", "ess_tail"} <= set(posterior.trace_summary.columns)

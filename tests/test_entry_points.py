@@ -36,8 +36,8 @@ ENTRY_POINTS = {
                                                seed=1, show_progress=False),
     "variational": lambda model, data: model.variational(data, rs.BetaD(0.3), iter=20, eval_elbo=10, draws=5,
                                                          seed=1, show_progress=False),
-    "rob_ula": lambda model, data: rs.rob_ula(model, data, epsilon=0.1, divergence=rs.BetaD(0.3), iters=20,
-                                              warmup=0, chains=2, seed=1, show_progress=False),
+    "rob_ula": lambda model, data: rs.rob_ula(model, data, contamination=0.1, divergence=rs.BetaD(0.3),
+                                              iter_sampling=20, iter_warmup=0, chains=2, seed=1, show_progress=False),
 }
 
 

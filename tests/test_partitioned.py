@@ -27,8 +27,8 @@ da = pytest.importorskip("dask.array", reason="partitioned data needs dask (the 
 cloudpickle = pytest.importorskip("cloudpickle")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-RUN = dict(epsilon=0.1, init="random", metric="unit", step_size=5e-5, log_density=False, iters=150, warmup=50,
-           chains=2, seed=3, show_progress=False)
+RUN = dict(contamination=0.1, inits="random", metric="unit", step_size=5e-5, log_density=False, iter_sampling=150,
+           iter_warmup=50, chains=2, seed=3, show_progress=False)
 
 
 def _rows(n=2000, p=3, seed=0):
@@ -252,7 +252,8 @@ def test_plain_mean_joined_by_the_weighted_mean_is_the_in_memory_chain(glm_norma
         np.testing.assert_allclose(partitioned.posterior[name], in_memory.posterior[name], rtol=0, atol=1e-9)
 
 
-WARMED = dict(epsilon=0.15, log_density=False, iters=200, warmup=100, chains=2, seed=4, show_progress=False)
+WARMED = dict(contamination=0.15, log_density=False, iter_sampling=200, iter_warmup=100, chains=2, seed=4,
+              show_progress=False)
 
 
 def _same_warmup(partitioned, in_memory, tolerance: float) -> None:
@@ -265,7 +266,7 @@ def _same_warmup(partitioned, in_memory, tolerance: float) -> None:
 @pytest.mark.stan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")
 def test_one_partition_with_the_default_warmup_is_the_in_memory_run(glm_normal):
-    """The default warmup over partitions (init="mode": each partition's robust mode, joined;
+    """The default warmup over partitions (inits="mode": each partition's robust mode, joined;
     metric="dense" from the kept rows' Hessians summed over partitions; the step from its
     curvature) on a single partition is the in-memory warmup, which finds the same mode, keeps
     the same rows and differentiates the same drift: the same metric, step and chains, to the
@@ -303,7 +304,7 @@ def test_the_dense_metric_over_partitions_is_the_in_memory_one_for_the_plain_mea
     not compared: the slope is near the identity, whose eigenvectors rounding can rotate, and
     another factor L of the same metric gives other, equally valid draws.)"""
     X, y = _rows()
-    options = dict(WARMED, estimator="mean", init="random")
+    options = dict(WARMED, estimator="mean", inits="random")
     partitioned = rs.rob_ula(glm_normal, _partitioned(X, y, rows=700), combine="mean", **options)
     in_memory = rs.rob_ula(glm_normal, {"X": X, "y": y}, **options)
     _same_warmup(partitioned, in_memory, 1e-6)
@@ -311,7 +312,7 @@ def test_the_dense_metric_over_partitions_is_the_in_memory_one_for_the_plain_mea
 
 @pytest.mark.stan
 def test_partitioned_rob_ula_with_the_default_warmup_converges_on_a_plain_regression(glm_normal):
-    """Rob-ULA's defaults (but the log density; epsilon 0.1) on a clean regression in 4 partitions: the
+    """Rob-ULA's defaults (but the log density; contamination 0.1) on a clean regression in 4 partitions: the
     chains mix (no convergence warning: R-hat at most 1.01, bulk and tail ESS at least 100)
     and every coefficient's posterior mean is within 4 posterior sds of the truth."""
     rng = np.random.default_rng(11)
@@ -319,7 +320,7 @@ def test_partitioned_rob_ula_with_the_default_warmup_converges_on_a_plain_regres
     y = 0.5 + X @ np.array([1.0, -0.5, 0.25]) + rng.normal(size=2000)
     with warnings.catch_warnings():
         warnings.simplefilter("error", rs.RobustStanWarning)
-        fit = rs.rob_ula(glm_normal, _partitioned(X, y, rows=500), epsilon=0.1, log_density=False, seed=2,
+        fit = rs.rob_ula(glm_normal, _partitioned(X, y, rows=500), contamination=0.1, log_density=False, seed=2,
                          show_progress=False)
     summary = fit.summary()
     assert summary["r_hat"].max() <= 1.01 and summary["ess_bulk"].min() >= 100
@@ -609,5 +610,6 @@ def test_a_beta_loss_on_partitions_is_not_judged_on_its_first_row(glm_normal):
     X, y = _rows()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        rs.rob_ula(glm_normal, _partitioned(X, y), divergence=rs.BetaD(0.5), **{**RUN, "iters": 20, "warmup": 10})
+        rs.rob_ula(glm_normal, _partitioned(X, y), divergence=rs.BetaD(0.5),
+                   **{**RUN, "iter_sampling": 20, "iter_warmup": 10})
     assert not [w for w in caught if "almost no influence" in str(w.message)]

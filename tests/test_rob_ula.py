@@ -39,8 +39,8 @@ def test_plain_ula_matches_the_exact_ula_law(normal_known_sigma, metric):
     m, v, lam = conjugate(y)
     eta = 0.2 / lam
     step = {"unit": {"step_size": eta}}.get(metric, {})
-    fit = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.0, estimator="mean", metric=metric, iters=5000,
-                     warmup=200, chains=4, seed=1, show_progress=False, **step)
+    fit = rs.rob_ula(normal_known_sigma, {"y": y}, contamination=0.0, estimator="mean", metric=metric,
+                     iter_sampling=5000, iter_warmup=200, chains=4, seed=1, show_progress=False, **step)
     if metric != "unit":
         assert fit.settings.step_size == pytest.approx(0.2)
         assert fit.inverse_metric[0, 0] == pytest.approx(1 / lam, rel=1e-4)  # forward differences, h 1e-5
@@ -72,9 +72,9 @@ def test_lrv_ignores_planted_outliers_where_ula_does_not(normal_known_sigma):
     y = np.concatenate([clean, rng.normal(10.0, 1.0, 20)])  # 20% at +10 sd
     m_clean, v_clean, _ = conjugate(clean)
     data = {"y": y}
-    kwargs = dict(iters=1500, warmup=200, chains=2, seed=4, show_progress=False)
-    robust = rs.rob_ula(normal_known_sigma, data, epsilon=0.2, estimator="lrv", **kwargs)
-    plain = rs.rob_ula(normal_known_sigma, data, epsilon=0.2, estimator="mean", **kwargs)
+    kwargs = dict(iter_sampling=1500, iter_warmup=200, chains=2, seed=4, show_progress=False)
+    robust = rs.rob_ula(normal_known_sigma, data, contamination=0.2, estimator="lrv", **kwargs)
+    plain = rs.rob_ula(normal_known_sigma, data, contamination=0.2, estimator="mean", **kwargs)
     sd = np.sqrt(v_clean)  # 0.11
     # ULA follows the outliers: its mean moves by about 0.2 * 10 = 2 (18 posterior sds).
     assert plain.draws("mu").mean() - m_clean > 1.5
@@ -88,8 +88,8 @@ def test_lrv_ignores_planted_outliers_where_ula_does_not(normal_known_sigma):
 def test_default_step_size_comes_from_the_curvature(normal_known_sigma):
     """Unit metric: 0.2 / lam (the Hessian of -log posterior, lam = n + 1/100 here)."""
     y = np.random.default_rng(5).normal(size=30)
-    fit = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.1, metric="unit", iters=20, warmup=0, chains=1,
-                     seed=2, show_progress=False)
+    fit = rs.rob_ula(normal_known_sigma, {"y": y}, contamination=0.1, metric="unit", iter_sampling=20, iter_warmup=0,
+                     chains=1, seed=2, show_progress=False)
     lam = 30 + 1 / 100
     assert fit.settings.step_size == pytest.approx(0.2 / lam, rel=1e-3)
     assert fit.inverse_metric == pytest.approx(np.eye(1))
@@ -104,9 +104,9 @@ def test_default_step_size_ignores_the_curvature_of_dropped_outliers(glm_normal)
     rng = np.random.default_rng(9)
     X = np.vstack([rng.normal(size=(80, 2)), np.full((20, 2), 50.0)])
     y = 1 + X @ [1.0, -1.0] + rng.normal(size=100)
-    kwargs = dict(epsilon=0.2, iters=1, warmup=0, chains=1, seed=3, show_progress=False,
+    kwargs = dict(contamination=0.2, iter_sampling=1, iter_warmup=0, chains=1, seed=3, show_progress=False,
                   log_density=False)
-    unit = dict(metric="unit", init="random", **kwargs)
+    unit = dict(metric="unit", inits="random", **kwargs)
     robust = rs.rob_ula(glm_normal, {"X": X, "y": y}, estimator="lrv", **unit).settings.step_size
     plain = rs.rob_ula(glm_normal, {"X": X, "y": y}, estimator="mean", **unit).settings.step_size
     assert robust > 100 * plain
@@ -116,7 +116,8 @@ def test_default_step_size_ignores_the_curvature_of_dropped_outliers(glm_normal)
 def test_pointwise_quantities_come_on_demand_and_log_density_can_be_left_out(normal_known_sigma):
     y = np.random.default_rng(5).normal(size=30)
     data = {"y": y}
-    kwargs = dict(epsilon=0.1, step_size=1e-3, iters=5, warmup=0, chains=2, seed=2, show_progress=False)
+    kwargs = dict(contamination=0.1, step_size=1e-3, iter_sampling=5, iter_warmup=0, chains=2, seed=2,
+                  show_progress=False)
     full = rs.rob_ula(normal_known_sigma, data, **kwargs)
     assert full._pointwise is None  # nothing per observation until asked
     # log_lik is deterministic: -log p(y_i | mu) at each draw, on the httpstan oracle too.
@@ -142,8 +143,8 @@ def test_a_run_without_a_seed_records_none_and_a_seeded_run_repeats(normal_known
     """seed=None draws a fresh seed for the run and records None (the run cannot be repeated): two
     such runs differ. A seeded run records its seed and repeats exactly."""
     data = {"y": np.random.default_rng(4).normal(size=30)}
-    kwargs = dict(epsilon=0.1, step_size=1e-2, iters=20, warmup=0, chains=2, show_progress=False,
-                  init="random", metric="unit")
+    kwargs = dict(contamination=0.1, step_size=1e-2, iter_sampling=20, iter_warmup=0, chains=2, show_progress=False,
+                  inits="random", metric="unit")
     unseeded = check_seed_is_recorded_truly(
         lambda seed: rs.rob_ula(normal_known_sigma, data, seed=seed, **kwargs), "mu")
     # a fit without a seed still draws its y_rep (Stan's generator gets a seed drawn for the fit)
@@ -154,11 +155,11 @@ def test_a_run_without_a_seed_records_none_and_a_seeded_run_repeats(normal_known
 def test_clean_gradient_total_is_the_mean_times_one_minus_epsilon_n(normal_known_sigma):
     """(1 - epsilon) n times the plain mean is learning rate 1 - epsilon with total n: same chain."""
     y = np.random.default_rng(8).normal(size=30)
-    kwargs = dict(estimator="mean", step_size=1e-3, iters=50, warmup=0, chains=2, seed=3, show_progress=False,
-                  log_density=False, init="random", metric="unit")
-    clean = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.2, gradient_total="clean", **kwargs)
-    tempered = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.2, learning_rate=0.8, **kwargs)
-    plain = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.2, **kwargs)
+    kwargs = dict(estimator="mean", step_size=1e-3, iter_sampling=50, iter_warmup=0, chains=2, seed=3,
+                  show_progress=False, log_density=False, inits="random", metric="unit")
+    clean = rs.rob_ula(normal_known_sigma, {"y": y}, contamination=0.2, gradient_total="clean", **kwargs)
+    tempered = rs.rob_ula(normal_known_sigma, {"y": y}, contamination=0.2, learning_rate=0.8, **kwargs)
+    plain = rs.rob_ula(normal_known_sigma, {"y": y}, contamination=0.2, **kwargs)
     np.testing.assert_allclose(clean.draws("mu"), tempered.draws("mu"), rtol=1e-12)
     assert not np.allclose(clean.draws("mu"), plain.draws("mu"))
 
@@ -169,28 +170,28 @@ def test_a_too_large_step_diverges_with_a_warning(normal_known_sigma):
     mean by 29 each step."""
     y = np.random.default_rng(6).normal(size=30)
     with pytest.warns(RuntimeWarning, match="diverged"):
-        fit = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.1, step_size=30.0, iters=2000,
-                         warmup=0, chains=1, seed=2, show_progress=False)
+        fit = rs.rob_ula(normal_known_sigma, {"y": y}, contamination=0.1, step_size=30.0, iter_sampling=2000,
+                         iter_warmup=0, chains=1, seed=2, show_progress=False)
     assert np.isnan(fit.draws("mu")[0, -1])
     assert fit.diagnostics()["diverged_chains"] == 1
 
 
 @pytest.mark.stan
 @pytest.mark.parametrize("kwargs,match", [
-    ({"epsilon": 0.5}, r"^epsilon: must lie in \[0, 0.5\)"),
-    ({"epsilon": -0.1}, r"^epsilon: "),
-    ({"epsilon": 0.1, "step_size": 0.0}, r"^step_size: must be positive"),
-    ({"epsilon": 0.1, "step_size": -1e-3}, r"^step_size: "),
-    ({"epsilon": 0.1, "estimator": "median"}, r"^estimator: unknown estimator 'median'"),
-    ({"epsilon": 0.1, "divergence": rs.GammaD(0.3, form="original")}, r"^divergence: the original gamma form"),
-    ({"epsilon": 0.1, "iters": 0}, r"^iters: "),
-    ({"epsilon": 0.1, "chains": True}, r"^chains: must be an integer >= 1, got True"),
-    ({"epsilon": 0.1, "warmup": -1}, r"^warmup: must be an integer >= 0"),
-    ({"epsilon": 0.1, "gradient_total": "N"}, r"^gradient_total: must be 'n' or 'clean'"),
-    ({"epsilon": True}, r"^epsilon: "),
-    ({"epsilon": 0.1, "seed": -1}, r"^seed: must be a non-negative integer or None, got -1"),
-    ({"epsilon": 0.1, "init": "zero"}, r"^init: must be one of mode, random, got 'zero'"),
-    ({"epsilon": 0.1, "metric": "full"}, r"^metric: must be one of dense, diag, unit, got 'full'"),
+    ({"contamination": 0.5}, r"^contamination: must lie in \[0, 0.5\)"),
+    ({"contamination": -0.1}, r"^contamination: "),
+    ({"contamination": 0.1, "step_size": 0.0}, r"^step_size: must be positive"),
+    ({"contamination": 0.1, "step_size": -1e-3}, r"^step_size: "),
+    ({"contamination": 0.1, "estimator": "median"}, r"^estimator: unknown estimator 'median'"),
+    ({"contamination": 0.1, "divergence": rs.GammaD(0.3, form="original")}, r"^divergence: the original gamma form"),
+    ({"contamination": 0.1, "iter_sampling": 0}, r"^iter_sampling: "),
+    ({"contamination": 0.1, "chains": True}, r"^chains: must be an integer >= 1, got True"),
+    ({"contamination": 0.1, "iter_warmup": -1}, r"^iter_warmup: must be an integer >= 0"),
+    ({"contamination": 0.1, "gradient_total": "N"}, r"^gradient_total: must be 'n' or 'clean'"),
+    ({"contamination": True}, r"^contamination: "),
+    ({"contamination": 0.1, "seed": -1}, r"^seed: must be a non-negative integer or None, got -1"),
+    ({"contamination": 0.1, "inits": "zero"}, r"^inits: must be one of mode, random, got 'zero'"),
+    ({"contamination": 0.1, "metric": "full"}, r"^metric: must be one of dense, diag, unit, got 'full'"),
 ])
 def test_bad_input(normal_known_sigma, kwargs, match):
     with pytest.raises(rs.RobustStanInputError, match=match):
@@ -200,7 +201,7 @@ def test_bad_input(normal_known_sigma, kwargs, match):
 def test_data_failing_the_family_checks():
     model = rs.glm("poisson", engine=ENGINE)
     with pytest.raises(rs.RobustStanInputError, match=r"^y: counts must be >= 0"):
-        rs.rob_ula(model, {"X": np.ones((3, 1)), "y": np.array([1, -2, 0])}, epsilon=0.1, show_progress=False)
+        rs.rob_ula(model, {"X": np.ones((3, 1)), "y": np.array([1, -2, 0])}, contamination=0.1, show_progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +224,7 @@ def test_defaults_converge_on_a_plain_regression(glm_normal_standardized, shifte
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", rs.RobustStanWarning)
-        fit = rs.rob_ula(glm_normal_standardized, shifted_regression, epsilon=0.1, seed=11, show_progress=False)
+        fit = rs.rob_ula(glm_normal_standardized, shifted_regression, contamination=0.1, seed=11, show_progress=False)
     summary = fit.summary()
     assert (summary["r_hat"] <= 1.01).all() and (summary[["ess_bulk", "ess_tail"]] >= 100).all().all()
     assert abs(summary.loc["alpha", "mean"] - 0.5) < 0.3
@@ -260,7 +261,7 @@ def test_default_estimator_stays_near_the_clean_rows_posterior(glm_normal, shift
         data = {**data, "prior_scale_b": np.full(data["X"].shape[1], 2.5)}
         reference = glm_normal.sample({**data, "X": data["X"][clean], "y": data["y"][clean]}, seed=seed,
                                       show_progress=False).summary()
-        fit = rs.rob_ula(glm_normal, data, epsilon=0.1, iters=2000, seed=20 + seed, show_progress=False)
+        fit = rs.rob_ula(glm_normal, data, contamination=0.1, iter_sampling=2000, seed=20 + seed, show_progress=False)
         assert fit.settings.estimator == "row_trimmed_mean"
         z = (fit.summary().loc[coefficients, "mean"] - reference.loc[coefficients, "mean"]) / reference.loc[
             coefficients, "sd"]
@@ -269,7 +270,7 @@ def test_default_estimator_stays_near_the_clean_rows_posterior(glm_normal, shift
 
 @pytest.mark.stan
 def test_ula_defaults_reach_the_nuts_posterior(glm_normal_standardized, shifted_regression):
-    """epsilon = 0 and the plain mean: ULA targets the KL posterior that NUTS samples exactly.
+    """contamination = 0 and the plain mean: ULA targets the KL posterior that NUTS samples exactly.
 
     Means: within 4 combined MCSE plus 0.05 posterior sd, ULA's discretisation bias at the
     default step (measured 0.003-0.03 sd in 20000-iteration runs on these data; it is O(step)).
@@ -278,7 +279,7 @@ def test_ula_defaults_reach_the_nuts_posterior(glm_normal_standardized, shifted_
     4 MCSEs of the ratio."""
     from robust_stan.results.arviz_output import mcse_sd
 
-    ula = rs.rob_ula(glm_normal_standardized, shifted_regression, epsilon=0.0, estimator="mean", seed=12,
+    ula = rs.rob_ula(glm_normal_standardized, shifted_regression, contamination=0.0, estimator="mean", seed=12,
                      show_progress=False)
     nuts = glm_normal_standardized.sample(shifted_regression, seed=12, show_progress=False)
     a, b = ula.summary(), nuts.summary()
@@ -304,58 +305,58 @@ def test_tuning_scores_each_setting_on_the_held_out_rows(normal_known_sigma):
 
     rng = np.random.default_rng(4)
     y = np.concatenate([rng.normal(0.0, 1.0, 90), rng.normal(6.0, 1.0, 10)])
-    options = dict(iters=300, warmup=100, chains=2)
-    tuning = rs.tune_rob_ula(normal_known_sigma, {"y": y}, epsilons=[0.0, 0.1], estimators=["mean", "lrv_once"],
+    options = dict(iter_sampling=300, iter_warmup=100, chains=2)
+    tuning = rs.tune_rob_ula(normal_known_sigma, {"y": y}, contaminations=[0.0, 0.1], estimators=["mean", "lrv_once"],
                              seed=5, **options)
     assert list(tuning.curve["estimator"]) == ["mean", "mean", "lrv_once", "lrv_once"]
-    assert list(tuning.curve["epsilon"]) == [0.0, 0.1, 0.0, 0.1]
+    assert list(tuning.curve["contamination"]) == [0.0, 0.1, 0.0, 0.1]
     best = tuning.curve.loc[tuning.curve["validation_loglik"].idxmax()]
-    assert (tuning.epsilon, tuning.estimator) == (best["epsilon"], best["estimator"])
-    assert tuning.fit.settings.epsilon == tuning.epsilon and tuning.fit.draws("mu").shape == (2, 300)
+    assert (tuning.contamination, tuning.estimator) == (best["contamination"], best["estimator"])
+    assert tuning.fit.settings.contamination == tuning.contamination and tuning.fit.draws("mu").shape == (2, 300)
 
     split_rng = np.random.default_rng(5)
     training, validation = split_rows(normal_known_sigma, {"y": y}, 0.2, split_rng)
     assert len(training["y"]) == 80 and len(validation["y"]) == 20
     run_seed = int(split_rng.integers(2**31))
-    fit = rs.rob_ula(normal_known_sigma, training, epsilon=0.1, estimator="lrv_once", seed=run_seed,
+    fit = rs.rob_ula(normal_known_sigma, training, contamination=0.1, estimator="lrv_once", seed=run_seed,
                      show_progress=False, **options)
     mu = fit.draws("mu").reshape(-1)
     log_density = -0.5 * np.log(2 * np.pi) - 0.5 * (validation["y"][None, :] - mu[:, None]) ** 2
     pointwise = np.log(np.exp(log_density).mean(axis=0))
-    row = tuning.curve[(tuning.curve["estimator"] == "lrv_once") & (tuning.curve["epsilon"] == 0.1)].iloc[0]
+    row = tuning.curve[(tuning.curve["estimator"] == "lrv_once") & (tuning.curve["contamination"] == 0.1)].iloc[0]
     assert row["validation_loglik"] == pytest.approx(pointwise.mean(), rel=1e-10)
     assert row["validation_loglik_se"] == pytest.approx(pointwise.std(ddof=1) / np.sqrt(20), rel=1e-10)
 
 
 @pytest.mark.stan
 def test_epsilon_zero_is_plain_ula_and_starts_the_default_grid(normal_known_sigma):
-    """The default grid holds epsilon = 0, where the default estimator (row-trimmed mean) keeps every
+    """The default grid holds contamination = 0, where the default estimator (row-trimmed mean) keeps every
     row: its draws are plain ULA's with the same seed (up to the order of summation), so its
     validation score is ULA's and the tuning can choose no robustness."""
-    from robust_stan.api.rob_ula_tuning import DEFAULT_EPSILONS
+    from robust_stan.api.rob_ula_tuning import DEFAULT_CONTAMINATIONS
 
     rng = np.random.default_rng(8)
     y = np.concatenate([rng.normal(0.0, 1.0, 90), rng.normal(6.0, 1.0, 10)])
-    options = dict(iters=200, warmup=50, chains=2, seed=3)
+    options = dict(iter_sampling=200, iter_warmup=50, chains=2, seed=3)
     tuning = rs.tune_rob_ula(normal_known_sigma, {"y": y}, estimators=["auto", "mean"], refit=False, **options)
-    assert DEFAULT_EPSILONS[0] == 0.0
-    assert list(tuning.curve["epsilon"]) == 2 * list(DEFAULT_EPSILONS)
-    at_zero = tuning.curve[tuning.curve["epsilon"] == 0.0].set_index("estimator")["validation_loglik"]
+    assert DEFAULT_CONTAMINATIONS[0] == 0.0
+    assert list(tuning.curve["contamination"]) == 2 * list(DEFAULT_CONTAMINATIONS)
+    at_zero = tuning.curve[tuning.curve["contamination"] == 0.0].set_index("estimator")["validation_loglik"]
     assert at_zero["row_trimmed_mean"] == pytest.approx(at_zero["mean"], rel=1e-9)
 
-    ula = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.0, estimator="mean", show_progress=False, **options)
-    trimmed = rs.rob_ula(normal_known_sigma, {"y": y}, epsilon=0.0, show_progress=False, **options)
+    ula = rs.rob_ula(normal_known_sigma, {"y": y}, contamination=0.0, estimator="mean", show_progress=False, **options)
+    trimmed = rs.rob_ula(normal_known_sigma, {"y": y}, contamination=0.0, show_progress=False, **options)
     assert trimmed.settings.estimator == "row_trimmed_mean"
     np.testing.assert_allclose(trimmed.draws("mu"), ula.draws("mu"), rtol=0, atol=1e-9)
 
 
 @pytest.mark.stan
 @pytest.mark.parametrize("kwargs,match", [
-    ({"epsilons": [0.6]}, r"^epsilons: need values in \[0, 0.5\)"),
+    ({"contaminations": [0.6]}, r"^contaminations: need values in \[0, 0.5\)"),
     ({"estimators": []}, r"^estimators: need at least one"),
     ({"validation_fraction": 1.5}, r"^validation_fraction: must be a number in \(0, 1\)"),
     ({"validation_fraction": 0.001}, r"^validation_fraction: 0.001 of 10 rows leaves no rows"),
-    ({"epsilon": 0.1}, r"^epsilon, estimator: give them as epsilons= and estimators="),
+    ({"contamination": 0.1}, r"^contamination, estimator: give them as contaminations= and estimators="),
 ])
 def test_tuning_bad_input(normal_known_sigma, kwargs, match):
     with pytest.raises(rs.RobustStanInputError, match=match):
@@ -370,8 +371,8 @@ def test_auto_estimator_follows_the_family(normal_known_sigma):
         name: "row_trimmed_mean" if rs.FAMILIES[name].continuous else "trimmed_mean" for name in rs.FAMILIES}
     assert default_estimator(rs.FAMILIES["normal"]) == "row_trimmed_mean"
     assert default_estimator(rs.FAMILIES["bernoulli"]) == "trimmed_mean"
-    fit = rs.rob_ula(normal_known_sigma, {"y": np.zeros(5)}, epsilon=0.1, iters=5, warmup=0, chains=1,
-                     show_progress=False)
+    fit = rs.rob_ula(normal_known_sigma, {"y": np.zeros(5)}, contamination=0.1, iter_sampling=5, iter_warmup=0,
+                     chains=1, show_progress=False)
     assert fit.settings.estimator == "row_trimmed_mean"
 
 
@@ -380,7 +381,7 @@ def test_diag_metric_is_diagonal_and_dense_is_not(glm_normal, shifted_regression
     """The diagonal metric is 1 / |H_jj| per coordinate (after the drift-slope rescaling, also
     diagonal); the dense one carries the Hessian's correlations (intercept and log sigma against
     the coefficients)."""
-    kwargs = dict(epsilon=0.1, iters=2, warmup=0, chains=1, seed=1, show_progress=False,
+    kwargs = dict(contamination=0.1, iter_sampling=2, iter_warmup=0, chains=1, seed=1, show_progress=False,
                   log_density=False)
     import warnings
 

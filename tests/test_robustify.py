@@ -640,13 +640,13 @@ def test_rob_ula_on_a_robustified_program():
     (estimator "mean") with KL targets the KL posterior: its means agree with NUTS's on the same
     program within 4 combined Monte Carlo errors plus 0.1 posterior sd (ULA's discretisation bias at
     the default step: its stationary sd is 5% too wide, and its mean is exact for a Gaussian target).
-    With the defaults (trimmed mean, epsilon 0.1) on data with gross outliers, the slope is closer to
+    With the defaults (trimmed mean, contamination 0.1) on data with gross outliers, the slope is closer to
     the truth than the KL posterior's."""
     rng = np.random.default_rng(31)
     data = _linear_regression(rng)
     model = rs.robustify(_program("linear_regression"), engine=ENGINE)
-    options = dict(iters=2000, warmup=300, chains=4, seed=2, show_progress=False)
-    ula = rs.rob_ula(model, data, epsilon=0.1, estimator="mean", **options)
+    options = dict(iter_sampling=2000, iter_warmup=300, chains=4, seed=2, show_progress=False)
+    ula = rs.rob_ula(model, data, contamination=0.1, estimator="mean", **options)
     nuts = model.sample(data, chains=4, iter_warmup=500, iter_sampling=1000, seed=2, show_progress=False)
     assert isinstance(ula, ProgramFit) and ula.method == "rob_ula"
     a, b = ula.summary(), nuts.summary()
@@ -659,7 +659,7 @@ def test_rob_ula_on_a_robustified_program():
 
     dirty = dict(data, y=data["y"].copy())
     dirty["y"][:4] += 15.0  # a tenth of the rows grossly wrong
-    robust = rs.rob_ula(model, dirty, epsilon=0.1, **options).summary()
+    robust = rs.rob_ula(model, dirty, contamination=0.1, **options).summary()
     plain = model.sample(dirty, chains=4, iter_warmup=500, iter_sampling=1000, seed=2, show_progress=False).summary()
     truth = {"alpha": 1.0, "beta[1]": 1.0, "beta[2]": -0.5, "beta[3]": 0.25}
     robust_error = sum(abs(robust.loc[k, "mean"] - v) for k, v in truth.items())
@@ -670,7 +670,7 @@ def test_rob_ula_on_a_robustified_program():
 def test_rob_ula_needs_one_robustified_outcome():
     model = rs.robustify(_program("two_outcomes"), engine=ENGINE)
     with pytest.raises(rs.RobustStanInputError, match="rs.rob_ula needs per-example gradients.*exactly one"):
-        rs.rob_ula(model, _two_outcomes(np.random.default_rng(1)), epsilon=0.1)
+        rs.rob_ula(model, _two_outcomes(np.random.default_rng(1)), contamination=0.1)
 
 
 def test_methods_that_need_the_built_in_models_say_so():

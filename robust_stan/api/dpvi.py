@@ -14,6 +14,7 @@ from ..building.divergences import as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError, RobustStanWarning, require_count, require_positive, require_seed
+from ..common.seeds import seed_to_use
 from ..methods.dpvi.accounting import check_privacy_arguments, solve_noise_multiplier
 from ..methods.dpvi.mechanism import (
     DPVIRelease,
@@ -193,8 +194,8 @@ def _release_of(release) -> DPVIRelease:
     return release
 
 
-def noise_aware(release, burn_in=0.5, method: str = "nuts", draws: int = 4000, warmup: int = 1000,
-                chains: int = 2, seed: int = 0, show_progress: bool = False,
+def noise_aware(release, burn_in=0.5, method: str = "nuts", iter_sampling: int = 2000, iter_warmup: int = 1000,
+                chains: int = 2, seed: int | None = None, show_progress: bool = False,
                 phi_star_prior: str = "unit") -> PrivatePosterior:
     """The noise-aware posterior from a DP-VI release alone (paper section 3.3, eq. 20-23; the
     model and priors are in :mod:`robust_stan.methods.dpvi.noise_aware`). Each draw of phi* gives one
@@ -208,12 +209,18 @@ def noise_aware(release, burn_in=0.5, method: str = "nuts", draws: int = 4000, w
         T*, an iteration count or a fraction of T (default half).
     method : {"nuts", "laplace"}
         The engine's NUTS on the Stan program ``noise_aware_dpvi.stan`` (``chains`` chains of
-        ``warmup`` + ``draws / chains`` iterations: the paper's 1000 + 4000 by default), or a
-        Gaussian at the mode (``draws`` draws).
-    draws, warmup, chains : int
-        The sampler's settings.
-    seed : int
-        Seed of the sampler and of the draws from q (post-processing: not part of the privacy).
+        ``iter_warmup`` + ``iter_sampling`` iterations: the paper's 1000 warmup iterations and
+        4000 draws in all by default), or a Gaussian at the mode (``chains`` x ``iter_sampling``
+        draws).
+    iter_sampling : int, default 2000
+        Draws per chain.
+    iter_warmup : int, default 1000
+        NUTS warmup iterations per chain.
+    chains : int, default 2
+        Number of chains.
+    seed : int or None, default None
+        Seed of the sampler and of the draws from q (post-processing: not part of the privacy);
+        None draws fresh entropy (not reproducible).
     show_progress : bool
         Progress bars.
     phi_star_prior : {"unit", "trace_sd"}
@@ -228,12 +235,13 @@ def noise_aware(release, burn_in=0.5, method: str = "nuts", draws: int = 4000, w
     """
     release = _release_of(release)
     t_star = burn_in_steps(burn_in, release.steps)
-    draws, warmup, chains = require_count("draws", draws), require_count("warmup", warmup, 0), require_count("chains", chains)
-    if draws % chains:
-        raise RobustStanInputError(f"draws: must be a multiple of chains ({chains}), got {draws}")
-    rng = np.random.default_rng(require_seed(seed))
-    traced = sample_trace_model(trace_model_data(release, t_star, phi_star_prior), method, draws // chains, warmup,
-                                chains, seed, release.model.engine, show_progress)
+    iter_sampling = require_count("iter_sampling", iter_sampling)
+    iter_warmup = require_count("iter_warmup", iter_warmup, 0)
+    chains = require_count("chains", chains)
+    seed = seed_to_use(seed)  # drawn once for the sampler and q's draws; the posterior records no seed
+    rng = np.random.default_rng(seed)
+    traced = sample_trace_model(trace_model_data(release, t_star, phi_star_prior), method, iter_sampling,
+                                iter_warmup, chains, seed, release.model.engine, show_progress)
     thetas = q_draws(traced["phi_star"], rng, release.q_scale)
     return PrivatePosterior(release, "noise_aware", thetas, {"phi_star": traced["phi_star"], "a": traced["a"]}, method,
                             burn_in=t_star)
@@ -290,7 +298,7 @@ def check_trace_model(posterior: PrivatePosterior, blocks: int = 20, level: floa
 
 
 def dpvi_baseline(release, kind: str = "last_iterate", burn_in=0.5, draws: int = 4000,
-                  seed: int = 0) -> PrivatePosterior:
+                  seed: int | None = None) -> PrivatePosterior:
     """A baseline posterior from the same DP-VI release, with no further privacy cost.
 
     Parameters
@@ -304,8 +312,8 @@ def dpvi_baseline(release, kind: str = "last_iterate", burn_in=0.5, draws: int =
         For "averaged": T*, the first iterate averaged, as an iteration count or a fraction of T.
     draws : int, default 4000
         Draws from q (even: two chains of independent draws).
-    seed : int, default 0
-        Seed of the draws.
+    seed : int or None, default None
+        Seed of the draws; None draws fresh entropy (not reproducible).
 
     Returns
     -------

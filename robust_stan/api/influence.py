@@ -9,20 +9,21 @@ import pandas as pd
 
 from ..building.divergences import Divergence
 from ..common.errors import RobustStanInputError
+from ..common.seeds import seed_to_use
 from ..methods.variational.influence import influence_curve
 from ..results.method_fits import VariationalFit
 from .model import Model
 
 
 def influence(fit_or_model: VariationalFit | Model, data: Mapping, index: int, values: Sequence, test_data: Mapping,
-              *, variable: str = "y", column: int | None = None, draws: int = 200, seed: int = 0,
+              *, variable: str = "y", column: int | None = None, draws: int = 200, seed: int | None = None,
               divergence: Divergence | None = None, **options) -> pd.DataFrame:
     """How the test log-likelihood moves when training point ``index`` takes each of ``values``.
 
     Every refit starts from the fit's q with the same seed, and so does a baseline refit on the
     unchanged data, so ``change`` (the refit's test log-likelihood minus the baseline's) is free
     of the optimiser's own noise. The baseline is kept with the fit, so further calls with the
-    same data, test data and settings do not refit it.
+    same data, test data and settings (``seed`` included) do not refit it.
 
     Parameters
     ----------
@@ -44,8 +45,9 @@ def influence(fit_or_model: VariationalFit | Model, data: Mapping, index: int, v
         The column of ``X`` that moves.
     draws : int, default 200
         Draws from q for each test log-likelihood.
-    seed : int, default 0
-        Seed of the refits and draws.
+    seed : int or None, default None
+        Seed of the refits and draws; None draws one from fresh entropy for this call (every refit
+        of the call shares it; the table cannot be repeated, and the baseline is refitted).
     divergence : Divergence or None, default None
         Only with a Model: the divergence of its first fit.
     **options
@@ -86,4 +88,4 @@ def influence(fit_or_model: VariationalFit | Model, data: Mapping, index: int, v
     if value_array.size == 0 or not np.all(np.isfinite(value_array)):
         raise RobustStanInputError("values: give at least one finite value")
     return influence_curve(fit, data, index, value_array, test_data, variable=variable, column=column, draws=draws,
-                           seed=seed, **options)
+                           seed=seed_to_use(seed), **options)  # None: one drawn for every refit of this call

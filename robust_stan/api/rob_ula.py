@@ -15,9 +15,9 @@ from .model import Model, require_builtin_model
 from .stan_program import StanProgramModel
 
 
-def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None = None, iters: int = 5000,
-            warmup: int = 500, thin: int = 1, chains: int = 4, estimator="auto",
-            divergence: Divergence | None = None, learning_rate: float = 1.0, init: str = "mode",
+def rob_ula(model: Model, data: Mapping, contamination: float, step_size: float | None = None,
+            iter_sampling: int = 5000, iter_warmup: int = 500, thin: int = 1, chains: int = 4, estimator="auto",
+            divergence: Divergence | None = None, learning_rate: float = 1.0, inits: str = "mode",
             init_scale: float = 1.0, metric: str = "dense", seed: int | None = None, show_progress: bool = True,
             oracle: str = "auto", log_density: bool = True,
             gradient_total: str = "n", cluster: Cluster | None = None,
@@ -40,15 +40,15 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
         Series, or lists of ``.npy`` or ``.parquet`` paths (one per partition) are rows held in
         partitions (built-in models with ``standardize=False`` only): each partition's robust mean
         is computed where it lives and only that travels.
-    epsilon : float
-        The assumed fraction of corrupted observations, in [0, 0.5);
+    contamination : float
+        The assumed fraction of corrupted observations (the paper's epsilon), in [0, 0.5);
         :func:`robust_stan.tune_rob_ula` chooses it on held-out rows, as the paper does.
     step_size : float or None, default None
         Step in ``z``'s units (the paper's units when ``metric="unit"``). None: 0.2 over the largest
         absolute eigenvalue of the drift's slope in ``z`` (0.2 for the dense metric).
-    iters : int, default 5000
+    iter_sampling : int, default 5000
         Kept iterations per chain, before thinning.
-    warmup : int, default 500
+    iter_warmup : int, default 500
         Discarded iterations per chain before the kept ones.
     thin : int, default 1
         Keep every ``thin``-th iteration.
@@ -61,18 +61,18 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
         :data:`robust_stan.methods.rob_ula.estimators.ESTIMATORS` ("row_trimmed_mean", "lrv" = the
         paper's Algorithm 2 read literally, "lrv_once", "trimmed_mean", "mean" = plain ULA,
         "coordinate_median", "median_of_means", "geometric_median"), or a callable
-        ``(G, epsilon) -> mean`` on the n x d gradient matrix ``G``.
+        ``(G, contamination) -> mean`` on the n x d gradient matrix ``G`` (called positionally).
     divergence : Divergence or None, default None
         The divergence of the posterior the gradients come from; None is KL (the ordinary
         likelihood).
     learning_rate : float, default 1.0
         Weight ``w`` on the data term of the log density.
-    init : {"mode", "random"}, default "mode"
+    inits : {"mode", "random"}, default "mode"
         "mode": L-BFGS from a N(0, init_scale^2) point, then concentration steps to the trimmed
         mode; each chain starts there plus ``init_scale`` times a draw of the preconditioner's
         normal. "random": each chain at N(0, init_scale^2 I) on the unconstrained scale.
     init_scale : float, default 1.0
-        Scale of the starting points' spread (see ``init``).
+        Scale of the starting points' spread (see ``inits``).
     metric : {"dense", "diag", "unit"}, default "dense"
         The drift's slope at the start is made the identity ("dense"), given a unit diagonal
         ("diag"), or left alone ("unit", the paper's update).
@@ -85,13 +85,13 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     log_density : bool, default True
         Compute each kept draw's log density (``lp`` in sample_stats); False skips that call.
     gradient_total : {"n", "clean"}, default "n"
-        The robust mean is multiplied by n (the paper's choice) or by (1 - epsilon) n, the expected
+        The robust mean is multiplied by n (the paper's choice) or by (1 - contamination) n, the expected
         number of clean rows.
     cluster : Cluster or None, default None
         Workers that compute the partitions' gradients when rows are held in partitions; None
         computes them here.
     combine : {"median", "mean"}, default "median"
-        How the partitions' robust means (and their modes, for ``init="mode"``) are joined
+        How the partitions' robust means (and their modes, for ``inits="mode"``) are joined
         (:mod:`robust_stan.methods.rob_ula.partitioned` states each one's guarantee).
 
     Returns
@@ -111,7 +111,7 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
     Notes
     -----
     Rob-ULA reaches the clean rows' posterior only where the estimator keeps exactly the clean
-    rows (the default does when the corrupted rows' gradients lie farthest and ``epsilon`` is
+    rows (the default does when the corrupted rows' gradients lie farthest and ``contamination`` is
     their share); otherwise it drops clean rows with the largest residuals, so scale parameters
     come out too small. Outliers that nearly fit the model and flipped labels are not separable
     by any estimator; where the coefficients must be right, NUTS on the beta posterior
@@ -131,8 +131,9 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
         divergence = as_divergence(divergence)
         target, gradients, prepared = partitioned_target(model, data, divergence, learning_rate, cluster, combine)
         try:
-            out = run_rob_ula(target, epsilon, step_size=step_size, iters=iters, warmup=warmup, thin=thin,
-                              chains=chains, estimator=estimator, init=init, init_scale=init_scale, metric=metric,
+            out = run_rob_ula(target, contamination, step_size=step_size, iter_sampling=iter_sampling,
+                              iter_warmup=iter_warmup, thin=thin, chains=chains, estimator=estimator, inits=inits,
+                              init_scale=init_scale, metric=metric,
                               seed=seed, show_progress=show_progress, log_density=log_density,
                               gradient_total=gradient_total)
         finally:
@@ -150,8 +151,9 @@ def rob_ula(model: Model, data: Mapping, epsilon: float, step_size: float | None
         require_builtin_model(model, "rs.rob_ula")
         prepared = model.prepare(data, divergence, learning_rate)
         target = builtin_target(model, prepared.stan_data, oracle)
-    out = run_rob_ula(target, epsilon, step_size=step_size, iters=iters, warmup=warmup, thin=thin, chains=chains,
-                      estimator=estimator, init=init, init_scale=init_scale, metric=metric, seed=seed,
+    out = run_rob_ula(target, contamination, step_size=step_size, iter_sampling=iter_sampling,
+                      iter_warmup=iter_warmup, thin=thin, chains=chains, estimator=estimator, inits=inits,
+                      init_scale=init_scale, metric=metric, seed=seed,
                       show_progress=show_progress, log_density=log_density, gradient_total=gradient_total)
     if own_program:
         fit = ProgramFit(model, out.raw, stan_data, out.settings, as_divergence(divergence), learning_rate,

@@ -1,4 +1,4 @@
-"""Choosing Rob-ULA's epsilon and estimator on held-out rows (Bhatia et al. 2019, section 6.2).
+"""Choosing Rob-ULA's contamination and estimator on held-out rows (Bhatia et al. 2019, section 6.2).
 
 The paper tunes its hyperparameters on 20% of the (corrupted) training set held
 out, then retrains on the whole training set with the values chosen. The score
@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import numpy as np
@@ -27,7 +27,7 @@ from ..results.method_fits import RobULAFit
 from .model import Model, require_builtin_model
 from .rob_ula import rob_ula
 
-DEFAULT_EPSILONS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2)  # 0: plain ULA (see tune_rob_ula)
+DEFAULT_CONTAMINATIONS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2)  # 0: plain ULA (see tune_rob_ula)
 
 
 @dataclass
@@ -36,17 +36,17 @@ class RobULATuning:
 
     Parameters
     ----------
-    epsilon : float
+    contamination : float
         The chosen contamination fraction.
     estimator : str
         The chosen estimator.
     curve : pandas.DataFrame
-        The validation curve, one row per (estimator, epsilon) setting.
+        The validation curve, one row per (estimator, contamination) setting.
     fit : RobULAFit or None
         The fit on all the rows with the choice (None when ``refit=False``).
     """
 
-    epsilon: float
+    contamination: float
     estimator: str
     curve: pd.DataFrame
     fit: RobULAFit | None
@@ -68,11 +68,12 @@ class RobULATuning:
 
         ax = ax or plt.gca()
         for estimator, rows in self.curve.groupby("estimator", sort=False):
-            ax.errorbar(rows["epsilon"], rows["validation_loglik"], yerr=rows["validation_loglik_se"],
+            ax.errorbar(rows["contamination"], rows["validation_loglik"], yerr=rows["validation_loglik_se"],
                         marker="o", capsize=3, label=estimator)
-        chosen = self.curve[(self.curve["epsilon"] == self.epsilon) & (self.curve["estimator"] == self.estimator)]
-        ax.plot(chosen["epsilon"], chosen["validation_loglik"], "k*", markersize=14, label="chosen")
-        ax.set_xlabel("epsilon")
+        chosen = self.curve[(self.curve["contamination"] == self.contamination)
+                            & (self.curve["estimator"] == self.estimator)]
+        ax.plot(chosen["contamination"], chosen["validation_loglik"], "k*", markersize=14, label="chosen")
+        ax.set_xlabel("contamination")
         ax.set_ylabel("mean held-out log predictive density")
         ax.legend()
         return ax
@@ -97,20 +98,20 @@ def split_rows(model: Model, data: Mapping, fraction: float, rng: np.random.Gene
     return training, validation
 
 
-def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAULT_EPSILONS,
+def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = DEFAULT_CONTAMINATIONS,
                  estimators: Sequence[str] = ("auto",), validation_fraction: float = 0.2,
                  refit: bool = True, seed: int | None = None, **rob_ula_options) -> RobULATuning:
-    """Choose ``epsilon`` (and the estimator) by held-out log predictive density, then refit.
+    """Choose ``contamination`` (and the estimator) by held-out log predictive density, then refit.
 
     A random ``validation_fraction`` of the rows is held out; :func:`rob_ula` runs on the
-    rest for every pair in ``estimators`` x ``epsilons`` (same seed each time), and each
+    rest for every pair in ``estimators`` x ``contaminations`` (same seed each time), and each
     setting is scored by the mean over the held-out rows of log mean_s p(y_i | theta_s).
-    The default grid starts at epsilon = 0, where ``trimmed_mean``, ``lrv``, ``lrv_once`` and
+    The default grid starts at contamination 0, where ``trimmed_mean``, ``lrv``, ``lrv_once`` and
     ``median_of_means`` are the plain mean (the run is plain ULA), so that the tuning can
     answer that no robustness is needed (``coordinate_median`` and ``geometric_median`` do
-    not depend on epsilon).
+    not depend on it).
     The best setting is then run on all the rows (``refit=True``), as the paper's
-    section 6.2 does. ``rob_ula_options`` go to every run (chains, iters, divergence, ...).
+    section 6.2 does. ``rob_ula_options`` go to every run (chains, iter_sampling, divergence, ...).
 
     The curve has, per setting: ``validation_loglik``, its standard error over the held-out
     rows (``validation_loglik_se``: the sd of the pointwise values over sqrt(rows); settings
@@ -123,7 +124,7 @@ def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAUL
         A model robust-stan built (``rs.glm``, ``rs.location``, ...).
     data : mapping
         The data, as for :func:`rob_ula`; rows are split at random.
-    epsilons : sequence of float
+    contaminations : sequence of float
         The grid of contamination fractions, each in [0, 0.5).
     estimators : sequence of str or callable
         The estimators to try (``"auto"``: the family's default).
@@ -131,8 +132,9 @@ def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAUL
         The share of rows held out, in (0, 1).
     refit : bool
         Run the best setting on all the rows.
-    seed : int, optional
-        Seed of the split and of every run.
+    seed : int or None, default None
+        Seed of the split and of every run; None draws fresh entropy (the refit then records
+        seed None: not reproducible).
     **rob_ula_options
         Passed to every :func:`rob_ula` run.
 
@@ -142,18 +144,19 @@ def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAUL
     """
     require_builtin_model(model, "rs.tune_rob_ula", reason=(
         "Its held-out log density is computed on a built-in model's scaling; for your own program, run rs.rob_ula "
-        "with a chosen epsilon."))
-    epsilons = [float(e) for e in np.atleast_1d(epsilons)]
-    if not epsilons or any(not 0 <= e < 0.5 for e in epsilons):
-        raise RobustStanInputError(f"epsilons: need values in [0, 0.5), got {epsilons}")
+        "with a chosen contamination."))
+    contaminations = [float(c) for c in np.atleast_1d(contaminations)]
+    if not contaminations or any(not 0 <= c < 0.5 for c in contaminations):
+        raise RobustStanInputError(f"contaminations: need values in [0, 0.5), got {contaminations}")
     if isinstance(estimators, str):
         estimators = [estimators]
     if not estimators:
         raise RobustStanInputError("estimators: need at least one estimator")
     if not (isinstance(validation_fraction, float) and 0 < validation_fraction < 1):
         raise RobustStanInputError(f"validation_fraction: must be a number in (0, 1), got {validation_fraction!r}")
-    if "epsilon" in rob_ula_options or "estimator" in rob_ula_options:
-        raise RobustStanInputError("epsilon, estimator: give them as epsilons= and estimators= (lists to choose from)")
+    if "contamination" in rob_ula_options or "estimator" in rob_ula_options:
+        raise RobustStanInputError("contamination, estimator: give them as contaminations= and estimators= (lists to "
+                                   "choose from)")
     rng = np.random.default_rng(require_seed(seed))
     training, validation = split_rows(model, data, validation_fraction, rng)
     run_seed = int(rng.integers(2**31))
@@ -162,16 +165,16 @@ def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAUL
     named = {(e if isinstance(e, str) else getattr(e, "__name__", "custom")): e for e in estimators}
     rows = []
     for name, estimator in named.items():
-        for epsilon in epsilons:
+        for contamination in contaminations:
             started = time.perf_counter()
             with warnings.catch_warnings():  # the curve reports each run's R-hat instead
                 warnings.simplefilter("ignore", RobustStanWarning)
-                fit = cast(RobULAFit, rob_ula(model, training, epsilon=epsilon, estimator=estimator, seed=run_seed,
-                                              **options))  # a built-in model's fit
+                fit = cast(RobULAFit, rob_ula(model, training, contamination=contamination, estimator=estimator,
+                                              seed=run_seed, **options))  # a built-in model's fit
             thetas = fit.unconstrained_draws.reshape(-1, fit.unconstrained_draws.shape[-1])
             finite = thetas[np.all(np.isfinite(thetas), axis=1)]
             pointwise = held_out_pointwise_log_likelihood(fit.model, fit.divergence, fit.scaling, validation, finite)
-            rows.append({"estimator": name, "epsilon": epsilon,
+            rows.append({"estimator": name, "contamination": contamination,
                          "validation_loglik": float(pointwise.mean()),
                          "validation_loglik_se": float(pointwise.std(ddof=1) / np.sqrt(pointwise.size)),
                          "max_r_hat": float(fit.summary()["r_hat"].max()),
@@ -180,7 +183,9 @@ def tune_rob_ula(model: Model, data: Mapping, epsilons: Sequence[float] = DEFAUL
     best = curve.loc[curve["validation_loglik"].idxmax()]
     refitted = None
     if refit:
-        refitted = cast(RobULAFit, rob_ula(model, data, epsilon=float(best["epsilon"]),
+        refitted = cast(RobULAFit, rob_ula(model, data, contamination=float(best["contamination"]),
                                            estimator=named[best["estimator"]], seed=run_seed,
                                            **{"show_progress": False, **rob_ula_options}))
-    return RobULATuning(float(best["epsilon"]), str(best["estimator"]), curve, refitted)
+        if seed is None:  # run_seed came from fresh entropy: the refit cannot be repeated
+            refitted.settings = replace(refitted.settings, seed=None)
+    return RobULATuning(float(best["contamination"]), str(best["estimator"]), curve, refitted)

@@ -110,8 +110,9 @@ class RobULAFit(Fit):
 
     def __repr__(self) -> str:
         s = self.settings
-        return (f"<robust_stan.RobULAFit {self.divergence!r}, estimator {s.estimator!r}, epsilon {s.epsilon:g}, "
-                f"{s.chains} chains x {s.iter_sampling // s.thin} draws, parameters {self.parameter_names}>")
+        return (f"<robust_stan.RobULAFit {self.divergence!r}, estimator {s.estimator!r}, "
+                f"contamination {s.contamination:g}, {s.chains} chains x {s.iter_sampling // s.thin} draws, "
+                f"parameters {self.parameter_names}>")
 
 
 class PartitionedRobULAFit(RobULAFit):

@@ -57,7 +57,8 @@ def one_data_set(name: str, k: int) -> list[dict]:
     if not solved.success:
         raise RuntimeError(f"{name} data set {k}: the root of G was not found ({solved.message})")
     phi_vi = solved.x
-    noise_aware = rs.noise_aware(release, simulated.burn_in, method="nuts", draws=4000, warmup=1000, seed=k)
+    noise_aware = rs.noise_aware(release, simulated.burn_in, method="nuts", iter_sampling=2000, iter_warmup=1000,
+                                 seed=k)
     phi_star = noise_aware.trace_draws["phi_star"].reshape(-1, 2 * n)
     na_mean, na_sd = phi_star.mean(axis=0), phi_star.std(axis=0)
     along_trace = np.array([full_gradient(objective, phi, eps[::4]) for phi in trace[::len(trace) // 200][:200]])

@@ -25,8 +25,8 @@ np.set_printoptions(precision=2, suppress=True, linewidth=200)
 for k in datasets:
     simulated = dpvi_tarp.simulated_release(name, epsilon, 0, k, args)
     release, burn_in, truth = simulated.release, simulated.burn_in, simulated.truth
-    nuts = rs.noise_aware(release, burn_in, method="nuts", draws=4000, warmup=1000, seed=k)
-    laplace = rs.noise_aware(release, burn_in, method="laplace", draws=4000, seed=k)
+    nuts = rs.noise_aware(release, burn_in, method="nuts", iter_sampling=2000, iter_warmup=1000, seed=k)
+    laplace = rs.noise_aware(release, burn_in, method="laplace", iter_sampling=2000, seed=k)
     print(f"=== epsilon {epsilon}, data set {k} (theta: w_1..w_11, log sigma^2; phi = 12 means, then 12 u's)")
     for part in ("phi_star", "a"):
         by_nuts = nuts.trace_draws[part].reshape(-1, release.iterates.shape[1])

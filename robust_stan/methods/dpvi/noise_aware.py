@@ -110,22 +110,22 @@ def trace_statistics(phis: np.ndarray, grads: np.ndarray, kappa: float, noise_sd
             "v_prior_sd": noise_sd / (kappa * np.sqrt(safe_dd)), "phi_star_prior_sd": prior_sd}
 
 
-def sample_trace_model(stan_data: dict, method: str, draws: int, warmup: int, chains: int, seed: int,
+def sample_trace_model(stan_data: dict, method: str, iter_sampling: int, iter_warmup: int, chains: int, seed: int,
                        engine: str = "auto", show_progress: bool = False) -> dict:
-    """Draws of phi* and a = softplus(v): {"phi_star": (chains, draws, d), "a": (chains, draws, d)}
-    by the engine's NUTS, or (one chain) from the Laplace approximation of (phi*, v)."""
+    """Draws of phi* and a = softplus(v): {"phi_star": (chains, iter_sampling, d), "a": (chains,
+    iter_sampling, d)} by the engine's NUTS, or from the Laplace approximation of (phi*, v)."""
     if method not in METHODS:
         raise RobustStanInputError(f"method: must be one of {list(METHODS)}, got {method!r}")
     program = compile_program(trace_model_program(), engine, show_progress=show_progress)
     d = int(stan_data["d"])
     if method == "nuts":
-        settings = NutsSettings(chains=chains, iter_warmup=warmup, iter_sampling=draws, seed=seed,
+        settings = NutsSettings(chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
                                 show_progress=show_progress)
         raw = program.sample({**stan_data, "non_centred": 1}, settings, None)
         return {"phi_star": raw.variables["phi_star"], "a": raw.variables["a"]}
     approx = trace_model_laplace(program, stan_data)
     rng = np.random.default_rng(seed)
-    joint = approx.draws(chains * draws, rng).reshape(chains, draws, 2 * d)
+    joint = approx.draws(chains * iter_sampling, rng).reshape(chains, iter_sampling, 2 * d)
     v = stan_data["v_prior_mean"] + stan_data["v_prior_sd"] * joint[..., d:]
     return {"phi_star": stan_data["phi_bar"] + joint[..., :d], "a": softplus(v)}
 

@@ -80,7 +80,7 @@ def partition_robust_means(part: dict, run: str, index: int, program: RobustProg
 def partition_robust_mode(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
                           divergence: Divergence, learning_rate: float, start: np.ndarray, epsilon: float,
                           total: float, metric: str, plain: bool) -> tuple[np.ndarray, bool]:
-    """The partition's own start for ``init="mode"`` (run where the partition is): Rob-ULA's
+    """The partition's own start for ``inits="mode"`` (run where the partition is): Rob-ULA's
     robust mode of the prior plus its rows' loss, the rows weighted total / (their number) as if
     they were all the data."""
     per_example = partition_gradients(part, run, index, program, shared, divergence, learning_rate)
@@ -138,7 +138,7 @@ class PartitionedGradients:
 
     def robust_start(self, start: np.ndarray, epsilon: float, total: float, metric: str,
                      plain: bool) -> tuple[np.ndarray, bool]:
-        """``init="mode"``'s start: each partition's robust mode (:func:`partition_robust_mode`),
+        """``inits="mode"``'s start: each partition's robust mode (:func:`partition_robust_mode`),
         joined by ``combine`` as the gradients are; converged if every partition's optimiser was."""
         results = self.on_every_partition(partition_robust_mode, start, epsilon, total, metric, plain)
         return self.combined(np.stack([point for point, _ in results])), all(ok for _, ok in results)

@@ -12,6 +12,8 @@ where the prior's gradient includes the log-Jacobian of the constraining
 transforms, so the chain targets the posterior of the unconstrained parameters.
 L is a fixed preconditioner (the paper's update is L = I); the warmup that
 chooses it, the starting points and the step size are described in rob_ula().
+epsilon, in the paper's notation kept by the helpers here, is the contamination
+fraction (``rs.rob_ula``'s ``contamination``).
 """
 
 from __future__ import annotations
@@ -44,11 +46,11 @@ class RobULASettings:
     iter_sampling: int
     thin: int
     seed: int | None  # None: the run drew its own and cannot be repeated
-    epsilon: float
+    contamination: float
     estimator: str
     step_size: float
     show_progress: bool
-    init: str = "mode"
+    inits: str = "mode"
     metric: str = "dense"
 
 
@@ -238,7 +240,7 @@ def rows_weighted(weighted: Callable[[np.ndarray], GradientOracle] | None, n: in
 
 def robust_mode(weighted_oracle, per_example, prior, start: np.ndarray, epsilon: float, loss_scale: float,
                 metric: str, plain: bool) -> tuple[np.ndarray, bool]:
-    """Where ``init="mode"`` starts the chains: the posterior mode from ``start`` (L-BFGS), then,
+    """Where ``inits="mode"`` starts the chains: the posterior mode from ``start`` (L-BFGS), then,
     unless the estimator is the plain mean, the robust drift's rest point (:func:`trimmed_mode`,
     looking at the gradients through the metric of the Hessian at the mode). The point, and
     whether the optimiser converged. ``weighted_oracle(rows)`` is the posterior with weight
@@ -280,7 +282,7 @@ class LangevinTarget:
         shares)``; ``per_example`` then gives only n and dimension.
     robust_start : callable or None, default None
         With ``robust_means``: ``(start, epsilon, total, metric, plain) -> (point, converged)``,
-        the start of ``init="mode"``.
+        the start of ``inits="mode"``.
     kept_loss_hessian : callable or None, default None
         With ``robust_means``: ``(point, epsilon) -> H``, the Hessian of the mean loss over the
         rows Algorithm 3 keeps at ``point``, for the metric and the default step.
@@ -299,7 +301,7 @@ class LangevinTarget:
     #: epsilon) -> (robust means, kept shares)``; ``per_example`` then gives only n and dimension
     robust_means: Callable | None = None
     #: with ``robust_means``: ``(start, epsilon, total, metric, plain) -> (point, converged)``, the
-    #: start of ``init="mode"`` (:func:`robust_mode` over the rows, as the partitions give it) ...
+    #: start of ``inits="mode"`` (:func:`robust_mode` over the rows, as the partitions give it) ...
     robust_start: Callable | None = None
     #: ... and ``(point, epsilon) -> H``, the Hessian of the mean loss over the rows Algorithm 3
     #: keeps at ``point`` (every row at epsilon 0), for the metric and the default step
@@ -346,25 +348,26 @@ def builtin_target(program: RobustProgram, stan_data: dict, oracle: str = "auto"
     )
 
 
-def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None = None,
-                iters: int = 5000, warmup: int = 500, thin: int = 1, chains: int = 4, estimator="auto",
-                init: str = "mode", init_scale: float = 1.0, metric: str = "dense", seed: int | None = None,
+def run_rob_ula(target: LangevinTarget, contamination: float, step_size: float | None = None,
+                iter_sampling: int = 5000, iter_warmup: int = 500, thin: int = 1, chains: int = 4, estimator="auto",
+                inits: str = "mode", init_scale: float = 1.0, metric: str = "dense", seed: int | None = None,
                 show_progress: bool = True, log_density: bool = True,
                 gradient_total: str = "n") -> RobULAOutput:
     """Rob-ULA on a model with its data (``target``, learning rate included): the warmup and the
     chains that :func:`robust_stan.rob_ula` describes, whose options these are.
     """
-    if not (isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool) and 0 <= epsilon < 0.5):
-        raise RobustStanInputError(f"epsilon: must lie in [0, 0.5), got {epsilon!r}")
-    iters = require_count("iters", iters)
-    warmup = require_count("warmup", warmup, low=0)
+    if not (isinstance(contamination, (int, float)) and not isinstance(contamination, bool)
+            and 0 <= contamination < 0.5):
+        raise RobustStanInputError(f"contamination: must lie in [0, 0.5), got {contamination!r}")
+    iter_sampling = require_count("iter_sampling", iter_sampling)
+    iter_warmup = require_count("iter_warmup", iter_warmup, low=0)
     thin = require_count("thin", thin)
     chains = require_count("chains", chains)
     if step_size is not None:
         step_size = require_positive("step_size", step_size)
     init_scale = require_positive("init_scale", init_scale)
-    if init not in INITS:
-        raise RobustStanInputError(f"init: must be one of {', '.join(INITS)}, got {init!r}")
+    if inits not in INITS:
+        raise RobustStanInputError(f"inits: must be one of {', '.join(INITS)}, got {inits!r}")
     if metric not in METRICS:
         raise RobustStanInputError(f"metric: must be one of {', '.join(METRICS)}, got {metric!r}")
     estimate = get_estimator(target.default_estimator if estimator == "auto" else estimator)
@@ -373,13 +376,13 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
     learning_rate = target.learning_rate
     per_example, prior = target.per_example, target.prior
     n, d = per_example.n, per_example.dimension
-    total = n if gradient_total == "n" else (1 - epsilon) * n
+    total = n if gradient_total == "n" else (1 - contamination) * n
     plain = estimate is plain_mean  # ULA follows every row
     seed = require_seed(seed)
     rng = np.random.default_rng(seed)  # None: fresh entropy from the operating system
 
     loss_scale = learning_rate * total
-    truncation_epsilon = 0.0 if plain else epsilon
+    truncated_share = 0.0 if plain else contamination
 
     weighted_oracle = rows_weighted(target.weighted, n, total)
 
@@ -387,9 +390,9 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
         """Each state's robust mean of the per-example gradients in the coordinates z of
         theta = factor z (G factor), and the share of rows kept; NaN where G is not finite."""
         if target.robust_means is not None:
-            return target.robust_means(thetas, factor, estimate, epsilon)
+            return target.robust_means(thetas, factor, estimate, contamination)
         with np.errstate(over="ignore", invalid="ignore"):
-            return estimate_each(per_example.gradients_many_in(thetas, factor), estimate, epsilon)
+            return estimate_each(per_example.gradients_many_in(thetas, factor), estimate, contamination)
 
     def z_drift(mean_z: np.ndarray, theta: np.ndarray, L: np.ndarray) -> np.ndarray:
         """The drift the chain follows in the coordinates z of theta = L z, from the robust mean
@@ -399,10 +402,10 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
     def kept_hessian(point: np.ndarray) -> np.ndarray:
         """The Hessian at ``point`` of -log prior + loss_scale * (mean loss over the rows kept there)."""
         if target.kept_loss_hessian is None:
-            rows = kept_rows(per_example, point, np.eye(d), truncation_epsilon)
+            rows = kept_rows(per_example, point, np.eye(d), truncated_share)
             return kept_rows_hessian(per_example, prior, rows, point, loss_scale)
         prior_hessian = drift_hessian(lambda theta: -prior.gradient(theta, jacobian=True), point)
-        return loss_scale * target.kept_loss_hessian(point, truncation_epsilon) + prior_hessian
+        return loss_scale * target.kept_loss_hessian(point, truncated_share) + prior_hessian
 
     def adapted(point: np.ndarray) -> Preconditioner:
         """The preconditioner at ``point``: the kept rows' Hessian, then the estimator's own slope."""
@@ -419,17 +422,17 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
         return laplace.then(estimator_drift_slope(drift_at, d))
 
     start = rng.normal(scale=init_scale, size=d)
-    if init == "mode":
+    if inits == "mode":
         if target.robust_start is None:
-            start, converged = robust_mode(weighted_oracle, per_example, prior, start, epsilon, loss_scale, metric,
-                                           plain)
+            start, converged = robust_mode(weighted_oracle, per_example, prior, start, contamination, loss_scale,
+                                           metric, plain)
         else:
-            start, converged = target.robust_start(start, epsilon, total, metric, plain)
+            start, converged = target.robust_start(start, contamination, total, metric, plain)
         if not converged:
             warnings.warn("rob_ula: the optimiser did not converge to a mode; the chains start from where it "
-                          "stopped. Pass init='random' or check the model.", RobustStanWarning, stacklevel=3)
+                          "stopped. Pass inits='random' or check the model.", RobustStanWarning, stacklevel=3)
     scaling = adapted(start)
-    if init == "mode":
+    if inits == "mode":
         theta = start + init_scale * rng.normal(size=(chains, d)) @ scaling.factor.T
     else:
         theta = np.vstack([start, rng.normal(scale=init_scale, size=(chains - 1, d))])
@@ -438,13 +441,13 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
         raise RuntimeError("step_size: could not estimate the curvature at the starting point; give step_size")
     eta = step_size if step_size is not None else DEFAULT_STEP / scaling.largest_curvature
     L = scaling.factor
-    kept_draws = iters // thin
+    kept_draws = iter_sampling // thin
     thetas = np.full((chains, kept_draws, d), np.nan)
     kept = np.full((chains, kept_draws), np.nan)
     alive = np.ones(chains, dtype=bool)
-    with tqdm(total=warmup + iters, desc=f"Rob-ULA ({estimate.__name__})", unit="it",
+    with tqdm(total=iter_warmup + iter_sampling, desc=f"Rob-ULA ({estimate.__name__})", unit="it",
               disable=not show_progress, file=sys.stderr) as bar:
-        for k in range(warmup + iters):
+        for k in range(iter_warmup + iter_sampling):
             means, kept_shares = robust_means(theta[alive], L)  # in the chain's coordinates z
             step = np.zeros((chains, d))
             fractions = np.full(chains, np.nan)
@@ -465,7 +468,7 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
                 if not alive.any():
                     break
             theta[alive] = proposal[alive]
-            j = k - warmup
+            j = k - iter_warmup
             if j >= 0 and j % thin == 0 and j // thin < kept_draws:
                 thetas[alive, j // thin] = theta[alive]
                 kept[:, j // thin] = fractions
@@ -474,6 +477,6 @@ def run_rob_ula(target: LangevinTarget, epsilon: float, step_size: float | None 
     variables = constrained_draws(target.output(), thetas)
     sampler = {"lp__": target.log_density_at(thetas)} if log_density else {}
     sampler.update(step_size=np.full((chains, kept_draws), eta), kept_fraction=kept)
-    settings = RobULASettings(chains, warmup, iters, thin, seed, float(epsilon),
-                              getattr(estimate, "__name__", "custom"), float(eta), show_progress, init, metric)
+    settings = RobULASettings(chains, iter_warmup, iter_sampling, thin, seed, float(contamination),
+                              getattr(estimate, "__name__", "custom"), float(eta), show_progress, inits, metric)
     return RobULAOutput(RawDraws(variables, sampler), settings, scaling.inverse_metric, thetas)

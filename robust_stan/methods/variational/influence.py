@@ -41,7 +41,7 @@ _BASELINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def influence_curve(fit, data: Mapping, index: int, values: np.ndarray, test_data: Mapping, *,
-                    variable: str = "y", column: int | None = None, draws: int = 200, seed: int = 0,
+                    variable: str = "y", column: int | None = None, draws: int = 200, seed: int,
                     **options) -> pd.DataFrame:
     """The table of :func:`robust_stan.influence` for a variational fit (a
     :class:`~robust_stan.results.method_fits.VariationalFit`), arguments already checked: one refit
