@@ -54,6 +54,7 @@ def test_sandwich_adjustment_has_the_sandwich_covariance(known_sigma):
 
 
 @pytest.mark.stan
+@pytest.mark.statistical_study
 def test_bootstrap_calibration_finds_the_closed_form_w(known_sigma):
     """Syring and Martin's w. Here a resample's w-posterior is about N(ybar*, 1 / (w N)) and ybar* -
     ybar ~ N(0, v / N), so the 90% sets hold theta_hat = ybar with probability

@@ -385,6 +385,7 @@ def test_mse_criterion_works_for_a_discrete_family():
 
 
 @pytest.mark.stan
+@pytest.mark.statistical_study
 def test_mse_criterion_resists_inflated_counts_of_a_poisson_glm():
     """A tenth of the counts raised by 20: KL's coefficients leave those of the same rows unspoiled
     by more than 5 of their posterior sds, while the value the estimated MSE chooses is a beta

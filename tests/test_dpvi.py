@@ -561,6 +561,7 @@ def _assert_near_the_optimum(iterates: np.ndarray, mu_star: float, s_star: float
 
 
 @pytest.mark.stan
+@pytest.mark.statistical_study
 def test_noise_aware_posterior_is_calibrated_where_the_last_iterate_is_not(exponential):
     """A small TARP run (K = 40 data sets from the prior; the paper runs K = 500, 20 times).
     C = 10 keeps clipping rare (the per-row score 1 - rate y of an exponential rarely exceeds 10:

@@ -200,6 +200,7 @@ def interval_coverage(model, data_sets) -> float:
 
 # short chains on the (b, flip_rate) ridge often warn of R-hat just above 1.01; coverage is what is tested
 @pytest.mark.stan
+@pytest.mark.statistical_study
 @pytest.mark.filterwarnings("ignore:nuts. the chains have not converged:robust_stan.RobustStanWarning")
 def test_the_mislabel_glm_covers_the_truth_on_random_label_flips(bernoulli_mislabel):
     """20 data sets of N = 200, a tenth of the labels flipped. A calibrated 90% interval holds b with

@@ -311,6 +311,7 @@ def test_the_dense_metric_over_partitions_is_the_in_memory_one_for_the_plain_mea
 
 
 @pytest.mark.stan
+@pytest.mark.statistical_study
 def test_partitioned_rob_ula_with_the_default_warmup_converges_on_a_plain_regression(glm_normal):
     """Rob-ULA's defaults (but the log density; contamination 0.1) on a clean regression in 4 partitions: the
     chains mix (no convergence warning: R-hat at most 1.01, bulk and tail ESS at least 100)

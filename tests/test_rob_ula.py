@@ -242,6 +242,7 @@ def leverage_regression(seed):
 
 
 @pytest.mark.stan
+@pytest.mark.statistical_study
 @pytest.mark.parametrize("design", ["shifted_y", "leverage"])
 def test_default_estimator_stays_near_the_clean_rows_posterior(glm_normal, shifted_regression, design):
     """What Rob-ULA aims at is the posterior given the clean rows. On the plain regression (where

@@ -264,6 +264,7 @@ def test_robust_loss_is_the_library_loss_of_each_row():
 
 
 @pytest.mark.stan
+@pytest.mark.statistical_study
 def test_beta_rewrite_resists_planted_outliers():
     rng = np.random.default_rng(21)
     n = 100
@@ -330,6 +331,7 @@ ROBUSTNESS_SETTINGS = {"logistic_regression": dict(n=400, every=20, divergence=r
 
 
 @pytest.mark.stan
+@pytest.mark.statistical_study
 def test_beta_rewrite_of_every_program_resists_planted_outliers(case):
     """Spoiled rows: the KL posterior mean of the watched parameter leaves the clean-data posterior
     mean by more than 5 of the clean posterior's sds, the beta posterior mean stays within 3 of
@@ -382,12 +384,14 @@ def test_per_example_gradients_are_exact(method):
 
 
 @pytest.mark.stan
-@pytest.mark.parametrize("name", ["linear_regression", "loop_likelihood", "poisson_offset"])
+@pytest.mark.parametrize("name", ["linear_regression", "poisson_offset"])
 def test_per_example_gradients_from_mixed_derivatives_equal_the_differences(name):
     """The two exact methods agree: d sweeps of forward over reverse mode with the weights as
-    parameters (a vectorised normal likelihood, one written row by row with y[n], and a poisson
-    likelihood on the library's integral table) against one gradient call per row, for KL, beta and
-    gamma. Both are sums of the same float64 terms, so they agree to rounding."""
+    parameters (a vectorised normal likelihood, and a poisson likelihood on the library's integral
+    table) against one gradient call per row, for KL, beta and gamma. Both are sums of the same
+    float64 terms, so they agree to rounding. (The row-by-row rewrite, loop_likelihood, is checked
+    against its program as written elsewhere in this file; it is not also built with second
+    derivatives here, to keep the suite's compiles few.)"""
     make_data, _ = CASES[name]
     data = make_data(np.random.default_rng(21))
     model = rs.robustify(_program(name), engine=ENGINE)
