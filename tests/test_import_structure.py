@@ -192,3 +192,14 @@ def test_every_example_and_benchmark_script_imports():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert len(scripts) > 20
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_call_walk_counts_climbs_and_re_entries():
+    """tools/call_walk.py's counts on a hand-made walk: api -> methods -> engines -> methods (a climb)
+    -> engines again (a re-entry: it was left upward) -> results (a climb) -> common (neither)."""
+    from tools.call_walk import LAYERS as WALK_LAYERS, Walk
+
+    assert WALK_LAYERS == LAYERS
+    walk = Walk(["api/a.py", "methods/m.py", "engines/e.py", "methods/m.py", "engines/e.py", "results/r.py",
+                 "common/c.py"])
+    assert (walk.files, walk.climbs, walk.reentries) == (5, 2, 1)
