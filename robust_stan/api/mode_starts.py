@@ -1,5 +1,5 @@
-"""Starting NUTS's chains in a posterior's largest mode (``Model.sample(inits="mode")`` and
-:func:`robust_stan.select_divergence`).
+"""Starting NUTS's chains in a posterior's largest mode (``inits="mode"`` of :meth:`Model.sample` and
+:meth:`StanProgramModel.sample`, and :func:`robust_stan.select_divergence`).
 
 A robust posterior can have a mode that follows the outliers and holds almost none of the mass;
 NUTS cannot leave the basin a chain starts in, so from Stan's dispersed starts (uniform(-2, 2) on
@@ -11,9 +11,14 @@ approximation.
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+
 import numpy as np
 
 from ..building.data import PreparedData, with_switches
+from ..common.errors import RobustStanInputError, RobustStanWarning
+from ..gradients.oracles import GradientOracle
 from ..methods.mode_census import ModeCensus, mode_census
 
 #: Dispersed starts of a census of one posterior (uniform(-2, 2) on the unconstrained scale, as Stan's
@@ -31,16 +36,38 @@ def dispersed_starts(dimension: int, seed: int | None, count: int = CENSUS_START
     return list(rng.uniform(-2.0, 2.0, size=(count, dimension)))
 
 
-def census_from_dispersed_starts(program, prepared: PreparedData, seed: int | None) -> ModeCensus:
-    """The census of the posterior of ``prepared`` from :func:`dispersed_starts`. A search, not a
-    guarantee: a mode whose basin none of the starts falls in is missed."""
-    oracle = program.oracle_for(with_switches(prepared.stan_data, pointwise=False))
-    return mode_census(oracle.log_density_gradient, dispersed_starts(oracle.dimension, seed))[0]
+def inits_in_largest_mode(inits: str, oracle: GradientOracle, inits_at: Callable[[np.ndarray], list[dict]],
+                          chains: int, seed: int | None) -> list[dict] | None:
+    """``inits="mode"`` for any model: one start per chain in the largest mode of ``oracle``'s
+    posterior, warning when no mode holds the mass; None (the engine's own starts, with a warning)
+    when the census finds no strict mode. ``inits_at`` turns unconstrained points (one per row) into
+    the starting values the model's ``sample`` takes."""
+    if inits != "mode":
+        raise RobustStanInputError(f"inits: give starting values (a dict, or one per chain), or 'mode'; "
+                                   f"got {inits!r}")
+    census = mode_census(oracle.log_density_gradient, dispersed_starts(oracle.dimension, seed))[0]
+    if not census.modes:
+        warnings.warn(f"inits='mode': L-BFGS found no strict mode from {CENSUS_STARTS} dispersed starts; the "
+                      "chains start from the engine's own starts", RobustStanWarning, stacklevel=3)
+        return None
+    if census.dominant is None:
+        warnings.warn(f"inits='mode': the posterior has several modes (shares {census.describe()}); every chain "
+                      "starts in the largest, and NUTS will not visit the others", RobustStanWarning, stacklevel=3)
+    return inits_at(largest_mode_draws(census, chains, seed))
+
+
+def largest_mode_draws(census: ModeCensus, chains: int, seed: int | None) -> np.ndarray:
+    """One draw per chain of the largest mode's Laplace approximation (unconstrained points, one per row)."""
+    return census.modes[0].draws(chains, np.random.default_rng(None if seed is None else [seed, 11]))
 
 
 def starts_in_largest_mode(program, prepared: PreparedData, census: ModeCensus, chains: int,
                            seed: int | None) -> list[dict]:
-    """One start per chain, each a draw of the largest mode's Laplace approximation, as constrained
-    values by parameter name on the outcome's own scale (as :meth:`Model.sample` takes them)."""
-    rng = np.random.default_rng(None if seed is None else [seed, 11])
-    return program.inits_at(census.modes[0].draws(chains, rng), prepared.stan_data, prepared.scaling)
+    """:func:`largest_mode_draws` of a built-in model's ``census``, as constrained values by parameter
+    name on the outcome's own scale (as :meth:`Model.sample` takes them)."""
+    return program.inits_at(largest_mode_draws(census, chains, seed), prepared.stan_data, prepared.scaling)
+
+
+def built_in_oracle(program, prepared: PreparedData) -> GradientOracle:
+    """The posterior oracle of a built-in model's ``prepared`` data, without its pointwise outputs."""
+    return program.oracle_for(with_switches(prepared.stan_data, pointwise=False))

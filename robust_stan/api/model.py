@@ -7,7 +7,6 @@ Stan data.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -16,7 +15,7 @@ from ..building.data import PreparedData, prepare_data
 from ..building.divergences import Divergence, as_divergence, refuse_original_gamma
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
-from ..common.errors import RobustStanInputError, RobustStanWarning
+from ..common.errors import RobustStanInputError
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
 from ..methods.nuts import nuts_settings, run_nuts
@@ -25,7 +24,7 @@ from ..methods.variational.partitioned import partitioned_variational_target
 from ..methods.variational.robust_vi import fit_variational
 from ..results.fit import Fit
 from ..results.method_fits import PartitionedVariationalFit, StanMethodFit, VariationalFit
-from .mode_starts import CENSUS_STARTS, census_from_dispersed_starts, starts_in_largest_mode
+from .mode_starts import built_in_oracle, inits_in_largest_mode
 
 
 class Model(RobustProgram):
@@ -278,28 +277,13 @@ class Model(RobustProgram):
         settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
                                  show_progress)
         if isinstance(inits, str):
-            inits = self._starts_in_largest_mode(inits, prepared, settings.chains, seed)
+            inits = inits_in_largest_mode(
+                inits, built_in_oracle(self, prepared),
+                lambda thetas: self.inits_at(thetas, prepared.stan_data, prepared.scaling), settings.chains, seed)
         chain_inits = self.chain_inits(inits, settings.chains, prepared.scaling)
         fit = Fit(self, run_nuts(self, prepared.stan_data, settings, chain_inits), prepared, settings)
         fit.warn_if_not_converged()
         return fit
-
-    def _starts_in_largest_mode(self, inits: str, prepared: PreparedData, chains: int,
-                                seed: int | None) -> list[dict] | None:
-        """``inits="mode"``: one start per chain in the posterior's largest mode (warning when no mode
-        holds the mass); the engine's own starts when the census finds no strict mode."""
-        if inits != "mode":
-            raise RobustStanInputError(f"inits: give starting values (a dict, or one per chain), or 'mode'; "
-                                       f"got {inits!r}")
-        census = census_from_dispersed_starts(self, prepared, seed)
-        if not census.modes:
-            warnings.warn(f"inits='mode': L-BFGS found no strict mode from {CENSUS_STARTS} dispersed starts; the "
-                          "chains start from the engine's own starts", RobustStanWarning, stacklevel=3)
-            return None
-        if census.dominant is None:
-            warnings.warn(f"inits='mode': the posterior has several modes (shares {census.describe()}); every chain "
-                          "starts in the largest, and NUTS will not visit the others", RobustStanWarning, stacklevel=3)
-        return starts_in_largest_mode(self, prepared, census, chains, seed)
 
     # -- variational inference ----------------------------------------------------
     def variational(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
