@@ -759,6 +759,26 @@ def test_inits_mode_on_a_robustified_program_starts_where_the_built_in_model_doe
         program.sample(data, inits="middle")
 
 
+def test_a_robustified_program_warns_when_the_data_barely_count_as_the_built_in_model_does():
+    """The beta loss's check that the data count (sum over rows of p_i^beta at a pilot fit, at
+    least one observation's worth) runs on a program's outcome as on the built-in model's y:
+    target_lupdf.stan robustified and rs.location("normal", standardize=False) give the same warning
+    with the same count. On a scale of 100, p_i is about 0.004: beta = 1 leaves 40 rows about 0.16
+    of an observation, beta = 0.2 about 13 (no warning)."""
+    data = _normal(np.random.default_rng(3))
+    data["y"] = np.random.default_rng(4).normal(0.0, 100.0, size=data["y"].size)
+    program = rs.robustify(_program("target_lupdf"), engine=ENGINE)
+    built_in = rs.location("normal", standardize=False, engine=ENGINE)
+    with pytest.warns(rs.RobustStanWarning, match="the data have almost no influence") as ours:
+        program.stan_data(data, divergence=rs.BetaD(1.0))
+    with pytest.warns(rs.RobustStanWarning, match="the data have almost no influence") as theirs:
+        built_in.stan_data({"y": data["y"]}, divergence=rs.BetaD(1.0))
+    assert [str(w.message) for w in ours] == [str(w.message) for w in theirs]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        program.stan_data(data, divergence=rs.BetaD(0.2))
+
+
 def test_coreset_needs_one_robustified_outcome():
     model = rs.robustify(_program("two_outcomes"), engine=ENGINE)
     with pytest.raises(rs.RobustStanInputError, match="rs.coreset needs each observation's own loss.*exactly one"):

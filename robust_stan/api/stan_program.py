@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..building.data import Pointwise, check_learning_rate, check_weights
+from ..building.data import Pointwise, check_learning_rate, check_weights, warn_if_the_data_barely_count
 from ..building.divergences import Divergence, DivergenceCode, as_divergence, refuse_original_gamma
 from ..building.families import FAMILIES
 from ..building.robustify import (
@@ -35,6 +35,9 @@ from ..methods.stan_methods import run_stan_method
 from ..methods.variational.robust_vi import fit_variational
 from ..results.program_fit import ProgramFit
 from .mode_starts import inits_in_largest_mode
+
+#: The built-in family of each library family a rewrite uses (Likelihood.family is the library's name).
+_FAMILY_OF_STAN_NAME = {family.stan_name: family for family in FAMILIES.values()}
 
 
 def _read_source(stan_file_or_code) -> tuple[str, str, tuple[str, ...]]:
@@ -165,6 +168,11 @@ class StanProgramModel(ProgramOnEngine):
                    rs_learning_rate=check_learning_rate(learning_rate), rs_pointwise=int(Pointwise.OFF),
                    rs_weights_are_parameters=0)
         out.update(self._weights(out, weights))
+        for likelihood in self.likelihoods:  # as the built-in models warn, from the same pilot fit
+            warn_if_the_data_barely_count(
+                _FAMILY_OF_STAN_NAME[likelihood.family], np.asarray(out[likelihood.outcome], dtype=float),
+                {"weights": out[f"rs_weights_{likelihood.outcome}"], "learning_rate": out["rs_learning_rate"]},
+                divergence, stacklevel=4)
         return out
 
     def _weights(self, data: dict, weights) -> dict:

@@ -201,8 +201,11 @@ def beta_loss_effective_sample_size(family, y: np.ndarray, beta: float, weights:
     return float(learning_rate * np.sum(weights * np.exp(beta * log_p)))
 
 
-def warn_if_the_data_barely_count(family, y_fitted: np.ndarray, stan_data: dict, divergence: Divergence) -> None:
-    """A RobustStanWarning when a beta loss leaves the data less than one observation's worth."""
+def warn_if_the_data_barely_count(family, y_fitted: np.ndarray, stan_data: dict, divergence: Divergence,
+                                  stacklevel: int = 5) -> None:
+    """A RobustStanWarning when a beta loss leaves the data less than one observation's worth
+    (``stan_data`` holds the rows' ``weights`` and the ``learning_rate``; ``stacklevel`` points the
+    warning at the user's call)."""
     if divergence.code != DivergenceCode.BETA:
         return
     ess = beta_loss_effective_sample_size(family, y_fitted, divergence.param, stan_data["weights"],
@@ -212,7 +215,7 @@ def warn_if_the_data_barely_count(family, y_fitted: np.ndarray, stan_data: dict,
             f"divergence: with beta = {divergence.param:g} the data have almost no influence: the beta loss "
             f"weighs the {len(y_fitted)} observations like {ess:.3g} (sum of p_i^beta at a pilot fit), so the "
             "posterior will be close to the prior. Choose a smaller beta (0.1-1 is usual).",
-            RobustStanWarning, stacklevel=5)
+            RobustStanWarning, stacklevel=stacklevel)
 
 
 def default_prior_scales(column_sd: np.ndarray) -> np.ndarray:
