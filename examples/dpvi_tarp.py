@@ -77,7 +77,7 @@ COORDINATE_SUBSETS = {"linear_regression": {"w": slice(0, 11)}}
 # linear_regression10d: C 260, beta_u 1500, lambda_c 4 and 4 / 28, burn-in 20%), with phi_0 at the prior's
 # means (w = 0, sigma^2 = 0.5 / 19) and q's variances the prior-mean sigma^2 / N (theirs: w = 1,
 # sigma^2 = 0.018 and q's sd 0.0025, which is about the same variance).
-DEFAULTS = {"clip": 10.0, "lambda_c": 1.0, "precondition": 100.0, "init": None, "initial_variance": None,
+DEFAULTS = {"clip": 10.0, "lambda_c": 1.0, "precondition": 100.0, "inits": None, "initial_variance": None,
             "burn_in": 0.5}
 SETTINGS = {
     "gamma_exponential": {},
@@ -87,7 +87,7 @@ SETTINGS = {
     # and 4 / 28 for sigma^2's mean, whose iterate a full step lets wander far above the optimum
     "linear_regression": {"clip": 260.0, "lambda_c": np.r_[np.full(11, 4.0), 4.0 / 28, np.full(12, 4.0)],
                           "precondition": 1500.0, "burn_in": 0.2,
-                          "init": {"w": np.zeros(11), "sigma2": 0.5 / 19}, "initial_variance": 0.5 / 19 / 5000},
+                          "inits": {"w": np.zeros(11), "sigma2": 0.5 / 19}, "initial_variance": 0.5 / 19 / 5000},
 }
 # ``--settings authors``: the exponential families with the authors' code's choices
 # (coverage_experiment.py, set_default_args_<model> and perform_experiment): priors Gamma(8, 2),

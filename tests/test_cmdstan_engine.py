@@ -137,13 +137,13 @@ def test_draws_keep_more_than_six_significant_digits(nuts_fit):
     assert np.mean(draws != six_digits) > 0.9
 
 
-# -- init= for Stan's methods ------------------------------------------------------------------
+# -- inits= for Stan's methods ------------------------------------------------------------------
 @pytest.mark.stan
 @needs_cmdstan
 @pytest.mark.parametrize("method", STAN_METHODS)
 def test_init_starts_stan_methods(glm, method):
     fit = glm.variational(glm_data(), method=method, draws=100, seed=3, show_progress=False,
-                          init={"alpha": 1.0, "b": [1.0, -0.5], "sigma": 1.5},
+                          inits={"alpha": 1.0, "b": [1.0, -0.5], "sigma": 1.5},
                           **({"require_converged": False} if method == "advi" else {}))
     backend = fit.raw.backend
     if method == "laplace":
@@ -156,15 +156,15 @@ def test_init_starts_stan_methods(glm, method):
 @pytest.mark.stan
 @needs_cmdstan
 def test_laplace_refuses_init_beside_a_mode(glm):
-    with pytest.raises(rs.RobustStanInputError, match="^init: "):
-        glm.variational(glm_data(), method="laplace", init={"alpha": 1.0}, mode="somewhere.csv", show_progress=False)
+    with pytest.raises(rs.RobustStanInputError, match="^inits: "):
+        glm.variational(glm_data(), method="laplace", inits={"alpha": 1.0}, mode="somewhere.csv", show_progress=False)
 
 
 @pytest.mark.stan
 @needs_cmdstan
 def test_unknown_init_names_are_refused(glm):
     with pytest.raises(rs.RobustStanInputError, match="^inits: unknown parameter"):
-        glm.variational(glm_data(), method="pathfinder", init={"gamma": 1.0}, show_progress=False)
+        glm.variational(glm_data(), method="pathfinder", inits={"gamma": 1.0}, show_progress=False)
 
 
 # -- ADVI that stops at its iteration limit ------------------------------------------------------
@@ -197,7 +197,7 @@ def test_own_program_runs_stans_methods(method):
     model = rs.robustify(PROGRAM, engine="cmdstan")
     data = program_data()
     fit = model.variational(data, divergence=rs.BetaD(0.3), method=method, draws=200, seed=5, show_progress=False,
-                            init={"alpha": 0.5, "beta": 0.5, "sigma": 1.0},
+                            inits={"alpha": 0.5, "beta": 0.5, "sigma": 1.0},
                             **({"require_converged": False} if method == "advi" else {}))
     assert fit.method == method and fit.draws("beta").shape == (1, 200)
     log_lik = fit.log_lik["y"]

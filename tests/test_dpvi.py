@@ -692,7 +692,7 @@ def test_bad_input_is_refused_with_the_argument_named(exponential, options, mess
 @pytest.mark.stan
 def test_init_and_initial_variance_are_phi_0(exponential):
     """phi_0 = (the unconstrained init, softplus^-1 of the initial variance): log(2) for rate = 2."""
-    fit = rs.dpvi(exponential, data_of(1.0, 50, 0), epsilon=1.0, steps=3, clip=1.0, init={"rate": 2.0},
+    fit = rs.dpvi(exponential, data_of(1.0, 50, 0), epsilon=1.0, steps=3, clip=1.0, inits={"rate": 2.0},
                   initial_variance=0.01, seed=1, show_progress=False)
     np.testing.assert_allclose(fit.release.iterates[0], [np.log(2.0), np.log(np.expm1(0.01))], rtol=1e-12)
 
@@ -702,7 +702,7 @@ def test_q_scale_sd_is_carried_from_phi_0_to_the_draws(exponential):
     """With q_scale="sd" phi_0's u is softplus^-1 of the initial sd (the same q as the variance
     form's phi_0), the release says which form it is, and the draws of q from the last iterate
     have sd softplus(u_T) (4000 draws: the sample sd is within 4 of its 1.1% standard errors)."""
-    options = dict(epsilon=1.0, steps=3, clip=1.0, init={"rate": 2.0}, initial_variance=0.01, seed=1,
+    options = dict(epsilon=1.0, steps=3, clip=1.0, inits={"rate": 2.0}, initial_variance=0.01, seed=1,
                    show_progress=False)
     fit = rs.dpvi(exponential, data_of(1.0, 50, 0), q_scale="sd", **options)
     assert fit.release.q_scale == "sd"

@@ -40,7 +40,7 @@ from .model import Model, require_builtin_model
 def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip: float = 1.0, steps: int = 10_000,
          sampling_rate: float = 0.1, lambda_c=1.0, precondition=None,
          draws_per_step: int = 10, initial_variance: float = 1.0, divergence=None, seed: int | None = None,
-         show_progress: bool = True, cluster: Cluster | None = None, init: Mapping | None = None,
+         show_progress: bool = True, cluster: Cluster | None = None, inits: Mapping | None = None,
          q_scale: str = "variance") -> DPVIFit:
     """(epsilon, delta)-differentially private mean-field VI by DP-SGD.
 
@@ -106,7 +106,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
         A progress bar over the steps.
     cluster : rs.Cluster, optional
         Where partitioned rows are processed.
-    init : mapping, optional
+    inits : mapping, optional
         Every parameter's value for phi_0's mean (e.g. the prior's means), not from the data.
     q_scale : {"variance", "sd"}
         What softplus(u) is: q's variance (the paper's section 4.1) or its sd (the authors' code,
@@ -139,7 +139,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
         stan_data = model.prepare(data, divergence).stan_data
         n_rows = int(stan_data["N"])
     try:
-        start_mean = None if init is None else model.unconstrain_init(init, stan_data, Scaling())
+        start_mean = None if inits is None else model.unconstrain_init(inits, stan_data, Scaling())
         objective = PerExampleObjective.of_program(model, stan_data, n_rows, q_scale)
         n = objective.dimension
         lambda_c = _positive_per_coordinate("lambda_c", lambda_c, 2 * n, "one per entry of phi: mu's, then u's")

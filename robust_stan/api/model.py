@@ -288,7 +288,7 @@ class Model(RobustProgram):
     # -- variational inference ----------------------------------------------------
     def variational(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                     weights=None, family: str = "meanfield", method: str = "robust-stan", draws: int = 1000,
-                    seed: int | None = None, show_progress: bool = True, init: Mapping | None = None,
+                    seed: int | None = None, show_progress: bool = True, inits: Mapping | None = None,
                     cluster: Cluster | None = None, **options):
         """Variational approximation of the generalized posterior.
 
@@ -315,7 +315,7 @@ class Model(RobustProgram):
             Seed of the run; None draws fresh entropy (not reproducible).
         show_progress : bool, default True
             Show a progress bar.
-        init : mapping or None, default None
+        inits : mapping or None, default None
             Parameter values by name (any subset for Stan's methods) where the optimisation starts;
             None: q's mean uniform on (-init_radius, init_radius).
         cluster : Cluster or None, default None
@@ -342,23 +342,24 @@ class Model(RobustProgram):
         """
         if is_partitioned(data):
             return self._variational_on_partitions(data, divergence, learning_rate, weights, family, method, draws,
-                                                   seed, show_progress, init, cluster, options)
+                                                   seed, show_progress, inits, cluster, options)
         refuse_cluster_for_rows_here(cluster, "variational inference")
         prepared = self.prepare(data, divergence, learning_rate, weights)
         if method == "robust-stan":
-            start = None if init is None else self.unconstrain_init(init, prepared.stan_data, prepared.scaling)
+            start = None if inits is None else self.unconstrain_init(inits, prepared.stan_data, prepared.scaling)
             out = fit_variational(self, prepared.stan_data, family=family, draws=draws, seed=seed, start=start,
                                   show_progress=show_progress, **options)
             return VariationalFit(self, out.raw, prepared, out.settings, q=out.q, elbo=out.elbo,
                                   elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
-        inits = None if init is None else self.chain_inits(init, 1, prepared.scaling)
+        chain_inits = None if inits is None else self.chain_inits(inits, 1, prepared.scaling)
         raw, settings = run_stan_method(self, method, prepared.stan_data, family=family, draws=draws, seed=seed,
-                                        show_progress=show_progress, init=None if inits is None else inits[0],
+                                        show_progress=show_progress,
+                                        init=None if chain_inits is None else chain_inits[0],
                                         **options)
         return StanMethodFit(self, raw, prepared, settings)
 
     def _variational_on_partitions(self, data, divergence, learning_rate, weights, family, method, draws, seed,
-                                   show_progress, init, cluster, options) -> PartitionedVariationalFit:
+                                   show_progress, inits, cluster, options) -> PartitionedVariationalFit:
         """:meth:`variational` on rows held in partitions."""
         if method != "robust-stan":
             raise RobustStanInputError(f"method: rows held in partitions need robust-stan's driver "
@@ -371,7 +372,7 @@ class Model(RobustProgram):
                               "use rs.GammaD(gamma) or rows in memory")
         prepared, placed, make_target = partitioned_variational_target(self, data, divergence, learning_rate, cluster)
         try:
-            start = None if init is None else self.unconstrain_init(init, prepared.stan_data, prepared.scaling)
+            start = None if inits is None else self.unconstrain_init(inits, prepared.stan_data, prepared.scaling)
             out = fit_variational(self, prepared.stan_data, family=family, draws=draws, seed=seed, start=start,
                                   show_progress=show_progress, target=make_target, **options)
         finally:

@@ -478,7 +478,7 @@ class StanProgramModel(ProgramOnEngine):
 
     def variational(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                     weights=None, family: str = "meanfield", method: str = "robust-stan", draws: int = 1000,
-                    seed: int | None = None, show_progress: bool = True, init: Mapping | None = None,
+                    seed: int | None = None, show_progress: bool = True, inits: Mapping | None = None,
                     **options) -> ProgramFit:
         """Variational approximation of the program's (generalized) posterior.
 
@@ -505,7 +505,7 @@ class StanProgramModel(ProgramOnEngine):
             Random seed.
         show_progress : bool
             Progress output.
-        init : Mapping or None
+        inits : Mapping or None
             Starting values by parameter name (constrained). robust-stan's driver needs every
             parameter; Stan's methods take any subset (Laplace: where the mode search starts).
         **options
@@ -518,17 +518,18 @@ class StanProgramModel(ProgramOnEngine):
         """
         stan_data = self.stan_data(data, divergence, learning_rate, weights)
         if method != "robust-stan":
-            inits = require_inits(init, 1, self.parameter_names)
+            chain_inits = require_inits(inits, 1, self.parameter_names)
             raw, settings = run_stan_method(self, method, stan_data, family=family, draws=draws, seed=seed,  # type: ignore[arg-type]
-                                            show_progress=show_progress, init=None if inits is None else inits[0],
+                                            show_progress=show_progress,
+                                            init=None if chain_inits is None else chain_inits[0],
                                             **options)
             return ProgramFit(self, raw, stan_data, settings, as_divergence(divergence), learning_rate, method=method)
         if options.get("batch_size") is not None:
             raise RobustStanInputError("batch_size: minibatches need the built-in models (robust-stan cannot "
                                        "slice your program's data by rows); run full-batch")
         start = None
-        if init is not None:
-            start = self.compile().unconstrain(stan_data, {k: np.asarray(v, dtype=float) for k, v in init.items()})
+        if inits is not None:
+            start = self.compile().unconstrain(stan_data, {k: np.asarray(v, dtype=float) for k, v in inits.items()})
         out = fit_variational(self, stan_data, family=family, draws=draws, seed=seed, start=start,  # type: ignore[arg-type]
                               show_progress=show_progress, **options)
         fit = ProgramFit(self, out.raw, stan_data, out.settings, as_divergence(divergence), learning_rate,

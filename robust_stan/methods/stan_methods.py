@@ -49,7 +49,7 @@ def _call_cmdstanpy(model, method: str, stan_data: dict, family: str, draws: int
         return model.pathfinder(inits=init, **{"show_console": False, **common, **options})
     if init is not None:
         if options.get("mode") is not None:
-            raise RobustStanInputError("init: Laplace starts from the given mode; give init or mode, not both")
+            raise RobustStanInputError("inits: Laplace starts from the given mode; give inits or mode, not both")
         options = {**options, "opt_args": {"inits": init, **(options.get("opt_args") or {})}}
     return model.laplace_sample(**common, **options)
 
@@ -111,8 +111,6 @@ def run_stan_method(program: RobustProgram, method: str, stan_data: dict, family
     if family not in ("meanfield", "fullrank"):
         raise RobustStanInputError(f"family: ADVI knows 'meanfield' and 'fullrank', not {family!r}")
     require_count("draws", draws)
-    if "inits" in options:
-        raise RobustStanInputError("inits: give the starting values as init= (parameter values by name)")
     compiled = program.compile(show_progress=show_progress)
     model = compiled.model  # type: ignore[attr-defined]  # the CmdStan engine's program (checked above)
     result = _call_cmdstanpy(model, method, stan_data, family, int(draws), seed_to_use(seed), init, options)

@@ -291,7 +291,7 @@ def fit_variational(program: RobustProgram, stan_data: dict, family: str = "mean
             g = target.gradients(parameters.draws(vector, eps))
             if not np.all(np.isfinite(g)):
                 raise RuntimeError(f"variational: the target's gradient is not finite at iteration {t}; try a "
-                                   "smaller eta, or start from the ordinary (KL) fit with init=...")
+                                   "smaller eta, or start from the ordinary (KL) fit with inits=...")
             grad = parameters.elbo_gradient(vector, eps, g)
             m = beta1 * m + (1 - beta1) * grad
             v = beta2 * v + (1 - beta2) * grad**2
