@@ -676,7 +676,7 @@ def test_equal_count_calibration_bins_against_a_direct_computation():
     ({"clip": 0}, r"^clip: "),
     ({"precondition": -1}, r"^precondition: "),
     ({"divergence": rs.GammaD(0.5, form="original")}, r"^divergence: the original gamma form"),
-    ({"init": {"shape": 1.0}}, r"^init: give a value for every parameter; missing \['rate'\]"),
+    ({"inits": {"shape": 1.0}}, r"^inits: give a value for every parameter; missing \['rate'\]"),
     ({"lambda_c": [1.0, 2.0, 3.0]}, r"^lambda_c: must be a positive number or 2 positive numbers"),
     ({"lambda_c": [1.0, -2.0]}, r"^lambda_c: "),
     ({"precondition": [1.0, 2.0]}, r"^precondition: must be a positive number or 1 positive numbers"),

@@ -151,7 +151,7 @@ def test_a_run_without_a_seed_records_none_and_a_seeded_run_repeats(conjugate_re
     ({"batch_size": 500}, r"^batch_size: at most the 100 rows"),
     ({"batch_size": 10, "divergence": rs.GammaD(0.3, form="original")}, r"^batch_size: the original gamma form"),
     ({"method": "nuts"}, r"^method: choose 'robust-stan' or one of Stan's"),
-    ({"init": {"c": 1.0}}, r"^init: give a value for every parameter; missing \['b'\]"),
+    ({"inits": {"c": 1.0}}, r"^inits: give a value for every parameter; missing \['b'\]"),
     ({"seed": "a"}, r"^seed: must be a non-negative integer or None, got 'a'"),
 ])
 def test_bad_input(conjugate_regression, kwargs, match):

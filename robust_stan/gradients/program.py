@@ -169,7 +169,7 @@ class RobustProgram(ProgramOnEngine):
         """
         missing = sorted(set(self.spec.parameter_names) - set(init))
         if missing:
-            raise RobustStanInputError(f"init: give a value for every parameter; missing {missing}")
+            raise RobustStanInputError(f"inits: give a value for every parameter; missing {missing}")
         inits = self.chain_inits(init, 1, scaling)
         assert inits is not None  # init is a dict here
         values = inits[0]

@@ -50,7 +50,7 @@ def influence_curve(fit, data: Mapping, index: int, values: np.ndarray, test_dat
     settings = fit.settings
     program = fit.model
     weights = options.pop("weights", None)
-    options.pop("init", None)  # every refit starts from the fit's q
+    options.pop("inits", None)  # every refit starts from the fit's q
 
     def refit_test_loglik(training_data: Mapping) -> float:
         stan_data, scaling = prepare_data(program.spec, training_data, fit.divergence, fit.learning_rate, weights)
