@@ -726,7 +726,8 @@ def test_inits_mode_on_a_robustified_program_starts_where_the_built_in_model_doe
     and each chain starts from the same draw of the largest mode's Laplace approximation: equal to
     1e-5 relative (the test above sees 1e-6 on this pair). NUTS from those starts agrees within 4
     combined Monte Carlo errors; a string other than "mode" is refused by name."""
-    from robust_stan.api.mode_starts import built_in_oracle, inits_in_largest_mode
+    from robust_stan.api.mode_starts import inits_in_largest_mode
+    from robust_stan.building.data import with_switches
 
     data = _normal(np.random.default_rng(5))
     data["y"][:4] += 15.0  # gross outliers
@@ -738,7 +739,7 @@ def test_inits_mode_on_a_robustified_program_starts_where_the_built_in_model_doe
     program_oracle = program.oracle_for(stan_data)
     starts, messages = [], []
     for oracle, inits_at in ((program_oracle, lambda t: program._parameters_at(program_oracle, t)),
-                             (built_in_oracle(built_in, prepared),
+                             (built_in.oracle_for(with_switches(prepared.stan_data, pointwise=False)),
                               lambda t: built_in.inits_at(t, prepared.stan_data, prepared.scaling))):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

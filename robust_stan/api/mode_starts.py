@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..building.data import PreparedData, with_switches
+from ..building.data import PreparedData
 from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..gradients.oracles import GradientOracle
 from ..methods.mode_census import ModeCensus, mode_census
@@ -66,8 +66,3 @@ def starts_in_largest_mode(program, prepared: PreparedData, census: ModeCensus, 
     """:func:`largest_mode_draws` of a built-in model's ``census``, as constrained values by parameter
     name on the outcome's own scale (as :meth:`Model.sample` takes them)."""
     return program.inits_at(largest_mode_draws(census, chains, seed), prepared.stan_data, prepared.scaling)
-
-
-def built_in_oracle(program, prepared: PreparedData) -> GradientOracle:
-    """The posterior oracle of a built-in model's ``prepared`` data, without its pointwise outputs."""
-    return program.oracle_for(with_switches(prepared.stan_data, pointwise=False))

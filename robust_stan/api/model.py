@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..building.data import PreparedData, prepare_data
+from ..building.data import PreparedData, prepare_data, with_switches
 from ..building.divergences import Divergence, as_divergence, refuse_original_gamma
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
@@ -24,7 +24,7 @@ from ..methods.variational.partitioned import partitioned_variational_target
 from ..methods.variational.robust_vi import fit_variational
 from ..results.fit import Fit
 from ..results.method_fits import PartitionedVariationalFit, StanMethodFit, VariationalFit
-from .mode_starts import built_in_oracle, inits_in_largest_mode
+from .mode_starts import inits_in_largest_mode
 
 
 class Model(RobustProgram):
@@ -278,7 +278,7 @@ class Model(RobustProgram):
                                  show_progress)
         if isinstance(inits, str):
             inits = inits_in_largest_mode(
-                inits, built_in_oracle(self, prepared),
+                inits, self.oracle_for(with_switches(prepared.stan_data, pointwise=False)),
                 lambda thetas: self.inits_at(thetas, prepared.stan_data, prepared.scaling), settings.chains, seed)
         chain_inits = self.chain_inits(inits, settings.chains, prepared.scaling)
         fit = Fit(self, run_nuts(self, prepared.stan_data, settings, chain_inits), prepared, settings)

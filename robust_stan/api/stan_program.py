@@ -171,8 +171,7 @@ class StanProgramModel(ProgramOnEngine):
         for likelihood in self.likelihoods:  # as the built-in models warn, from the same pilot fit
             warn_if_the_data_barely_count(
                 _FAMILY_OF_STAN_NAME[likelihood.family], np.asarray(out[likelihood.outcome], dtype=float),
-                {"weights": out[f"rs_weights_{likelihood.outcome}"], "learning_rate": out["rs_learning_rate"]},
-                divergence, stacklevel=4)
+                out[f"rs_weights_{likelihood.outcome}"], out["rs_learning_rate"], divergence, stacklevel=4)
         return out
 
     def _weights(self, data: dict, weights) -> dict:

@@ -201,15 +201,13 @@ def beta_loss_effective_sample_size(family, y: np.ndarray, beta: float, weights:
     return float(learning_rate * np.sum(weights * np.exp(beta * log_p)))
 
 
-def warn_if_the_data_barely_count(family, y_fitted: np.ndarray, stan_data: dict, divergence: Divergence,
-                                  stacklevel: int = 5) -> None:
+def warn_if_the_data_barely_count(family, y_fitted: np.ndarray, weights: np.ndarray, learning_rate: float,
+                                  divergence: Divergence, stacklevel: int = 5) -> None:
     """A RobustStanWarning when a beta loss leaves the data less than one observation's worth
-    (``stan_data`` holds the rows' ``weights`` and the ``learning_rate``; ``stacklevel`` points the
-    warning at the user's call)."""
+    (:func:`beta_loss_effective_sample_size`; ``stacklevel`` points the warning at the user's call)."""
     if divergence.code != DivergenceCode.BETA:
         return
-    ess = beta_loss_effective_sample_size(family, y_fitted, divergence.param, stan_data["weights"],
-                                          stan_data["learning_rate"])
+    ess = beta_loss_effective_sample_size(family, y_fitted, divergence.param, weights, learning_rate)
     if ess is not None and ess < NEGLIGIBLE_DATA:
         warnings.warn(
             f"divergence: with beta = {divergence.param:g} the data have almost no influence: the beta loss "
@@ -307,7 +305,7 @@ def prepare_data(
     out["learning_rate"] = check_learning_rate(learning_rate)
     out["weights"] = check_weights(weights, n)
     if mode == "posterior" and batch is None:
-        warn_if_the_data_barely_count(family, y_fitted, out, div)
+        warn_if_the_data_barely_count(family, y_fitted, out["weights"], out["learning_rate"], div)
     out["mode"] = mode_code(mode)
     if mode == "per_example_linear_predictor" and spec.linear_predictor is None:
         raise RobustStanInputError(f"mode: 'per_example_linear_predictor' needs {LINEAR_PREDICTOR_MODELS}")
