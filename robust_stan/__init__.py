@@ -29,7 +29,14 @@ from .results.coverage import calibration_curve, calibration_rmse, coverage_rmse
 from .results.dpvi import DPVIFit, PrivatePosterior
 from .results.fit import Fit
 from .results.influence import plot_influence
-from .results.method_fits import CalibratedFit, RobULAFit
+from .results.method_fits import (
+    CalibratedFit,
+    PartitionedRobULAFit,
+    PartitionedVariationalFit,
+    RobULAFit,
+    StanMethodFit,
+    VariationalFit,
+)
 from .results.selection import Selection
 
 __all__ = [
@@ -72,6 +79,10 @@ __all__ = [
     "tune_rob_ula",
     "RobULATuning",
     "RobULAFit",
+    "PartitionedRobULAFit",
+    "VariationalFit",
+    "PartitionedVariationalFit",
+    "StanMethodFit",
     "select_divergence",
     "calibrate",
     "CalibratedFit",

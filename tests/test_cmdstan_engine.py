@@ -200,7 +200,7 @@ def test_own_program_runs_stans_methods(method):
                             inits={"alpha": 0.5, "beta": 0.5, "sigma": 1.0},
                             **({"require_converged": False} if method == "advi" else {}))
     assert fit.method == method and fit.draws("beta").shape == (1, 200)
-    log_lik = fit.log_lik["y"]
+    log_lik = fit.log_lik
     mu = fit.draws("alpha")[..., None] + fit.draws("beta")[..., None] * data["x"]
     sigma = fit.draws("sigma")[..., None]
     expected = -0.5 * np.log(2 * np.pi) - np.log(sigma) - 0.5 * ((data["y"] - mu) / sigma) ** 2

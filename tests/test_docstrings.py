@@ -217,7 +217,7 @@ def test_the_definition_reaches_the_names_users_meet():
                      "robust_stan.results.fit.Fit.to_arviz", "robust_stan.results.fit.Fit.log_lik",
                      "robust_stan.results.arviz_output.group_names", "robust_stan.common.cluster.task_seeds"]:
         assert expected in functions, expected
-    for expected in ["robust_stan.results.fit.Fit", "robust_stan.results.program_fit.ProgramFit",
+    for expected in ["robust_stan.results.fit.Fit", "robust_stan.results.method_fits.VariationalFit",
                      "robust_stan.building.families.Family", "robust_stan.building.divergences.BetaD"]:
         assert expected in classes, expected
 

@@ -190,7 +190,7 @@ def test_program_fits_give_the_same_loo():
         np.testing.assert_allclose(ours["elpd_i"], arviz_own["elpd_i"], rtol=0, atol=1e-8)
     beta = robust.sample(data, divergence=rs.BetaD(0.3), **options)
     loo = _fields(beta.loo())
-    elpd_i, sd = _importance_sampling_elpd(beta.log_lik["y"], beta.robust_loss["y"],
+    elpd_i, sd = _importance_sampling_elpd(beta.log_lik, beta.robust_loss,
                                            relative_efficiency(beta.posterior))
     assert np.all(np.abs(loo["elpd_i"] - elpd_i) < 4 * sd)
     assert MODEL_LOG_LIKELIHOOD in group_names(beta.to_arviz())

@@ -16,8 +16,6 @@ import robust_stan as rs
 from robust_stan.api.stan_program import _read_source
 from robust_stan.building.robustify import RobustifyError
 from robust_stan.results.arviz_output import group_names
-from robust_stan.results.coreset import ProgramCoreset
-from robust_stan.results.program_fit import ProgramFit
 
 from .conftest import ENGINE
 from .stan_program_densities import REFERENCE_LOG_DENSITIES, central_difference_gradient
@@ -191,13 +189,19 @@ def test_fit_object_and_arviz_groups():
     groups = group_names(fit.to_arviz())
     for group in ("posterior", "sample_stats", "model_log_likelihood", "observed_data", "constant_data", "robust_loss"):
         assert group in groups
-    assert fit.log_lik["y"].shape == (2, 300, N)
+    assert fit.log_lik.shape == (2, 300, N)
+    # the one outcome's quantities by its name too; no other outcome
+    np.testing.assert_array_equal(fit.draws("log_lik_y"), fit.log_lik)
+    with pytest.raises(rs.RobustStanInputError, match="'z' is not one of"):
+        fit.outlier_scores(outcome="z")
     # the rewritten log likelihood is the program's own log_lik, draw for draw
-    np.testing.assert_allclose(fit.log_lik["y"], fit.draws("log_lik"), rtol=1e-10, atol=1e-10)
-    # the same groups, names and dims as the built-in model that states the same regression
-    builtin = rs.glm("normal", engine=ENGINE).sample(
+    np.testing.assert_allclose(fit.log_lik, fit.draws("log_lik"), rtol=1e-10, atol=1e-10)
+    # the same fit class, groups, names and dims as the built-in model that states the same regression
+    builtin_fit = rs.glm("normal", engine=ENGINE).sample(
         {"X": data["X"], "y": data["y"]}, divergence=rs.BetaD(0.3), chains=2, iter_warmup=500, iter_sampling=300,
-        seed=2, show_progress=False).to_arviz()
+        seed=2, show_progress=False)
+    assert type(fit) is type(builtin_fit) is rs.Fit
+    builtin = builtin_fit.to_arviz()
     assert set(groups) | {"posterior_predictive"} == set(group_names(builtin))   # the program has no y_rep
     for group in ("model_log_likelihood", "observed_data"):   # beta: not ArviZ's log_likelihood (test_loo.py)
         assert list(fit.to_arviz()[group].data_vars) == list(builtin[group].data_vars) == ["y"]
@@ -210,11 +214,11 @@ def test_fit_object_and_arviz_groups():
     # the program as written is what from_stan compiles, and robust-stan's VI runs on it
     assert original.stan_code == _program("linear_regression").read_text()
     vi = original.variational(data, seed=1, draws=500, show_progress=False)
-    assert isinstance(vi, ProgramFit) and vi.method == "variational" and np.isfinite(vi.elbo)
+    assert type(vi) is rs.VariationalFit and vi.method == "variational" and np.isfinite(vi.elbo)
     assert {"posterior", "log_likelihood", "observed_data"} <= set(group_names(vi.to_arviz()))
     # the built-in fits' outlier scores, from the robustified likelihood
     scores = fit.outlier_scores()
-    log_lik = fit.log_lik["y"].reshape(-1, N)
+    log_lik = fit.log_lik.reshape(-1, N)
     np.testing.assert_allclose(scores, np.exp(0.3 * log_lik).mean(0) / np.median(np.exp(0.3 * log_lik).mean(0)))
     with pytest.raises(rs.RobustStanInputError, match="beta"):
         plain.outlier_scores()
@@ -222,15 +226,15 @@ def test_fit_object_and_arviz_groups():
 
 @pytest.mark.stan
 def test_from_stan_gives_every_program_the_fit_object_and_groups_of_the_built_in_models(as_written):
-    """Each program as written (one of each shape, AS_WRITTEN): a ProgramFit (the robustified
-    program's class) whose ArviZ groups are the built-in models' where the program has the
+    """Each program as written (one of each shape, AS_WRITTEN): an rs.Fit (the built-in models'
+    and the robustified programs' class) whose ArviZ groups are the built-in models' where the program has the
     quantity: observed_data from the data variables of its likelihood statements, log_likelihood
     from a log_lik, posterior_predictive from a <outcome>_rep."""
     name, data, adapt_delta, original = as_written
     robust = rs.robustify(_program(name), engine=ENGINE)
     plain = original.sample(data, chains=2, iter_warmup=300, iter_sampling=200, seed=5, adapt_delta=adapt_delta,
                             show_progress=False)
-    assert isinstance(plain, ProgramFit)
+    assert type(plain) is rs.Fit
     assert original.observed == robust.outcomes   # found as written, and as robustify found them
     expected = {"posterior", "sample_stats", "observed_data"}
     if "log_lik" in plain.posterior:
@@ -261,7 +265,7 @@ def test_robust_loss_is_the_library_loss_of_each_row():
     sigma = fit.draws("sigma")[..., None]
     log_p = -0.5 * np.log(2 * np.pi * sigma**2) - 0.5 * ((data["y"] - mu) / sigma) ** 2
     integral = (2 * np.pi * sigma**2) ** (-0.25) / np.sqrt(1.5)
-    np.testing.assert_allclose(fit.robust_loss["y"], -np.exp(0.5 * log_p) / 0.5 + integral / 1.5, rtol=1e-10)
+    np.testing.assert_allclose(fit.robust_loss, -np.exp(0.5 * log_p) / 0.5 + integral / 1.5, rtol=1e-10)
 
 
 @pytest.mark.stan
@@ -655,7 +659,7 @@ def test_rob_ula_on_a_robustified_program():
     options = dict(iter_sampling=2000, iter_warmup=300, chains=4, seed=2, show_progress=False)
     ula = rs.rob_ula(model, data, contamination=0.1, estimator="mean", **options)
     nuts = model.sample(data, chains=4, iter_warmup=500, iter_sampling=1000, seed=2, show_progress=False)
-    assert isinstance(ula, ProgramFit) and ula.method == "rob_ula"
+    assert type(ula) is rs.RobULAFit and ula.method == "rob_ula"
     a, b = ula.summary(), nuts.summary()
     assert a["r_hat"].max() < 1.01, a
     error = np.abs(a["mean"] - b["mean"])
@@ -705,7 +709,7 @@ def test_coreset_on_a_robustified_program_is_the_built_in_models_coreset():
                    start=np.arange(10, 13), seed=3, show_progress=False)  # 3 clean rows: sigma has a mode
     ours = rs.coreset(program, data, **options)
     theirs = rs.coreset(built_in, {"y": data["y"]}, **options)
-    assert isinstance(ours, ProgramCoreset)
+    assert type(ours) is type(theirs) is rs.Coreset
     assert ours.trace["chosen"].tolist() == theirs.trace["chosen"].tolist()
     assert np.array_equal(ours.indices, theirs.indices) and ours.indices.size > 3
     np.testing.assert_allclose(ours.weights, theirs.weights, rtol=1e-6, atol=0)
@@ -713,7 +717,7 @@ def test_coreset_on_a_robustified_program_is_the_built_in_models_coreset():
 
     fit = ours.sample(chains=4, iter_warmup=500, iter_sampling=1000, seed=4, show_progress=False)
     reference = theirs.sample(chains=4, iter_warmup=500, iter_sampling=1000, seed=4, show_progress=False)
-    assert isinstance(fit, ProgramFit)
+    assert type(fit) is rs.Fit
     a, b = fit.summary().loc[["mu", "sigma"]], reference.summary().loc[["mu", "sigma"]]
     assert np.all(np.abs(a["mean"] - b["mean"]) < 4 * np.hypot(a["mcse_mean"], b["mcse_mean"])), (a, b)
 
@@ -865,5 +869,5 @@ model {
     fit = rs.robustify(code, engine=ENGINE).sample({"N": 30, "y": y}, chains=2, iter_warmup=300, iter_sampling=100,
                                                    seed=1, show_progress=False)
     with pytest.warns(rs.RobustStanWarning, match=r"never reached rows \[0\]"):
-        log_lik = fit.log_lik["y"]
+        log_lik = fit.log_lik
     assert np.isnan(log_lik[..., 0]).all() and np.isfinite(log_lik[..., 1:]).all()

@@ -6,7 +6,6 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..building.data import PreparedData
 from ..building.divergences import Divergence, DivergenceCode, as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
@@ -14,14 +13,15 @@ from ..common.errors import RobustStanInputError, require_count, require_positiv
 from ..common.seeds import seed_to_use
 from ..methods.coresets.construction import METHODS, OPTIMIZERS, CoresetSettings, greedy_coreset, uniform_coreset
 from ..methods.coresets.partitioned import PartitionedCoresetTarget
-from ..methods.coresets.targets import INNER, SAMPLERS, CoresetTarget
-from ..results.coreset import Coreset, ProgramCoreset
-from .model import Model, require_builtin_model
+from ..methods.coresets.targets import INNER, SAMPLERS
+from ..results.coreset import Coreset
+from .model import Model, require_builtin_model, require_model
 from .stan_program import StanProgramModel
 
 
-def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", divergence: Divergence | None = None,
-            draws: int = 100, iters_per_point: int = 100, select_batch: int = 1000, opt_batch: int = 200,
+def coreset(model: Model | StanProgramModel, data: Mapping, size: int, method: str = "beta_cores",
+            divergence: Divergence | None = None, draws: int = 100, iters_per_point: int = 100,
+            select_batch: int = 1000, opt_batch: int = 200,
             inner: str = "beta", sampler: str = "laplace", groups=None, step_size: float = 1.0,
             optimizer: str = "adam", learning_rate: float = 1.0, start=None, refresh: Callable | None = None,
             seed: int | None = None, show_progress: bool = True, cluster: Cluster | None = None) -> Coreset:
@@ -99,17 +99,14 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
     -------
     Coreset
         The weights and the trace; ``coreset.sample()`` and ``coreset.variational()`` fit its
-        posterior with the same compiled program. A :class:`~robust_stan.results.coreset.ProgramCoreset`
-        for your own program.
+        posterior with the same compiled program.
 
     Raises
     ------
     RobustStanInputError
         If an argument is invalid or the combination is not supported (the message says which).
     """
-    own_program = isinstance(model, StanProgramModel)
-    if not own_program:
-        require_builtin_model(model, "rs.coreset")
+    require_model(model, "rs.coreset")
     if method not in METHODS:
         raise RobustStanInputError(f"method: must be one of {list(METHODS)}, got {method!r}")
     if inner not in INNER:
@@ -134,9 +131,8 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
         return _partitioned_coreset(model, data, method, divergence, inner, sampler, settings, learning_rate,
                                     groups, start, refresh, cluster)
     refuse_cluster_for_rows_here(cluster, "rs.coreset")
-    prepared = _prepared(model, data, divergence, learning_rate)
-    n_rows = (int(prepared.stan_data["N"]) if not own_program
-              else model.rows_of_outcome(prepared.stan_data))  # type: ignore[attr-defined]  # a StanProgramModel
+    prepared = model.prepare(data, divergence, learning_rate)
+    n_rows = model.rows_of_outcome(prepared.stan_data)
     unit_rows, labels = _units(groups, n_rows)
     n_units = len(unit_rows) if unit_rows is not None else n_rows
     start_units = _checked_start(start, labels, n_units, size, method, refresh)
@@ -144,15 +140,12 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
         raise RobustStanInputError(f"refresh: must be a function of the row weights, got {type(refresh).__name__}")
 
     def target_for(stan_data: dict):
-        if own_program:
-            return model.coreset_target(stan_data, divergence, inner, sampler, unit_rows)  # type: ignore[attr-defined]
-        return CoresetTarget(model, stan_data, divergence, inner, sampler, unit_rows)
+        return model.coreset_target(stan_data, divergence, inner, sampler, unit_rows)
 
-    result = ProgramCoreset if own_program else Coreset
     target = target_for(prepared.stan_data)
     if method == "uniform":
         out = uniform_coreset(target, size, settings.seed)
-        return result(model, prepared, method, out.unit_weights, unit_rows, out.trace, out.seconds, labels, out.path)
+        return Coreset(model, prepared, method, out.unit_weights, unit_rows, out.trace, out.seconds, labels, out.path)
     latest = [prepared]
 
     def refreshed_target(units, weights):
@@ -160,9 +153,8 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
         all_weights = np.zeros(n_rows)
         all_weights[rows] = row_weights
         assert refresh is not None  # refreshed_target is used with refresh only
-        new = _prepared(model, refresh(all_weights), divergence, learning_rate)
-        new_rows = (model.rows_of_outcome(new.stan_data)  # type: ignore[attr-defined]  # a StanProgramModel
-                    if own_program else int(new.stan_data["N"]))
+        new = model.prepare(refresh(all_weights), divergence, learning_rate)
+        new_rows = model.rows_of_outcome(new.stan_data)
         if new_rows != n_rows:
             raise RobustStanInputError(f"refresh: must return data for the same {n_rows} rows, got {new_rows}")
         latest[0] = new
@@ -170,7 +162,7 @@ def coreset(model: Model, data: Mapping, size: int, method: str = "beta_cores", 
 
     out = greedy_coreset(target, settings, "beta" if method == "beta_cores" else "classical", start_units,
                          refreshed_target if refresh is not None else None)
-    return result(model, latest[0], method, out.unit_weights, unit_rows, out.trace, out.seconds, labels, out.path)
+    return Coreset(model, latest[0], method, out.unit_weights, unit_rows, out.trace, out.seconds, labels, out.path)
 
 
 def _partitioned_coreset(model, data: Mapping, method: str, divergence: Divergence, inner: str, sampler: str,
@@ -197,14 +189,6 @@ def _partitioned_coreset(model, data: Mapping, method: str, divergence: Divergen
         target.close()
     return Coreset(model, prepared, method, out.unit_weights, None, out.trace, out.seconds, None, out.path,
                    target.local_rows)
-
-
-def _prepared(model, data: Mapping, divergence: Divergence, learning_rate: float) -> PreparedData:
-    """A built-in model's prepared data, or your program's Stan data in the same holder (no scaling)."""
-    if isinstance(model, StanProgramModel):
-        return PreparedData(data, model.stan_data(data, divergence, learning_rate), None,  # type: ignore[arg-type]
-                            divergence)  # your program's data: nothing is standardised
-    return model.prepare(data, divergence, learning_rate)
 
 
 def _checked_start(start, labels, n_units: int, size: int, method: str, refresh) -> np.ndarray:

@@ -11,18 +11,31 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..building.data import PreparedData, prepare_data, with_switches
+from ..building.data import (
+    Pointwise,
+    PreparedData,
+    log_density_on_outcome_scale,
+    outcome_values,
+    prepare_data,
+    slice_rows,
+    to_original_scale,
+    with_switches,
+)
 from ..building.divergences import Divergence, as_divergence, refuse_original_gamma
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError
+from ..engines import ProgramOnEngine, RawDraws
+from ..engines.base import parameter_columns
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
+from ..methods.coresets.targets import CoresetTarget
 from ..methods.nuts import nuts_settings, run_nuts
+from ..methods.rob_ula.sampler import LangevinTarget, builtin_target
 from ..methods.stan_methods import run_stan_method
 from ..methods.variational.partitioned import partitioned_variational_target
 from ..methods.variational.robust_vi import fit_variational
-from ..results.fit import Fit
+from ..results.fit import Fit, Outcome
 from ..results.method_fits import PartitionedVariationalFit, StanMethodFit, VariationalFit
 from .mode_starts import inits_in_largest_mode
 
@@ -226,6 +239,212 @@ class Model(RobustProgram):
         """
         return self.oracle_for(self.stan_data(data, divergence, learning_rate, weights, mode), oracle)
 
+    # -- what its fits read (robust_stan.results.fit.FittedModel) -------------------------
+    @property
+    def parameter_names(self) -> list[str]:
+        """The model's parameters, in the order of its program (list of str)."""
+        return list(self.spec.parameter_names)
+
+    def posterior_draws(self, raw: RawDraws, prepared: PreparedData) -> dict[str, np.ndarray]:
+        """Each parameter's draws in the outcome's own units.
+
+        Parameters
+        ----------
+        raw : RawDraws
+            An engine's output for this model.
+        prepared : PreparedData
+            The run's data (its scaling).
+
+        Returns
+        -------
+        dict
+            Parameter name -> (chains, draws, ...).
+        """
+        return {name: to_original_scale(self.spec.rescale.get(name), raw.variables[name], prepared.scaling)
+                for name in self.spec.parameter_names}
+
+    def posterior_dims(self, posterior: Mapping[str, np.ndarray]) -> dict[str, list[str]]:
+        """ArviZ's dims of the posterior variables that are not ``<name>_dim_<k>``: a glm's ``b`` is
+        indexed by ``predictor``.
+
+        Parameters
+        ----------
+        posterior : mapping
+            The posterior draws by name.
+
+        Returns
+        -------
+        dict
+            Variable name -> dim names.
+        """
+        return {"b": ["predictor"]} if "b" in posterior and np.ndim(posterior["b"]) == 3 else {}
+
+    def observed_outcomes(self, prepared: PreparedData) -> list[Outcome]:
+        """The outcome ``y``: its values, dims ``obs`` (and ``outcome_dim``) and the rows' weights.
+
+        Parameters
+        ----------
+        prepared : PreparedData
+            The run's data.
+
+        Returns
+        -------
+        list of Outcome
+            One outcome, ``y``.
+        """
+        y = outcome_values(prepared.data)
+        return [Outcome("y", y, ["obs"] + (["outcome_dim"] if y.ndim > 1 else []),
+                        np.asarray(prepared.stan_data["weights"]))]
+
+    def generated_quantities(self, raw: RawDraws, prepared: PreparedData, seed: int,
+                             divergence: Divergence | None = None, y_score: bool = False) -> dict:
+        """The program's per-observation generated quantities at every draw of ``raw``.
+
+        Parameters
+        ----------
+        raw : RawDraws
+            The draws.
+        prepared : PreparedData
+            The run's data.
+        seed : int
+            Stan's RNG seed for ``y_rep``.
+        divergence : Divergence or None, default None
+            The divergence of ``robust_loss``; None is the run's own.
+        y_score : bool, default False
+            Also d/dy and d^2/dy^2 of log p (families that have them).
+
+        Returns
+        -------
+        dict
+            ``log_lik``, ``robust_loss``, ``y_rep`` (and the y-derivatives), each (chains, draws, N),
+            on the program's own (standardised) scale of y.
+        """
+        data = with_switches(prepared.stan_data, pointwise=Pointwise.Y_SCORE if y_score else Pointwise.ON,
+                             divergence=divergence)
+        parameters = parameter_columns(raw.variables, [f"{p.name}_copies" for p in self.spec.parameters])
+        return self.compile().generated_quantities(data, parameters, seed, raw.backend)
+
+    def pointwise_draws(self, raw: RawDraws, prepared: PreparedData, seed: int) -> dict[str, dict[str, np.ndarray]]:
+        """``log_lik``, ``robust_loss`` and ``y_rep`` of ``y`` at every draw, in the outcome's own units.
+
+        Parameters
+        ----------
+        raw, prepared, seed
+            As for :meth:`generated_quantities`.
+
+        Returns
+        -------
+        dict
+            Kind -> {"y": (chains, draws, N, ...)}.
+        """
+        computed = self.generated_quantities(raw, prepared, seed)
+        y_rep, scaling = computed["y_rep"], prepared.scaling
+        if self.spec.standardize and self.spec.family.continuous:  # back in the outcome's units
+            y_rep = scaling.center + scaling.scale * y_rep
+        return {"log_lik": {"y": log_density_on_outcome_scale(self.spec, computed["log_lik"], scaling)},
+                "robust_loss": {"y": computed["robust_loss"]}, "y_rep": {"y": y_rep}}
+
+    # -- what the methods ask of a model ----------------------------------------------------
+    def langevin_target(self, stan_data: dict, oracle: str = "auto") -> LangevinTarget:
+        """What :func:`robust_stan.rob_ula` needs of this model with these Stan data: the
+        per-example mode's gradients, the prior-only mode, and weights chosen by data.
+
+        Parameters
+        ----------
+        stan_data : dict
+            From :meth:`stan_data`.
+        oracle : {"auto", "bridgestan", "httpstan"}, default "auto"
+            Engine of the log density and gradients.
+
+        Returns
+        -------
+        LangevinTarget
+            The target Rob-ULA's sampler runs on.
+        """
+        return builtin_target(self, stan_data, oracle)
+
+    def rows_of_outcome(self, stan_data: dict) -> int:
+        """How many observations these Stan data hold.
+
+        Parameters
+        ----------
+        stan_data : dict
+            From :meth:`stan_data`.
+
+        Returns
+        -------
+        int
+            N.
+        """
+        return int(stan_data["N"])
+
+    def coreset_target(self, stan_data: dict, divergence: Divergence, inner: str, sampler: str,
+                       unit_rows: list[np.ndarray] | None = None) -> CoresetTarget:
+        """What :func:`robust_stan.coreset` needs of this model with these Stan data.
+
+        Parameters
+        ----------
+        stan_data : dict
+            From :meth:`stan_data`.
+        divergence : Divergence
+            The divergence of the coreset's target posterior.
+        inner : {"beta", "classical"}
+            The loss inside the coreset objective.
+        sampler : {"laplace", "nuts", "exact"}
+            How a weighted posterior is drawn from.
+        unit_rows : list of numpy.ndarray or None, default None
+            Rows of each unit when a unit is a group of rows; None: one unit per row.
+
+        Returns
+        -------
+        CoresetTarget
+            The target the coreset construction runs on.
+        """
+        return CoresetTarget(self, stan_data, divergence, inner, sampler, unit_rows)
+
+    def with_row_weights(self, prepared: PreparedData, rows: np.ndarray, weights: np.ndarray,
+                         divergence: Divergence) -> PreparedData:
+        """The posterior of ``rows`` alone, with ``weights``: the data cut to those rows.
+
+        Parameters
+        ----------
+        prepared : PreparedData
+            The data of every row.
+        rows : numpy.ndarray
+            0-based rows of ``prepared``.
+        weights : numpy.ndarray
+            Their weights.
+        divergence : Divergence
+            The loss of the new posterior.
+
+        Returns
+        -------
+        PreparedData
+            Ready for the program, with the original scaling.
+        """
+        stan_data = with_switches(slice_rows(self.spec, prepared.stan_data, rows), weights=weights,
+                                  divergence=divergence)
+        return PreparedData({"y": outcome_values(prepared.data)[rows]}, stan_data, prepared.scaling, divergence)
+
+    def nuts_draws(self, stan_data: dict, settings, chain_inits: list[dict] | None) -> RawDraws:
+        """NUTS draws of the posterior with these Stan data (:func:`~robust_stan.methods.nuts.run_nuts`).
+
+        Parameters
+        ----------
+        stan_data : dict
+            From :meth:`stan_data`.
+        settings : NutsSettings
+            The run's settings.
+        chain_inits : list of dict or None
+            Starting values per chain (:meth:`chain_inits`).
+
+        Returns
+        -------
+        RawDraws
+            The engine's draws.
+        """
+        return run_nuts(self, stan_data, settings, chain_inits)
+
     # -- NUTS ---------------------------------------------------------------------
     def sample(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                weights=None, chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
@@ -281,7 +500,7 @@ class Model(RobustProgram):
                 inits, self.oracle_for(with_switches(prepared.stan_data, pointwise=False)),
                 lambda thetas: self.inits_at(thetas, prepared.stan_data, prepared.scaling), settings.chains, seed)
         chain_inits = self.chain_inits(inits, settings.chains, prepared.scaling)
-        fit = Fit(self, run_nuts(self, prepared.stan_data, settings, chain_inits), prepared, settings)
+        fit = Fit(self, self.nuts_draws(prepared.stan_data, settings, chain_inits), prepared, settings)
         fit.warn_if_not_converged()
         return fit
 
@@ -381,11 +600,27 @@ class Model(RobustProgram):
                                          elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
 
 
-def require_builtin_model(model, method: str, reason: str = "") -> None:
+def require_model(model, method: str) -> None:
+    """An error naming ``model`` unless it is a robust-stan model: a built-in one or your own
+    program (:func:`robust_stan.from_stan`, :func:`robust_stan.robustify`).
+
+    Parameters
+    ----------
+    model : object
+        What the user passed as the model.
+    method : str
+        The public call, for the message.
+    """
+    if not (isinstance(model, ProgramOnEngine) and hasattr(model, "prepare")):
+        raise RobustStanInputError(f"model: {method} needs a robust_stan model (rs.glm, rs.location, rs.custom, "
+                                   f"rs.from_stan or rs.robustify), got {type(model).__name__}")
+
+
+def require_builtin_model(model, method: str, reason: str = "") -> Model:
     """An error naming ``model`` unless it is a built-in :class:`Model`; ``reason`` (a sentence)
     says why ``method`` needs one, where it is more than "not yet"."""
     if isinstance(model, Model):
-        return
+        return model
     if hasattr(model, "likelihoods"):  # rs.from_stan / rs.robustify
         why = reason or "It does not take a program from rs.from_stan or rs.robustify yet."
         raise RobustStanInputError(

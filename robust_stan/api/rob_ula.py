@@ -8,20 +8,19 @@ from ..building.divergences import Divergence, as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
 from ..methods.rob_ula.partitioned import partitioned_target
-from ..methods.rob_ula.sampler import builtin_target, run_rob_ula
+from ..methods.rob_ula.sampler import run_rob_ula
 from ..results.method_fits import PartitionedRobULAFit, RobULAFit
-from ..results.program_fit import ProgramFit
-from .model import Model, require_builtin_model
+from .model import Model, require_builtin_model, require_model
 from .stan_program import StanProgramModel
 
 
-def rob_ula(model: Model, data: Mapping, contamination: float, step_size: float | None = None,
+def rob_ula(model: Model | StanProgramModel, data: Mapping, contamination: float, step_size: float | None = None,
             iter_sampling: int = 5000, iter_warmup: int = 500, thin: int = 1, chains: int = 4, estimator="auto",
             divergence: Divergence | None = None, learning_rate: float = 1.0, inits: str = "mode",
             init_scale: float = 1.0, metric: str = "dense", seed: int | None = None, show_progress: bool = True,
             oracle: str = "auto", log_density: bool = True,
             gradient_total: str = "n", cluster: Cluster | None = None,
-            combine: str = "median") -> RobULAFit | ProgramFit:
+            combine: str = "median") -> RobULAFit:
     """Sample a model's robust posterior with Rob-ULA.
 
     Rob-ULA (Bhatia, Ma, Dragan, Bartlett and Jordan 2019, arXiv:1907.11826) is the unadjusted
@@ -96,10 +95,10 @@ def rob_ula(model: Model, data: Mapping, contamination: float, step_size: float 
 
     Returns
     -------
-    RobULAFit or ProgramFit
-        The draws with the same methods as :meth:`Model.sample`'s fit; ``inverse_metric`` is the
-        final ``M = L L^T`` and ``unconstrained_draws`` the draws of theta. A program's fit is a
-        :class:`~robust_stan.results.program_fit.ProgramFit`; with rows in partitions, a
+    RobULAFit
+        The draws with the same methods as :meth:`Model.sample`'s fit, for a built-in model or a
+        program alike; ``inverse_metric`` is the final ``M = L L^T`` and ``unconstrained_draws`` the
+        draws of theta. With rows in partitions, a
         :class:`~robust_stan.results.method_fits.PartitionedRobULAFit` without per-observation
         quantities.
 
@@ -125,42 +124,26 @@ def rob_ula(model: Model, data: Mapping, contamination: float, step_size: float 
     law depend on the seed. A chain whose state or gradient stops being finite is stopped with a
     warning; its later draws are NaN.
     """
-    own_program = isinstance(model, StanProgramModel)
     if is_partitioned(data):
-        require_builtin_model(model, "rs.rob_ula with rows held in partitions")
-        divergence = as_divergence(divergence)
-        target, gradients, prepared = partitioned_target(model, data, divergence, learning_rate, cluster, combine)
-        try:
-            out = run_rob_ula(target, contamination, step_size=step_size, iter_sampling=iter_sampling,
-                              iter_warmup=iter_warmup, thin=thin, chains=chains, estimator=estimator, inits=inits,
-                              init_scale=init_scale, metric=metric,
-                              seed=seed, show_progress=show_progress, log_density=log_density,
-                              gradient_total=gradient_total)
-        finally:
-            gradients.close()
-        fit: RobULAFit | ProgramFit = PartitionedRobULAFit(model, out.raw, prepared, out.settings,
-                                                           inverse_metric=out.inverse_metric,
-                                                           unconstrained_draws=out.unconstrained_draws)
-        fit.warn_if_not_converged()
-        return fit
-    refuse_cluster_for_rows_here(cluster, "Rob-ULA")
-    if own_program:
-        stan_data = model.stan_data(data, divergence, learning_rate)
-        target = model.langevin_target(stan_data, oracle)  # type: ignore[attr-defined]  # a StanProgramModel
+        builtin = require_builtin_model(model, "rs.rob_ula with rows held in partitions",
+                                        "Only a built-in model's data can be split into row partitions.")
+        target, gradients, prepared = partitioned_target(builtin, data, as_divergence(divergence), learning_rate,
+                                                         cluster, combine)
+        result: type[RobULAFit] = PartitionedRobULAFit
     else:
-        require_builtin_model(model, "rs.rob_ula")
+        refuse_cluster_for_rows_here(cluster, "Rob-ULA")
+        require_model(model, "rs.rob_ula")
         prepared = model.prepare(data, divergence, learning_rate)
-        target = builtin_target(model, prepared.stan_data, oracle)
-    out = run_rob_ula(target, contamination, step_size=step_size, iter_sampling=iter_sampling,
-                      iter_warmup=iter_warmup, thin=thin, chains=chains, estimator=estimator, inits=inits,
-                      init_scale=init_scale, metric=metric, seed=seed,
-                      show_progress=show_progress, log_density=log_density, gradient_total=gradient_total)
-    if own_program:
-        fit = ProgramFit(model, out.raw, stan_data, out.settings, as_divergence(divergence), learning_rate,
-                         method="rob_ula", inverse_metric=out.inverse_metric,
-                         unconstrained_draws=out.unconstrained_draws)
-    else:
-        fit = RobULAFit(model, out.raw, prepared, out.settings, inverse_metric=out.inverse_metric,
-                        unconstrained_draws=out.unconstrained_draws)
+        target, gradients, result = model.langevin_target(prepared.stan_data, oracle), None, RobULAFit
+    try:
+        out = run_rob_ula(target, contamination, step_size=step_size, iter_sampling=iter_sampling,
+                          iter_warmup=iter_warmup, thin=thin, chains=chains, estimator=estimator, inits=inits,
+                          init_scale=init_scale, metric=metric, seed=seed, show_progress=show_progress,
+                          log_density=log_density, gradient_total=gradient_total)
+    finally:
+        if gradients is not None:
+            gradients.close()
+    fit = result(model, out.raw, prepared, out.settings, inverse_metric=out.inverse_metric,
+                 unconstrained_draws=out.unconstrained_draws)
     fit.warn_if_not_converged()
     return fit

@@ -15,7 +15,6 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -169,8 +168,8 @@ def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = 
             started = time.perf_counter()
             with warnings.catch_warnings():  # the curve reports each run's R-hat instead
                 warnings.simplefilter("ignore", RobustStanWarning)
-                fit = cast(RobULAFit, rob_ula(model, training, contamination=contamination, estimator=estimator,
-                                              seed=run_seed, **options))  # a built-in model's fit
+                fit = rob_ula(model, training, contamination=contamination, estimator=estimator, seed=run_seed,
+                              **options)
             thetas = fit.unconstrained_draws.reshape(-1, fit.unconstrained_draws.shape[-1])
             finite = thetas[np.all(np.isfinite(thetas), axis=1)]
             pointwise = held_out_pointwise_log_likelihood(fit.model, fit.divergence, fit.scaling, validation, finite)
@@ -183,9 +182,9 @@ def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = 
     best = curve.loc[curve["validation_loglik"].idxmax()]
     refitted = None
     if refit:
-        refitted = cast(RobULAFit, rob_ula(model, data, contamination=float(best["contamination"]),
-                                           estimator=named[best["estimator"]], seed=run_seed,
-                                           **{"show_progress": False, **rob_ula_options}))
+        refitted = rob_ula(model, data, contamination=float(best["contamination"]),
+                           estimator=named[best["estimator"]], seed=run_seed,
+                           **{"show_progress": False, **rob_ula_options})
         if seed is None:  # run_seed came from fresh entropy: the refit cannot be repeated
             refitted.settings = replace(refitted.settings, seed=None)
     return RobULATuning(float(best["contamination"]), str(best["estimator"]), curve, refitted)

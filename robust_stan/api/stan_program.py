@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..building.data import Pointwise, check_learning_rate, check_weights, warn_if_the_data_barely_count
+from ..building.data import (
+    Pointwise,
+    PreparedData,
+    Scaling,
+    check_learning_rate,
+    check_weights,
+    warn_if_the_data_barely_count,
+)
 from ..building.divergences import Divergence, DivergenceCode, as_divergence, refuse_original_gamma
 from ..building.families import FAMILIES
 from ..building.robustify import (
@@ -23,9 +32,10 @@ from ..building.robustify import (
 )
 from ..building.stanc import canonical_program, program_info
 from ..common.digest import digest
-from ..common.errors import RobustStanInputError, StanCompileError, require_inits
+from ..common.errors import RobustStanInputError, RobustStanWarning, StanCompileError, require_inits
 from ..common.resources import LIBRARY_FILE
-from ..engines import ProgramOnEngine
+from ..engines import ProgramOnEngine, RawDraws
+from ..engines.base import parameter_columns
 from ..gradients.oracles import GradientOracle, make_oracle
 from ..gradients.weight_derivatives import WeightDerivativeGradients, second_order_available
 from ..methods.coresets.targets import ProgramCoresetTarget
@@ -33,8 +43,12 @@ from ..methods.nuts import nuts_settings
 from ..methods.rob_ula.sampler import LangevinTarget, default_estimator
 from ..methods.stan_methods import run_stan_method
 from ..methods.variational.robust_vi import fit_variational
-from ..results.program_fit import ProgramFit
+from ..results.fit import Fit, Outcome
+from ..results.method_fits import StanMethodFit, VariationalFit
 from .mode_starts import inits_in_largest_mode
+
+# robustify's per-observation quantities and its weight parameters (size 0 outside per-example work)
+_POINTWISE_PREFIXES = ("rs_log_lik_", "rs_robust_loss_", WEIGHT_PARAMETERS)
 
 #: The built-in family of each library family a rewrite uses (Likelihood.family is the library's name).
 _FAMILY_OF_STAN_NAME = {family.stan_name: family for family in FAMILIES.values()}
@@ -63,6 +77,17 @@ def _as_stan_value(name: str, value):
     if array.dtype == object:
         raise RobustStanInputError(f"data[{name!r}]: expected numbers, got {type(value).__name__}")
     return array
+
+
+@dataclass(frozen=True)
+class ProgramData(PreparedData):
+    """A program's prepared data: as :class:`~robust_stan.building.data.PreparedData`, its learning
+    rate the robustified program's ``rs_learning_rate`` (1 for a program as written)."""
+
+    @property
+    def learning_rate(self) -> float:
+        """The learning rate w of the call (float)."""
+        return float(self.stan_data.get("rs_learning_rate", 1.0))
 
 
 class StanProgramModel(ProgramOnEngine):
@@ -173,6 +198,23 @@ class StanProgramModel(ProgramOnEngine):
                 _FAMILY_OF_STAN_NAME[likelihood.family], np.asarray(out[likelihood.outcome], dtype=float),
                 out[f"rs_weights_{likelihood.outcome}"], out["rs_learning_rate"], divergence, stacklevel=4)
         return out
+
+    def prepare(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
+                weights=None) -> PreparedData:
+        """Check and convert the user's data and settings once, as :meth:`robust_stan.Model.prepare` does.
+
+        Parameters
+        ----------
+        data, divergence, learning_rate, weights
+            As for :meth:`stan_data`.
+
+        Returns
+        -------
+        ProgramData
+            The Stan data; the scaling is the identity (a program's outcome is fitted in its own units).
+        """
+        return ProgramData(data, self.stan_data(data, divergence, learning_rate, weights), Scaling(),
+                           as_divergence(divergence))
 
     def _weights(self, data: dict, weights) -> dict:
         sizes = {y: len(np.atleast_1d(data[y])) for y in self.outcomes}
@@ -405,6 +447,73 @@ class StanProgramModel(ProgramOnEngine):
         self._require_one_outcome("rs.coreset", "each observation's own loss")
         return len(stan_data[f"rs_weights_{self.outcomes[0]}"])
 
+    def require_row_slicing(self, argument: str) -> None:
+        """Refuse ``argument``, which needs the data cut to some rows: a program's data cannot be.
+
+        Parameters
+        ----------
+        argument : str
+            The argument that asked for it, for the message.
+
+        Raises
+        ------
+        RobustStanInputError
+            Always: robust-stan does not know which of your data variables are indexed by row, or
+            whether the transformed data use every row.
+        """
+        raise RobustStanInputError(f"{argument}: needs the data cut to some rows, which robust-stan does only for "
+                                   "the built-in models (it cannot tell which of your program's data are indexed by "
+                                   "row, or whether its transformed data use every row); run on all rows")
+
+    def with_row_weights(self, prepared: PreparedData, rows: np.ndarray, weights: np.ndarray,
+                         divergence: Divergence) -> PreparedData:
+        """The posterior in which only ``rows`` count, with ``weights``: the program on all its data,
+        the other rows' weights 0 (its data cannot be cut to the rows).
+
+        Parameters
+        ----------
+        prepared : PreparedData
+            The data of every row.
+        rows : numpy.ndarray
+            0-based rows of the one robustified outcome.
+        weights : numpy.ndarray
+            Their weights.
+        divergence : Divergence
+            The loss of the new posterior.
+
+        Returns
+        -------
+        PreparedData
+            Ready for the program.
+        """
+        y = self.outcomes[0]
+        all_weights = np.zeros(self.rows_of_outcome(prepared.stan_data))
+        all_weights[rows] = weights
+        switches = divergence.stan_data()
+        stan_data = dict(prepared.stan_data, rs_divergence=switches["divergence"],
+                         rs_divergence_param=switches["divergence_param"], **{f"rs_weights_{y}": all_weights})
+        return ProgramData(prepared.data, stan_data, prepared.scaling, divergence)
+
+    def nuts_draws(self, stan_data: dict, settings, chain_inits: list[dict] | None) -> RawDraws:
+        """NUTS draws of the program's posterior with these Stan data (robustify's per-observation
+        quantities are off until a fit asks for them).
+
+        Parameters
+        ----------
+        stan_data : dict
+            From :meth:`stan_data`.
+        settings : NutsSettings
+            The run's settings.
+        chain_inits : list of dict or None
+            Starting values per chain, by parameter name.
+
+        Returns
+        -------
+        RawDraws
+            The engine's draws.
+        """
+        return self.compile(settings.show_progress).sample(stan_data, settings, chain_inits)
+
     def _require_one_outcome(self, method: str, need: str = "per-example gradients") -> None:
         if len(self.outcomes) != 1:
             what = (f"{len(self.outcomes)} outcomes {self.outcomes}" if self.outcomes
@@ -428,11 +537,149 @@ class StanProgramModel(ProgramOnEngine):
             out[k] = base - make_oracle(self.stan_code, with_row, theta.size, oracle).gradient(theta, jacobian=True)
         return out
 
+    # -- what its fits read (robust_stan.results.fit.FittedModel) -------------------------------
+    def posterior_draws(self, raw: RawDraws, prepared: PreparedData) -> dict[str, np.ndarray]:
+        """Every parameter, transformed parameter and generated quantity of the program, without
+        robustify's per-observation quantities and weight parameters.
+
+        Parameters
+        ----------
+        raw : RawDraws
+            An engine's output for this program.
+        prepared : PreparedData
+            The run's data.
+
+        Returns
+        -------
+        dict
+            Variable name -> (chains, draws, ...).
+        """
+        return {name: values for name, values in raw.variables.items() if not name.startswith(_POINTWISE_PREFIXES)}
+
+    def posterior_dims(self, posterior: Mapping[str, np.ndarray]) -> dict[str, list[str]]:
+        """ArviZ's default dims (``<name>_dim_<k>``) for every variable: an empty dict.
+
+        Parameters
+        ----------
+        posterior : mapping
+            The posterior draws by name.
+
+        Returns
+        -------
+        dict
+            Empty.
+        """
+        return {}
+
+    def observed_outcomes(self, prepared: PreparedData) -> list[Outcome]:
+        """The data variables of the likelihood statements, dims ``<y>_obs`` (and ``<y>_dim_<k>``),
+        with the weights of the robustified ones.
+
+        Parameters
+        ----------
+        prepared : PreparedData
+            The run's data.
+
+        Returns
+        -------
+        list of Outcome
+            One per observed data variable.
+        """
+        out = []
+        for y in self.observed:
+            values = np.asarray(prepared.stan_data[y])
+            dims = [f"{y}_obs"] + [f"{y}_dim_{k}" for k in range(1, values.ndim)] if values.ndim else []
+            weights = np.asarray(prepared.stan_data[f"rs_weights_{y}"]) if y in self.outcomes else None
+            out.append(Outcome(y, values, dims, weights, f"weights_{y}"))
+        return out
+
+    def generated_quantities(self, raw: RawDraws, prepared: PreparedData, seed: int,
+                             divergence: Divergence | None = None, y_score: bool = False) -> dict:
+        """``log_lik`` and ``robust_loss`` of the one robustified outcome at every draw of ``raw``.
+
+        Parameters
+        ----------
+        raw : RawDraws
+            The draws.
+        prepared : PreparedData
+            The run's data.
+        seed : int
+            Stan's RNG seed for the program's generated quantities.
+        divergence : Divergence or None, default None
+            The divergence of ``robust_loss``; None is the run's own.
+        y_score : bool, default False
+            Not available for programs (the derivatives in y are the built-in families').
+
+        Returns
+        -------
+        dict
+            ``log_lik`` and ``robust_loss``, each (chains, draws, n).
+        """
+        self._require_one_outcome("generated_quantities_at", "each observation's own loss")
+        if y_score:
+            raise RobustStanInputError("y_score: the derivatives of log p in y are computed for the built-in "
+                                       "models' families, not for your own program")
+        y = self.outcomes[0]
+        computed = self._robust_quantities(raw, prepared.stan_data, seed, divergence)
+        return {"log_lik": computed[f"rs_log_lik_{y}"], "robust_loss": computed[f"rs_robust_loss_{y}"]}
+
+    def _robust_quantities(self, raw: RawDraws, stan_data: dict, seed: int,
+                           divergence: Divergence | None = None) -> dict:
+        """robustify's per-observation quantities at every draw (one engine call per chain)."""
+        data = dict(stan_data, rs_pointwise=int(Pointwise.ON))
+        if divergence is not None:
+            switches = as_divergence(divergence).stan_data()
+            data.update(rs_divergence=switches["divergence"], rs_divergence_param=switches["divergence_param"])
+        parameters = parameter_columns(raw.variables, self.parameter_names)
+        return self.compile().generated_quantities(data, parameters, seed, raw.backend)
+
+    def pointwise_draws(self, raw: RawDraws, prepared: PreparedData, seed: int) -> dict[str, dict[str, np.ndarray]]:
+        """``log_lik`` and ``robust_loss`` of each robustified outcome (or the program's own
+        ``log_lik``), and ``y_rep`` from a generated quantity ``<outcome>_rep`` of the outcome's shape.
+
+        Parameters
+        ----------
+        raw, prepared, seed
+            As for :meth:`generated_quantities`.
+
+        Returns
+        -------
+        dict
+            Kind -> {outcome: (chains, draws, n, ...)}.
+        """
+        posterior = self.posterior_draws(raw, prepared)
+        pointwise: dict[str, dict[str, np.ndarray]] = {"log_lik": {}, "robust_loss": {}}
+        if self.outcomes:
+            computed = self._robust_quantities(raw, prepared.stan_data, seed)
+            pointwise = {kind: {y: computed[f"rs_{kind}_{y}"] for y in self.outcomes}
+                         for kind in ("log_lik", "robust_loss")}
+            for y, values in pointwise["log_lik"].items():
+                never = np.flatnonzero(np.all(np.isnan(values), axis=(0, 1)))
+                if never.size:
+                    rows = [int(r) for r in never[:5]]
+                    warnings.warn(f"the likelihood statement of {y!r} never reached rows {rows}"
+                                  f"{' ...' if never.size > 5 else ''} (0-based; e.g. a loop over part of the "
+                                  "rows): their log_lik is NaN and their weights do nothing", RobustStanWarning,
+                                  stacklevel=5)
+        elif "log_lik" in posterior:
+            pointwise["log_lik"] = {self._log_lik_name(posterior["log_lik"], prepared.stan_data): posterior["log_lik"]}
+        shapes = {y: np.shape(prepared.stan_data[y]) for y in self.observed}
+        pointwise["y_rep"] = {y: posterior[f"{y}_rep"] for y in self.observed
+                              if f"{y}_rep" in posterior and posterior[f"{y}_rep"].shape[2:] == shapes[y]}
+        return pointwise
+
+    def _log_lik_name(self, log_lik: np.ndarray, stan_data: dict) -> str:
+        """A program's own ``log_lik`` is named after its outcome when there is one outcome with
+        as many rows (as the built-in models' log_likelihood is, and ArviZ's LOO-PIT expects)."""
+        if len(self.observed) == 1 and log_lik.shape[2:] == np.shape(stan_data[self.observed[0]])[:1]:
+            return self.observed[0]
+        return "log_lik"
+
     # -- inference ---------------------------------------------------------------------------
     def sample(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                weights=None, chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
                thin: int = 1, seed: int | None = None, inits: dict | list[dict] | str | None = None,
-               adapt_delta: float = 0.8, max_treedepth: int = 10, show_progress: bool = True) -> ProgramFit:
+               adapt_delta: float = 0.8, max_treedepth: int = 10, show_progress: bool = True) -> Fit:
         """Sample the program's (generalized) posterior with Stan's NUTS.
 
         As for the built-in models, ``inits="mode"`` starts every chain in the largest mode found by
@@ -451,19 +698,19 @@ class StanProgramModel(ProgramOnEngine):
 
         Returns
         -------
-        ProgramFit
+        Fit
             The draws.
         """
-        stan_data = self.stan_data(data, divergence, learning_rate, weights)
+        prepared = self.prepare(data, divergence, learning_rate, weights)
+        stan_data = prepared.stan_data
         settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
                                  show_progress)
         if isinstance(inits, str):
             oracle = self.oracle_for(stan_data)
             inits = inits_in_largest_mode(inits, oracle, lambda thetas: self._parameters_at(oracle, thetas),
                                           settings.chains, seed)
-        raw = self.compile(show_progress).sample(stan_data, settings,
-                                                 require_inits(inits, settings.chains, self.parameter_names))
-        fit = ProgramFit(self, raw, stan_data, settings, as_divergence(divergence), learning_rate)
+        raw = self.nuts_draws(stan_data, settings, require_inits(inits, settings.chains, self.parameter_names))
+        fit = Fit(self, raw, prepared, settings)
         fit.warn_if_not_converged()
         return fit
 
@@ -478,7 +725,7 @@ class StanProgramModel(ProgramOnEngine):
     def variational(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                     weights=None, family: str = "meanfield", method: str = "robust-stan", draws: int = 1000,
                     seed: int | None = None, show_progress: bool = True, inits: Mapping | None = None,
-                    **options) -> ProgramFit:
+                    **options) -> VariationalFit | StanMethodFit:
         """Variational approximation of the program's (generalized) posterior.
 
         Parameters
@@ -512,29 +759,26 @@ class StanProgramModel(ProgramOnEngine):
 
         Returns
         -------
-        ProgramFit
-            With ``q``, ``elbo``, ``elbo_se`` and ``elbo_trace`` from robust-stan's driver.
+        VariationalFit or StanMethodFit
+            From robust-stan's driver (with ``q``, ``elbo``, ``elbo_se`` and ``elbo_trace``), or from
+            Stan's method.
         """
-        stan_data = self.stan_data(data, divergence, learning_rate, weights)
+        prepared = self.prepare(data, divergence, learning_rate, weights)
+        stan_data = prepared.stan_data
         if method != "robust-stan":
             chain_inits = require_inits(inits, 1, self.parameter_names)
             raw, settings = run_stan_method(self, method, stan_data, family=family, draws=draws, seed=seed,  # type: ignore[arg-type]
                                             show_progress=show_progress,
                                             init=None if chain_inits is None else chain_inits[0],
                                             **options)
-            return ProgramFit(self, raw, stan_data, settings, as_divergence(divergence), learning_rate, method=method)
-        if options.get("batch_size") is not None:
-            raise RobustStanInputError("batch_size: minibatches need the built-in models (robust-stan cannot "
-                                       "slice your program's data by rows); run full-batch")
+            return StanMethodFit(self, raw, prepared, settings)
         start = None
         if inits is not None:
             start = self.compile().unconstrain(stan_data, {k: np.asarray(v, dtype=float) for k, v in inits.items()})
         out = fit_variational(self, stan_data, family=family, draws=draws, seed=seed, start=start,  # type: ignore[arg-type]
                               show_progress=show_progress, **options)
-        fit = ProgramFit(self, out.raw, stan_data, out.settings, as_divergence(divergence), learning_rate,
-                         method="variational", q=out.q, elbo=out.elbo, elbo_se=out.elbo_se,
-                         elbo_trace=out.elbo_trace)
-        return fit
+        return VariationalFit(self, out.raw, prepared, out.settings, q=out.q, elbo=out.elbo, elbo_se=out.elbo_se,
+                              elbo_trace=out.elbo_trace)
 
 
 _INCLUDE = re.compile(r"^\s*#include\s*[<\"]?([^>\"\s]+)", re.MULTILINE)

@@ -115,6 +115,15 @@ class RobustProgram(ProgramOnEngine):
         """
         return make_oracle(self.stan_code, stan_data, self.dimension(stan_data), oracle)
 
+    def require_row_slicing(self, argument: str) -> None:
+        """Nothing: a built-in model's data can be cut to any rows.
+
+        Parameters
+        ----------
+        argument : str
+            The argument that asks for it.
+        """
+
     # -- starting points ------------------------------------------------------------
     def chain_inits(self, inits, chains: int, scaling: Scaling) -> list[dict] | None:
         """Starting values by parameter name as the program's ``*_copies`` variables on the fitted scale.

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..building.data import PreparedData, outcome_values, slice_rows, with_switches
+from ..building.data import PreparedData
 from ..building.divergences import KL, Divergence
 from ..common.errors import RobustStanInputError
-from ..methods.nuts import nuts_settings, run_nuts
+from ..methods.nuts import nuts_settings
 from ..methods.variational.robust_vi import fit_variational
 from .fit import Fit
 from .method_fits import VariationalFit
@@ -18,11 +18,12 @@ class Coreset:
     """The result of :func:`robust_stan.coreset`.
 
     :meth:`sample` and :meth:`variational` fit the coreset posterior with the same compiled
-    program, on the coreset rows only, the weights passed as data.
+    program, the weights passed as data: a built-in model on the coreset rows only, your own
+    program on all its rows with weight 0 off the coreset (its data cannot be cut to rows).
 
     Parameters
     ----------
-    program : Model
+    program : Model or StanProgramModel
         The model the coreset was built for.
     prepared : PreparedData
         The data (with rows in partitions: the fetched coreset rows only).
@@ -128,7 +129,8 @@ class Coreset:
         return self.divergence if posterior == "beta" else KL()
 
     def prepared_for(self, posterior: str) -> PreparedData:
-        """The coreset rows as prepared data: the weights as data, the beta or the classical loss.
+        """The coreset posterior's prepared data: the weights as data, the beta or the classical loss
+        (:meth:`robust_stan.Model.with_row_weights`).
 
         Parameters
         ----------
@@ -147,9 +149,7 @@ class Coreset:
             held = np.minimum(np.searchsorted(self.local_rows, rows), max(self.local_rows.size - 1, 0))
             if not np.array_equal(self.local_rows[held], rows):
                 raise RobustStanInputError("coreset: some of its rows were not fetched from their partitions")
-        stan_data = with_switches(slice_rows(self.program.spec, self.prepared.stan_data, held),
-                                  weights=self.weights[rows], divergence=divergence)
-        return PreparedData({"y": outcome_values(self.prepared.data)[held]}, stan_data, self.prepared.scaling, divergence)
+        return self.program.with_row_weights(self.prepared, held, self.weights[rows], divergence)
 
     def sample(self, posterior: str = "beta", chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
                thin: int = 1, seed: int | None = None, adapt_delta: float = 0.8, max_treedepth: int = 10,
@@ -171,7 +171,7 @@ class Coreset:
         prepared = self.prepared_for(posterior)
         settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
                                  show_progress)
-        fit = Fit(self.program, run_nuts(self.program, prepared.stan_data, settings, None), prepared, settings)
+        fit = Fit(self.program, self.program.nuts_draws(prepared.stan_data, settings, None), prepared, settings)
         fit.warn_if_not_converged()
         return fit
 
@@ -198,33 +198,3 @@ class Coreset:
                               show_progress=show_progress, **options)
         return VariationalFit(self.program, out.raw, prepared, out.settings, q=out.q, elbo=out.elbo,
                               elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
-
-
-class ProgramCoreset(Coreset):
-    """The result of :func:`robust_stan.coreset` on your own robustified program: the same
-    weights, rows and trace; :meth:`sample` and :meth:`variational` run the program on all its
-    data with the coreset's weights on the outcome (0 off the coreset) and return ProgramFits."""
-
-    def _fit_arguments(self, posterior: str) -> dict:
-        return {"divergence": self.divergence_of(posterior),
-                "learning_rate": float(self.prepared.stan_data["rs_learning_rate"]), "weights": self.weights}
-
-    def prepared_for(self, posterior: str):
-        raise RobustStanInputError("prepared_for: your own program's coreset posterior is the program on all its "
-                                   "rows with the coreset's weights; use sample() or variational()")
-
-    def sample(self, posterior: str = "beta", chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
-               thin: int = 1, seed: int | None = None, adapt_delta: float = 0.8, max_treedepth: int = 10,
-               show_progress: bool = True):
-        """NUTS on the coreset posterior (``posterior="beta"``: the coreset's divergence;
-        ``"classical"``: KL); returns a ProgramFit."""
-        return self.program.sample(self.prepared.data, chains=chains, iter_warmup=iter_warmup,
-                                   iter_sampling=iter_sampling, thin=thin, seed=seed, adapt_delta=adapt_delta,
-                                   max_treedepth=max_treedepth, show_progress=show_progress,
-                                   **self._fit_arguments(posterior))
-
-    def variational(self, posterior: str = "beta", family: str = "meanfield", draws: int = 1000,
-                    seed: int | None = None, show_progress: bool = True, **options):
-        """robust-stan's variational approximation of the coreset posterior; returns a ProgramFit."""
-        return self.program.variational(self.prepared.data, family=family, draws=draws, seed=seed,
-                                        show_progress=show_progress, **self._fit_arguments(posterior), **options)

@@ -1,25 +1,20 @@
-"""Fit objects: draws on the original scale, summaries, ArviZ output, outlier scores."""
+"""The NUTS fit, the base of every method's fit: draws in the user's units, summaries, ArviZ
+output, outlier scores and LOO, for built-in models and the user's own programs alike."""
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-from ..building.data import (
-    Pointwise,
-    PreparedData,
-    log_density_on_outcome_scale,
-    outcome_values,
-    to_original_scale,
-    with_switches,
-)
+from ..building.data import PreparedData
 from ..building.divergences import Divergence, DivergenceCode
 from ..common.errors import RobustStanInputError, RobustStanWarning
 from ..common.seeds import fresh_seed
 from ..engines import RawDraws
-from ..engines.base import parameter_columns
 from .arviz_output import draws_dataset, native_inference_data, scalar_diagnostics
 from .loo import (
     MODEL_LOG_LIKELIHOOD,
@@ -123,19 +118,81 @@ def warn_if_poor_convergence(summary: pd.DataFrame, method: str, stacklevel: int
             "modes; fit.summary() has the figures.", RobustStanWarning, stacklevel=stacklevel)
 
 
-class Fit:
-    """Result of :meth:`Model.sample`: NUTS draws of the generalized posterior.
-
-    Parameters are reported on the original scale of the outcome. The sampler writes the
-    parameters only; the per-observation quantities ``log_lik``, ``robust_loss`` and ``y_rep``
-    (N numbers per draw each) are computed from the draws the first time :meth:`draws`,
-    :meth:`to_arviz`, :meth:`outlier_scores` or the attribute itself asks for them, in one
-    engine call per chain (Stan's standalone generated quantities), and kept.
+@dataclass(frozen=True)
+class Outcome:
+    """One observed outcome of a fitted model, named as its fit and ArviZ groups name it.
 
     Parameters
     ----------
-    model : Model
-        The model that was sampled.
+    name : str
+        The variable's name in log_likelihood, observed_data, posterior_predictive and
+        robust_loss, and in :meth:`Fit.draws` (``"log_lik_<name>"``).
+    values : numpy.ndarray
+        The observed values, in the outcome's own units.
+    dims : list of str
+        Names of the axes of ``values``; the first is the row (observation) axis.
+    weights : numpy.ndarray or None, default None
+        The rows' weights on a robust loss; None for a likelihood fitted as written.
+    weights_name : str, default "weights"
+        The weights' name in the constant_data group.
+    """
+
+    name: str
+    values: np.ndarray
+    dims: list[str]
+    weights: np.ndarray | None = None
+    weights_name: str = "weights"
+
+
+class FittedModel(Protocol):
+    """What a fit asks of the model that produced it, whether built in (:class:`robust_stan.Model`)
+    or the user's own program (:class:`robust_stan.StanProgramModel`)."""
+
+    @property
+    def parameter_names(self) -> list[str]:
+        """The model's parameters."""
+
+    @property
+    def engine(self) -> str:
+        """The engine's name."""
+
+    def posterior_draws(self, raw: RawDraws, prepared: PreparedData) -> dict[str, np.ndarray]:
+        """The posterior group's variables by name (chains, draws, ...), in the user's units."""
+
+    def posterior_dims(self, posterior: dict[str, np.ndarray]) -> dict[str, list[str]]:
+        """Names of the non-sample axes of the posterior variables that are not ArviZ's defaults."""
+
+    def observed_outcomes(self, prepared: PreparedData) -> list[Outcome]:
+        """The observed outcomes, with their values, axis names and weights."""
+
+    def pointwise_draws(self, raw: RawDraws, prepared: PreparedData, seed: int) -> dict[str, dict[str, np.ndarray]]:
+        """``{"log_lik": {name: (chains, draws, n)}, "robust_loss": {...}, "y_rep": {...}}`` in the
+        user's units; an outcome without a quantity is left out of that kind."""
+
+    def generated_quantities(self, raw: RawDraws, prepared: PreparedData, seed: int,
+                             divergence: Divergence | None = None, y_score: bool = False) -> dict:
+        """``log_lik``, ``robust_loss`` (and ``y_score``) of the one robust outcome at every draw,
+        on the fitted program's own scale, computed afresh."""
+
+
+_POINTWISE_KINDS = ("log_lik", "robust_loss", "y_rep")
+
+
+class Fit:
+    """Result of NUTS on a model's posterior: :meth:`robust_stan.Model.sample` and
+    :meth:`robust_stan.StanProgramModel.sample` (the other methods' fits share its methods).
+
+    Parameters are reported in the outcome's own units. The sampler writes the parameters only;
+    the per-observation quantities ``log_lik``, ``robust_loss`` and ``y_rep`` are computed from
+    the draws the first time :meth:`draws`, :meth:`to_arviz`, :meth:`outlier_scores` or the
+    attribute itself asks for them, in one engine call per chain (Stan's standalone generated
+    quantities), and kept. A built-in model's outcome is ``y``; a program's outcomes are its
+    robustified outcomes, or for a program as written its own ``log_lik`` generated quantity.
+
+    Parameters
+    ----------
+    model : Model or StanProgramModel
+        The model that was run (any :class:`FittedModel`).
     raw : RawDraws
         The engine-neutral output; ``raw.backend`` is the engine's own object.
     prepared : PreparedData
@@ -146,23 +203,19 @@ class Fit:
 
     method = "nuts"
 
-    def __init__(self, model, raw: RawDraws, prepared: PreparedData, settings):
-        self.model = model
+    def __init__(self, model: FittedModel, raw: RawDraws, prepared: PreparedData, settings):
+        self.model: Any = model  # the model's own methods beyond FittedModel serve the methods that read fits
         self.raw = raw
+        self.prepared = prepared
+        self.data = prepared.data
         self.stan_data = prepared.stan_data
-        self.scaling = scaling = prepared.scaling
+        self.scaling = prepared.scaling
         self.divergence = prepared.divergence
         self.learning_rate = prepared.learning_rate
         self.settings = settings
-        spec = model.spec
-        self.parameter_names = spec.parameter_names
-        self.posterior = {
-            name: to_original_scale(spec.rescale.get(name), raw.variables[name], scaling)
-            for name in self.parameter_names
-        }
-        self.data = prepared.data
-        self.y = outcome_values(prepared.data)
-        self._pointwise: dict[str, np.ndarray] | None = None
+        self.parameter_names = list(model.parameter_names)
+        self.posterior = model.posterior_draws(raw, prepared)
+        self._pointwise: dict[str, dict[str, np.ndarray]] | None = None
 
     # False for a fit whose rows were held in partitions elsewhere (its data here: the first row)
     rows_here = True
@@ -174,61 +227,74 @@ class Fit:
                                        "the draws (fit.posterior) to the rows instead")
 
     # -- per-observation quantities, on demand ----------------------------------------
-    def _pointwise_quantities(self) -> dict[str, np.ndarray]:
-        """log_lik, robust_loss and y_rep of every draw, computed the first time one is asked for
-        (one engine call per chain, Stan's standalone generated quantities) and then kept."""
+    def _pointwise_quantities(self) -> dict[str, dict[str, np.ndarray]]:
+        """log_lik, robust_loss and y_rep of every draw by outcome, computed the first time one is
+        asked for (one engine call per chain) and then kept."""
         self._require_rows_here()
         if self._pointwise is None:
-            spec = self.model.spec
-            computed = self.generated_quantities_at()
-            y_rep = computed["y_rep"]
-            if spec.standardize and spec.family.continuous:  # back in the outcome's units
-                y_rep = self.scaling.center + self.scaling.scale * y_rep
-            self._pointwise = {
-                "log_lik": log_density_on_outcome_scale(spec, computed["log_lik"], self.scaling),
-                "robust_loss": computed["robust_loss"],
-                "y_rep": y_rep,
-            }
+            self._pointwise = self.model.pointwise_draws(self.raw, self.prepared, quantities_seed(self))
         return self._pointwise
 
-    def generated_quantities_at(self, divergence: Divergence | None = None, y_score: bool = False) -> dict:
-        """The program's per-observation generated quantities at every draw, computed afresh.
+    def _outcome_name(self, kind: str, outcome: str | None) -> str:
+        """``outcome`` checked against the outcomes that have ``kind`` (default: the only one)."""
+        by_outcome = self._pointwise_quantities()[kind]
+        if not by_outcome:
+            raise RobustStanInputError(f"fit: there is no {kind}: the program has no log_lik generated quantity "
+                                       "and no robustified likelihood" if kind != "y_rep" else
+                                       "fit: there is no y_rep: the program has no generated quantity "
+                                       "<outcome>_rep of its outcome's shape")
+        if outcome is None:
+            if len(by_outcome) != 1:
+                raise RobustStanInputError(f"outcome: the fit has several outcomes {sorted(by_outcome)}; name one "
+                                           f"(fit.draws('{kind}_<outcome>'))")
+            return next(iter(by_outcome))
+        if outcome not in by_outcome:
+            raise RobustStanInputError(f"outcome: {outcome!r} is not one of {sorted(by_outcome)}")
+        return outcome
 
-        They are on the program's own scale of y (standardised where the model standardises); one
-        engine call per chain, nothing is kept.
+    def _one(self, kind: str, outcome: str | None = None) -> np.ndarray:
+        return self._pointwise_quantities()[kind][self._outcome_name(kind, outcome)]
+
+    def generated_quantities_at(self, divergence: Divergence | None = None, y_score: bool = False) -> dict:
+        """The per-observation generated quantities at every draw, computed afresh.
+
+        They are on the program's own scale of y (standardised where a built-in model
+        standardises); one engine call per chain, nothing is kept.
 
         Parameters
         ----------
         divergence : Divergence or None, default None
             The divergence of ``robust_loss``; None is the fit's own.
         y_score : bool, default False
-            Also d/dy and d^2/dy^2 of log p (families that have them).
+            Also d/dy and d^2/dy^2 of log p (built-in families that have them).
 
         Returns
         -------
         dict
-            ``log_lik``, ``robust_loss``, ``y_rep`` (and the y-derivatives), each (chains, draws, N).
+            ``log_lik``, ``robust_loss`` (a built-in model's also ``y_rep`` and the y-derivatives),
+            each (chains, draws, N).
         """
         self._require_rows_here()
-        data = with_switches(self.stan_data, pointwise=Pointwise.Y_SCORE if y_score else Pointwise.ON, divergence=divergence)
-        parameters = parameter_columns(self.raw.variables, [f"{p.name}_copies" for p in self.model.spec.parameters])
-        return self.model.compile().generated_quantities(data, parameters, quantities_seed(self), self.raw.backend)
+        return self.model.generated_quantities(self.raw, self.prepared, quantities_seed(self), divergence, y_score)
 
     @property
     def log_lik(self) -> np.ndarray:
-        """log p(y_i | theta) of every draw (chains, draws, N), computed on first use."""
-        return self._pointwise_quantities()["log_lik"]
+        """log p(y_i | theta) of every draw (chains, draws, N) of the one outcome, computed on first
+        use (several outcomes: ``fit.draws("log_lik_<outcome>")``)."""
+        return self._one("log_lik")
 
     @property
     def robust_loss(self) -> np.ndarray:
-        """The loss l_i(theta) of every draw under the fit's divergence (chains, draws, N)."""
-        return self._pointwise_quantities()["robust_loss"]
+        """The loss l_i(theta) of every draw under the fit's divergence (chains, draws, N), of the one
+        robust outcome (several: ``fit.draws("robust_loss_<outcome>")``)."""
+        return self._one("robust_loss")
 
     @property
     def y_rep(self) -> np.ndarray:
-        """Posterior predictive draws (chains, draws, N, ...): chain c's noise comes from Stan's RNG
-        for (seed, c + 1), as in CmdStan's standalone generate_quantities."""
-        return self._pointwise_quantities()["y_rep"]
+        """Posterior predictive draws (chains, draws, N, ...) of the one outcome: a built-in model's
+        chain c takes its noise from Stan's RNG for (seed, c + 1), as in CmdStan's standalone
+        generate_quantities; a program's are its own ``<outcome>_rep`` generated quantity."""
+        return self._one("y_rep")
 
     # -- access -----------------------------------------------------------------
     def draws(self, name: str) -> np.ndarray:
@@ -237,7 +303,9 @@ class Fit:
         Parameters
         ----------
         name : str
-            A parameter, or "log_lik", "robust_loss" or "y_rep".
+            A variable of the posterior group (a program's parameters, transformed parameters and
+            generated quantities), ``"log_lik"``, ``"robust_loss"`` or ``"y_rep"`` of the one outcome,
+            the same followed by ``_<outcome>``, or a sampler statistic.
 
         Returns
         -------
@@ -246,11 +314,14 @@ class Fit:
         """
         if name in self.posterior:
             return self.posterior[name]
-        if name in ("log_lik", "robust_loss", "y_rep"):
-            return self._pointwise_quantities()[name]
+        for kind in _POINTWISE_KINDS:
+            if name == kind:
+                return self._one(kind)
+            if name.startswith(kind + "_") and self.rows_here and name[len(kind) + 1:] in self._pointwise_quantities()[kind]:
+                return self._one(kind, name[len(kind) + 1:])
         if name in self.raw.sampler:
             return self.raw.sampler[name]
-        raise RobustStanInputError(f"name: no variable {name!r}; parameters are {self.parameter_names}")
+        raise RobustStanInputError(f"name: no variable {name!r}; the posterior has {sorted(self.posterior)}")
 
     def summary(self, percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
         """Summary table of the scalar parameters.
@@ -283,7 +354,7 @@ class Fit:
         below 100 (Vehtari et al. 2021's limits), or its draws are not all finite."""
         warn_if_poor_convergence(self.summary(), self.method, stacklevel=4)
 
-    def outlier_scores(self, beta: float | None = None) -> pd.Series:
+    def outlier_scores(self, beta: float | None = None, outcome: str | None = None) -> pd.Series:
         """Per observation: posterior mean of p(y_i | theta)^beta relative to its median over observations.
 
         Low scores mark observations the robust loss down-weights.
@@ -292,24 +363,33 @@ class Fit:
         ----------
         beta : float or None, default None
             The power; None is the fit's beta or gamma (a KL fit needs it given).
+        outcome : str or None, default None
+            The outcome to score; None is the only one.
 
         Returns
         -------
         pandas.Series
             One score per observation.
         """
-        return outlier_scores(self.draws("log_lik"), self.divergence, beta)
+        return outlier_scores(self._one("log_lik", outcome), self.divergence, beta)
 
-    def loo(self):
-        """Leave-one-out cross-validation of this posterior by PSIS.
+    def loo(self, outcome: str | None = None):
+        """Leave-one-out cross-validation of this posterior by PSIS, one row of ``outcome`` at a time.
 
         Leaving row i out of pi(theta) propto prior * exp(-w sum_i v_i l_i(theta)) multiplies the
         posterior by exp(w v_i l_i(theta)): these are the importance ratios, smoothed by ArviZ's PSIS,
         and the density predicted is the model's p(y_i | theta). For KL with w = 1 and weights 1 this
-        is ``arviz.loo(fit.to_arviz())``. A RobustStanWarning names the rows whose Pareto k-hat is
-        above ArviZ's limit. The elpd scores every row, the contaminated ones too, so comparing
-        divergences by elpd favours the fit that predicts the outliers: to choose beta or gamma, use
+        is ``arviz.loo(fit.to_arviz())``; for a program fitted as written it is ordinary PSIS-LOO on its
+        ``log_lik``, assuming (as ArviZ does) that the posterior is the prior times the product of
+        exp(log_lik). A RobustStanWarning names the rows whose Pareto k-hat is above ArviZ's limit.
+        The elpd scores every row, the contaminated ones too, so comparing divergences by elpd
+        favours the fit that predicts the outliers: to choose beta or gamma, use
         :func:`robust_stan.select_divergence`.
+
+        Parameters
+        ----------
+        outcome : str or None, default None
+            The outcome whose rows are left out; None is the only one.
 
         Returns
         -------
@@ -321,22 +401,32 @@ class Fit:
         ------
         RobustStanInputError
             For draws that are not NUTS draws of the posterior (variational, Rob-ULA, Stan's
-            approximations, the sandwich calibration) and for the original gamma form, whose loss is
-            not a sum over rows.
+            approximations, the sandwich calibration), for the original gamma form, whose loss is
+            not a sum over rows, and for a program without a log likelihood.
         """
         require_loo_draws(self.method, self.divergence)
-        ratios = generalized_log_ratios(self.robust_loss, self.stan_data["weights"], self.learning_rate)
-        return generalized_loo(self.log_lik, ratios, self.posterior, "y", ["obs"])
+        name = self._outcome_name("log_lik", outcome)
+        log_lik = self._one("log_lik", name)
+        observed = self._outcomes().get(name)
+        if observed is not None and observed.weights is not None:
+            ratios = generalized_log_ratios(self._one("robust_loss", name), observed.weights, self.learning_rate)
+        else:
+            ratios = -log_lik
+        return generalized_loo(log_lik, ratios, self.posterior, name,
+                               None if observed is None else observed.dims[:1])
+
+    def _outcomes(self) -> dict[str, Outcome]:
+        return {outcome.name: outcome for outcome in self.model.observed_outcomes(self.prepared)}
 
     def to_arviz(self):
         """The fit as the installed ArviZ's object.
 
-        Groups: posterior, sample_stats, log_likelihood, posterior_predictive, observed_data,
-        constant_data (weights) and robust_loss, with named dims. ``log_likelihood`` is there only
-        when ``arviz.loo`` on it is this posterior's LOO (KL with learning rate times every weight
-        equal to 1); otherwise log p(y_i | theta) is in the group ``model_log_likelihood``, so that
-        ArviZ's loo, waic, compare and loo_pit refuse rather than give a wrong number (:meth:`loo`
-        gives this posterior's LOO).
+        Groups: posterior, sample_stats and, with the rows here, log_likelihood, posterior_predictive,
+        observed_data and, for a robust loss, constant_data (weights) and robust_loss, with named
+        dims. ``log_likelihood`` is there only when ``arviz.loo`` on it is this posterior's LOO (KL
+        with learning rate times every weight equal to 1); otherwise log p(y_i | theta) is in the
+        group ``model_log_likelihood``, so that ArviZ's loo, waic, compare and loo_pit refuse rather
+        than give a wrong number (:meth:`loo` gives this posterior's LOO).
 
         Returns
         -------
@@ -345,35 +435,39 @@ class Fit:
         """
         return native_inference_data(self._arviz_groups())
 
-    def _draw_groups(self) -> tuple[dict, dict]:
-        """The posterior and sample_stats groups, and the attributes every group carries."""
-        dims = {name: [f"{name}_dim_{i}" for i in range(v.ndim - 2)] for name, v in self.posterior.items()}
-        if "b" in dims and len(dims["b"]) == 1:
-            dims["b"] = ["predictor"]
-        attrs = {"divergence": repr(self.divergence), "learning_rate": self.learning_rate,
-                 "engine": self.model.engine, "inference_library": "robust-stan", "method": self.method}
-        return {"posterior": draws_dataset(self.posterior, dims, attrs),
-                "sample_stats": sample_stats_dataset(self.raw.sampler, attrs)}, attrs
-
     def _arviz_groups(self) -> dict:
         """The groups of :meth:`to_arviz` as xarray Datasets, by name (subclasses add theirs)."""
-        groups, attrs = self._draw_groups()
+        attrs = {"divergence": repr(self.divergence), "learning_rate": self.learning_rate,
+                 "engine": self.model.engine, "inference_library": "robust-stan", "method": self.method}
+        groups = {"posterior": draws_dataset(self.posterior, self.model.posterior_dims(self.posterior), attrs),
+                  "sample_stats": sample_stats_dataset(self.raw.sampler, attrs)}
         if not self.rows_here:
             return groups
-        obs_dims = {"y": ["obs"] + (["outcome_dim"] if self.y.ndim > 1 else [])}
-        row_dims = {"y": ["obs"]}  # log p(y_i | theta): one value per row, whatever y_i's shape
-        if ordinary_loo_applies(self.divergence, self.learning_rate, [self.stan_data["weights"]]):
-            groups["log_likelihood"] = draws_dataset({"y": self.log_lik}, row_dims, attrs)
-        else:
-            groups[MODEL_LOG_LIKELIHOOD] = draws_dataset({"y": self.log_lik}, row_dims,
-                                                         {**attrs, "note": MODEL_LOG_LIKELIHOOD_NOTE})
-        groups["posterior_predictive"] = draws_dataset({"y": self.y_rep}, obs_dims, attrs)
-        groups["observed_data"] = draws_dataset({"y": self.y}, obs_dims, attrs, sample_dims=())
-        groups["constant_data"] = draws_dataset({"weights": self.stan_data["weights"]}, {"weights": ["obs"]},
-                                                attrs, sample_dims=())
-        groups["robust_loss"] = draws_dataset({"robust_loss": self.robust_loss}, {"robust_loss": ["obs"]}, attrs)
+        outcomes = self._outcomes()
+        pointwise = self._pointwise_quantities()
+        row_dims = {name: o.dims[:1] for name, o in outcomes.items()}  # one log p(y_i | theta) per row
+        value_dims = {name: o.dims for name, o in outcomes.items()}
+        weights = {name: o.weights for name, o in outcomes.items() if o.weights is not None}
+        if pointwise["log_lik"]:
+            if ordinary_loo_applies(self.divergence if weights else None, self.learning_rate, list(weights.values())):
+                groups["log_likelihood"] = draws_dataset(pointwise["log_lik"], row_dims, attrs)
+            else:
+                groups[MODEL_LOG_LIKELIHOOD] = draws_dataset(pointwise["log_lik"], row_dims,
+                                                             {**attrs, "note": MODEL_LOG_LIKELIHOOD_NOTE})
+        if pointwise["y_rep"]:
+            groups["posterior_predictive"] = draws_dataset(pointwise["y_rep"], value_dims, attrs)
+        if outcomes:
+            groups["observed_data"] = draws_dataset({name: o.values for name, o in outcomes.items()}, value_dims,
+                                                    attrs, sample_dims=())
+        if weights:
+            groups["constant_data"] = draws_dataset({outcomes[name].weights_name: v for name, v in weights.items()},
+                                                    {outcomes[name].weights_name: row_dims[name] for name in weights},
+                                                    attrs, sample_dims=())
+            groups["robust_loss"] = draws_dataset({name: pointwise["robust_loss"][name] for name in weights},
+                                                  row_dims, attrs)
         return groups
 
     def __repr__(self) -> str:
         c, d = next(iter(self.posterior.values())).shape[:2]
-        return f"<robust_stan.Fit {self.divergence!r}, {c} chains x {d} draws, parameters {self.parameter_names}>"
+        return (f"<robust_stan.{type(self).__name__} ({self.method}) {self.divergence!r}, {c} chains x {d} draws, "
+                f"parameters {self.parameter_names}>")

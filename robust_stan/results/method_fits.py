@@ -118,14 +118,43 @@ class RobULAFit(Fit):
 class PartitionedRobULAFit(RobULAFit):
     """A Rob-ULA fit whose rows were held in partitions on a cluster: its draws, summary and the
     posterior and sample_stats groups of ArviZ; the per-observation quantities (log_lik,
-    robust_loss, y_rep, outlier scores) would need every row here, so they are refused."""
+    robust_loss, y_rep, outlier scores) would need every row here, so they are refused.
+
+    Parameters
+    ----------
+    *args
+        The :class:`~robust_stan.results.fit.Fit` arguments ``model, raw, prepared, settings``
+        (``prepared`` holds one row).
+    inverse_metric : numpy.ndarray
+        As for :class:`RobULAFit`.
+    unconstrained_draws : numpy.ndarray
+        As for :class:`RobULAFit`.
+    **kwargs
+        Passed to :class:`~robust_stan.results.fit.Fit` likewise.
+    """
 
     rows_here = False
 
 
 class PartitionedVariationalFit(VariationalFit):
     """A robust variational fit whose rows were held in partitions on a cluster: as
-    :class:`PartitionedRobULAFit`, draws and summaries but no per-observation quantities."""
+    :class:`PartitionedRobULAFit`, draws and summaries but no per-observation quantities.
+
+    Parameters
+    ----------
+    *args
+        The :class:`~robust_stan.results.fit.Fit` arguments ``model, raw, prepared, settings``.
+    q : GaussianQ
+        As for :class:`VariationalFit`.
+    elbo : float
+        As for :class:`VariationalFit`.
+    elbo_se : float
+        As for :class:`VariationalFit`.
+    elbo_trace : pandas.DataFrame
+        As for :class:`VariationalFit`.
+    **kwargs
+        Passed to :class:`~robust_stan.results.fit.Fit` likewise.
+    """
 
     rows_here = False
 
@@ -135,13 +164,32 @@ class StanMethodFit(Fit):
 
     sample_stats hold CmdStan's own per-draw columns (``lp__``, ``log_p__``,
     ``log_g__``, ...); ``raw.backend`` is CmdStanPy's result object.
+
+    Parameters
+    ----------
+    model : Model or StanProgramModel
+        The model that was run.
+    raw : RawDraws
+        The engine-neutral output.
+    prepared : PreparedData
+        The data and settings the run used.
+    settings : StanMethodSettings
+        The run's settings (``settings.method`` names the algorithm).
     """
 
     @property
     def method(self) -> str:  # type: ignore[override]  # read from the settings, unlike Fit's class attribute
+        """The algorithm: "advi", "pathfinder" or "laplace" (str)."""
         return self.settings.method
 
     def diagnostics(self) -> dict:
+        """The algorithm and the number of draws.
+
+        Returns
+        -------
+        dict
+            The diagnostics by name.
+        """
         return {"method": self.settings.method, "draws": self.settings.draws}
 
     def __repr__(self) -> str:
@@ -181,8 +229,13 @@ class CalibratedFit(Fit):
         self.calibration, self.w, self.bootstrap_trace = calibration, float(w), bootstrap_trace
         self.curvature, self.information, self.sandwich_covariance = curvature, information, sandwich_covariance
 
-    def loo(self):
+    def loo(self, outcome: str | None = None):
         """As :meth:`Fit.loo`, for the NUTS draws at the calibrated w ("lhw", "bootstrap").
+
+        Parameters
+        ----------
+        outcome : str or None, default None
+            As for :meth:`Fit.loo`.
 
         Returns
         -------
@@ -199,7 +252,7 @@ class CalibratedFit(Fit):
             raise RobustStanInputError("fit: the sandwich calibration moves the original draws to the sandwich "
                                        "covariance; they are not draws of a posterior that leaving a row out "
                                        "reweights, so loo is not available (calibrate by 'lhw' or 'bootstrap')")
-        return super().loo()
+        return super().loo(outcome)
 
     def _arviz_groups(self) -> dict:
         groups = super()._arviz_groups()

@@ -273,12 +273,27 @@ class CoresetTargetBase:
 
 
 class CoresetTarget(CoresetTargetBase):
-    """Weighted posteriors and gains of a built-in model's ``program`` with prepared posterior-mode
-    ``stan_data``, on the chosen rows only (the data sliced to them).
+    """Weighted posteriors and gains of a built-in model's program, on the chosen rows only (the
+    data sliced to them).
 
-    ``divergence`` is the robust loss of the gains ``"beta"``; ``inner`` chooses the loss of
-    the weighted posterior drawn from (``"beta"``: that divergence, ``"classical"``: KL);
-    ``unit_rows`` lists each unit's rows (None: one unit per row)."""
+    Parameters
+    ----------
+    program : RobustProgram
+        The built-in model's program.
+    stan_data : dict
+        Its prepared posterior-mode Stan data.
+    divergence : Divergence
+        The robust loss of the gains ``"beta"``.
+    inner : {"beta", "classical"}
+        The loss of the weighted posterior drawn from: that divergence, or KL.
+    sampler : {"laplace", "nuts", "exact"}
+        How the weighted posterior is drawn from ("exact": the known-covariance normal's conjugate
+        classical posterior).
+    unit_rows : list of numpy.ndarray or None, default None
+        The rows of each unit when units are groups; None: one unit per row.
+    nuts_warmup : int, default 300
+        Warmup iterations of ``sampler="nuts"``.
+    """
 
     def __init__(self, program: RobustProgram, stan_data: dict, divergence: Divergence, inner: str,
                  sampler: str, unit_rows: list[np.ndarray] | None = None, nuts_warmup: int = 300):
@@ -292,6 +307,20 @@ class CoresetTarget(CoresetTargetBase):
                                        "use inner='classical' with it (the beta posterior has no closed form)")
 
     def posterior_data(self, units, weights) -> dict:
+        """Stan data of the weighted posterior: the data cut to the rows of ``units``.
+
+        Parameters
+        ----------
+        units : array_like of int
+            The coreset units, whose rows get weights.
+        weights : array_like
+            Their weights.
+
+        Returns
+        -------
+        dict
+            Stan data (the prior alone if no weight is positive).
+        """
         units, weights = np.asarray(units, dtype=int), np.asarray(weights, dtype=float)
         keep = weights > 0
         if not keep.any():
@@ -312,12 +341,39 @@ class CoresetTarget(CoresetTargetBase):
         return run_nuts(self.program, data, settings, None)
 
     def row_losses(self, rows: np.ndarray, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every row's robust loss and log density at each draw.
+
+        Parameters
+        ----------
+        rows : numpy.ndarray
+            0-based rows.
+        columns : numpy.ndarray
+            (S, k) draws of the program's ``*_copies`` parameters.
+
+        Returns
+        -------
+        robust_loss : numpy.ndarray
+            (S, len(rows)).
+        log_p : numpy.ndarray
+            (S, len(rows)).
+        """
         data = with_switches(slice_rows(self.spec, self.stan_data, rows), pointwise=True)
         computed = self._compiled.generated_quantities(data, columns[None], seed=1)
         return computed["robust_loss"][0], computed["log_lik"][0]
 
     def exact_kl(self, units, weights) -> float | None:
-        """KL(pi_w || pi_1) in closed form (classical posteriors), for the exact sampler; else None."""
+        """KL(pi_w || pi_1) in closed form (classical posteriors), for the exact sampler.
+
+        Parameters
+        ----------
+        units, weights
+            pi_w's units and their weights.
+
+        Returns
+        -------
+        float or None
+            The KL; None for the other samplers.
+        """
         if self.exact is None:
             return None
         rows, row_weights = self.rows_of(np.asarray(units, dtype=int), weights)
