@@ -69,14 +69,3 @@ def test_select_divergence_names_every_option_in_its_signature():
             "show_progress"} <= set(parameters)
     with pytest.raises(TypeError, match="unexpected keyword argument 'divergence'"):
         rs.select_divergence(rs.glm("normal"), {}, divergence=rs.BetaD(0.3))
-
-
-def test_tune_rob_ula_refuses_your_own_program_by_name():
-    """Tuning splits rows of a built-in model's data; a program of your own is refused before any work."""
-    from pathlib import Path
-
-    from robust_stan.common.errors import RobustStanInputError
-
-    program = rs.robustify(Path(__file__).with_name("stan_programs") / "linear_regression.stan")
-    with pytest.raises(RobustStanInputError, match=r"^model: rs.tune_rob_ula works on the built-in models"):
-        rs.tune_rob_ula(program, {"N": 0})

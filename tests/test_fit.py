@@ -184,7 +184,7 @@ def test_nuts_writes_parameters_only_and_the_pointwise_quantities_come_on_demand
         np.testing.assert_allclose(fresh.robust_loss[c, t], reference["robust_loss"], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(fresh.log_lik[c, t] + np.log(fit.scaling.scale), reference["log_lik"],
                                    rtol=1e-12, atol=1e-12)
-    assert fresh._pointwise is not None and fresh.y_rep is fresh._pointwise["y_rep"]  # computed once, kept
+    assert fresh._pointwise is not None and fresh.y_rep is fresh._pointwise["y_rep"]["y"]  # computed once, kept
 
 
 @pytest.mark.stan

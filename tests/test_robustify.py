@@ -678,9 +678,68 @@ def test_rob_ula_on_a_robustified_program():
     assert robust_error < plain_error, (robust_error, plain_error)
 
 
+@pytest.mark.stan
+def test_select_divergence_and_calibrate_on_a_robustified_program():
+    """rs.select_divergence (the MSE criterion) and rs.calibrate on the robustified regression, against
+    the built-in normal glm on the same rows. Both leave the prior out (the loss's minimum and the
+    sandwich matrices J and I there), and both programs have the unconstrained parameters (alpha, b,
+    log sigma) and the same loss, so they agree to the optimiser's tolerance (L-BFGS to a gradient of
+    1e-9 on a curvature of order N; J by central differences of the total gradient): 1e-5 relative
+    allows for both. The H-score, whose y-derivatives are the built-in families', is refused."""
+    data = _linear_regression(np.random.default_rng(11))
+    data["y"][:4] += 15.0  # gross outliers
+    program = rs.robustify(_program("linear_regression"), engine=ENGINE)
+    built_in = rs.glm("normal", standardize=False, engine=ENGINE)
+    rows = {"X": data["X"], "y": data["y"]}
+    grid = [rs.KL(), 0.2, 0.5]
+    ours = rs.select_divergence(program, data, grid=grid, criterion="mse")
+    theirs = rs.select_divergence(built_in, rows, grid=grid, criterion="mse")
+    assert ours.divergence == theirs.divergence != rs.KL()
+    np.testing.assert_allclose(ours.curve["criterion"], theirs.curve["criterion"], rtol=1e-5)
+    for divergence in theirs.estimates:
+        np.testing.assert_allclose(ours.estimates[divergence], theirs.estimates[divergence], rtol=1e-5, atol=1e-8)
+    with pytest.raises(rs.RobustStanInputError, match="^criterion: 'hscore' needs .*built-in models' families"):
+        rs.select_divergence(program, data, grid=grid, criterion="hscore")
+
+    options = dict(divergence=rs.BetaD(0.3), chains=4, iter_warmup=500, iter_sampling=500, seed=3,
+                   show_progress=False)
+    fit, reference = program.sample(data, **options), built_in.sample(rows, **options)
+    lhw, lhw_reference = rs.calibrate(fit, method="lhw"), rs.calibrate(reference, method="lhw")
+    assert type(lhw) is type(lhw_reference) is rs.CalibratedFit
+    assert lhw.w == pytest.approx(lhw_reference.w, rel=1e-5)
+    np.testing.assert_allclose(lhw.sandwich_covariance, lhw_reference.sandwich_covariance, rtol=1e-5)
+    assert lhw.learning_rate == lhw.w and lhw.log_lik.shape == (4, 500, N)
+    # the sandwich adjustment: alpha is unconstrained, so its draws' variance is the covariance's entry
+    sandwich = rs.calibrate(fit, method="sandwich")
+    assert np.var(sandwich.posterior["alpha"], ddof=1) == pytest.approx(sandwich.sandwich_covariance[0, 0],
+                                                                        rel=1e-10)
+
+
+def test_what_needs_rows_is_refused_for_a_program_in_one_place():
+    """Minibatches, held-out rows, a moved row and rows in partitions need the data taken apart by rows,
+    which robust-stan cannot do for a program: each is refused by the program's one check, naming the
+    argument, before anything is compiled."""
+    import dask.array as da
+
+    program = rs.robustify(_program("linear_regression"), engine=ENGINE)
+    data = _linear_regression(np.random.default_rng(1))
+    why = "needs the data taken apart by rows, which robust-stan does only for the built-in models"
+    with pytest.raises(rs.RobustStanInputError, match=f"^batch_size: a minibatch .*{why}"):
+        program.variational(data, batch_size=10)
+    with pytest.raises(rs.RobustStanInputError, match=f"^model: rs.tune_rob_ula's held-out rows {why}"):
+        rs.tune_rob_ula(program, data)
+    with pytest.raises(rs.RobustStanInputError, match=f"^fit_or_model: rs.influence's moved row and test rows {why}"):
+        rs.influence(program, data, 0, [1.0], data)
+    in_partitions = dict(data, y=da.from_array(data["y"], chunks=N // 2))
+    with pytest.raises(rs.RobustStanInputError, match=f"^data: rows held in partitions {why}"):
+        rs.rob_ula(program, in_partitions, contamination=0.1)
+    with pytest.raises(rs.RobustStanInputError, match=f"^data: rows held in partitions {why}"):
+        rs.coreset(program, in_partitions, size=5, divergence=rs.BetaD(0.5))
+
+
 def test_rob_ula_needs_one_robustified_outcome():
     model = rs.robustify(_program("two_outcomes"), engine=ENGINE)
-    with pytest.raises(rs.RobustStanInputError, match="rs.rob_ula needs per-example gradients.*exactly one"):
+    with pytest.raises(rs.RobustStanInputError, match="per-example gradients of rs.rob_ula.*exactly one"):
         rs.rob_ula(model, _two_outcomes(np.random.default_rng(1)), contamination=0.1)
 
 
@@ -742,7 +801,7 @@ def test_inits_mode_on_a_robustified_program_starts_where_the_built_in_model_doe
     prepared = built_in.prepare({"y": data["y"]}, divergence)
     program_oracle = program.oracle_for(stan_data)
     starts, messages = [], []
-    for oracle, inits_at in ((program_oracle, lambda t: program._parameters_at(program_oracle, t)),
+    for oracle, inits_at in ((program_oracle, lambda t: program.inits_at(t, stan_data)),
                              (built_in.oracle_for(with_switches(prepared.stan_data, pointwise=False)),
                               lambda t: built_in.inits_at(t, prepared.stan_data, prepared.scaling))):
         with warnings.catch_warnings(record=True) as caught:
@@ -788,7 +847,7 @@ def test_a_robustified_program_warns_when_the_data_barely_count_as_the_built_in_
 
 def test_coreset_needs_one_robustified_outcome():
     model = rs.robustify(_program("two_outcomes"), engine=ENGINE)
-    with pytest.raises(rs.RobustStanInputError, match="rs.coreset needs each observation's own loss.*exactly one"):
+    with pytest.raises(rs.RobustStanInputError, match=r"own loss \(rs.coreset\) needs.*exactly one"):
         rs.coreset(model, _two_outcomes(np.random.default_rng(1)), size=3, divergence=rs.BetaD(0.3))
 
 

@@ -7,12 +7,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..building.data import PreparedData, with_switches
 from ..building.divergences import KL
 from ..common.errors import RobustStanInputError, require_count
 from ..engines import NutsSettings, RawDraws
 from ..gradients.oracles import constrained_draws, unconstrained_draws
-from ..methods.nuts import run_nuts
 from ..methods.selection.calibration import (
     BootstrapPosterior,
     bootstrap_learning_rate,
@@ -28,7 +26,8 @@ METHODS = ("lhw", "sandwich", "bootstrap")
 
 def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int = 100,
               bootstrap_chains: int = 2, bootstrap_warmup: int = 300, bootstrap_draws: int = 500):
-    """A NUTS fit of a built-in model (``model.sample``) calibrated; returns a
+    """A NUTS fit (``model.sample``) of a built-in model or of a program from
+    :func:`robust_stan.robustify` with one outcome, calibrated; returns a
     :class:`~robust_stan.results.method_fits.CalibratedFit`.
 
     ``"lhw"`` and ``"sandwich"`` use the sandwich matrices J (mean Hessian of the rows' losses) and I (mean
@@ -65,7 +64,7 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
     Parameters
     ----------
     fit : Fit
-        A NUTS fit of a built-in model (``model.sample``), without row weights.
+        A NUTS fit (``model.sample``) without row weights.
     method : {"lhw", "sandwich", "bootstrap"}
         The calibration (above).
     level : float
@@ -83,25 +82,30 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
         ``bootstrap_trace``.
     """
     if not isinstance(fit, Fit) or fit.method != "nuts":
-        raise RobustStanInputError(f"fit: rs.calibrate takes a NUTS fit of a built-in model (model.sample), got "
-                                   f"{type(fit).__name__}")
+        raise RobustStanInputError(f"fit: rs.calibrate takes a NUTS fit (model.sample), got {type(fit).__name__}")
     if method not in METHODS:
         raise RobustStanInputError(f"method: must be one of {list(METHODS)}, got {method!r}")
     if not (isinstance(level, float) and 0 < level < 1):
         raise RobustStanInputError(f"level: must lie in (0, 1), got {level!r}")
     model = fit.model
-    if np.any(np.asarray(fit.stan_data["weights"]) != 1):
+    weights = [o.weights for o in model.observed_outcomes(fit.prepared) if o.weights is not None]
+    if len(weights) != 1:
+        raise RobustStanInputError("fit: rs.calibrate needs a model with one outcome whose loss is a sum over its rows "
+                                   "(a built-in model, or a program from rs.robustify with one outcome)")
+    if np.any(weights[0] != 1):
         raise RobustStanInputError("fit: has row weights; the sandwich matrices here are for unweighted rows")
-    names = [f"{p.name}_copies" for p in model.spec.parameters]
+    names = model.raw_parameter_names
     draws = _unconstrained(model, fit.stan_data, fit.raw.variables, names)
-    found = minimum_loss(model, fit.stan_data, draws.reshape(-1, draws.shape[-1]).mean(axis=0))
+    target = model.langevin_target(model.switched(fit.stan_data, learning_rate=1.0, pointwise=False))
+    found = minimum_loss(target.posterior, target.prior, target.per_example,
+                         draws.reshape(-1, draws.shape[-1]).mean(axis=0))
     curvature, information, covariance = found.curvature, found.information, found.covariance
     matrices = dict(curvature=curvature, information=information, sandwich_covariance=covariance)
     trace = None
     if method == "sandwich":
         w = fit.learning_rate
-        prepared = PreparedData(fit.data, fit.stan_data, fit.scaling, fit.divergence)
-        posterior = model.oracle_for(with_switches(fit.stan_data, pointwise=False))
+        prepared = fit.prepared
+        posterior = model.oracle_for(model.switched(fit.stan_data, pointwise=False))
         variables = constrained_draws(posterior, curvature_adjusted(draws, covariance, found.theta_hat))
         # the NUTS run's divergences and tree depths still describe these draws; its lp__ does not
         raw = RawDraws(variables, {k: v for k, v in fit.raw.sampler.items() if k != "lp__"})
@@ -115,8 +119,8 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
                                     show_progress=False)
             w, trace = _bootstrap_w(fit, found.theta_hat, names, settings, level,
                                     require_count("bootstraps", bootstraps, 2))
-        prepared = PreparedData(fit.data, with_switches(fit.stan_data, learning_rate=w), fit.scaling, fit.divergence)
-        raw = run_nuts(model, prepared.stan_data, fit.settings, _continuing(fit, names, fit.settings.chains))
+        prepared = replace(fit.prepared, stan_data=model.switched(fit.stan_data, learning_rate=w))
+        raw = model.nuts_draws(prepared.stan_data, fit.settings, _continuing(fit, names, fit.settings.chains))
     calibrated = CalibratedFit(model, raw, prepared, fit.settings, calibration=method, w=w, bootstrap_trace=trace,
                                **matrices)
     calibrated.warn_if_not_converged()
@@ -128,7 +132,7 @@ def _unconstrained(model, stan_data: dict, variables: dict, names: list[str]) ->
     instance of the program, which runs its transformed data, so this is done under KL: the
     parameters' constraints do not depend on the divergence, and KL skips the integral tables
     that the transformed data of a beta or gamma poisson model would build for every draw."""
-    return unconstrained_draws(model.oracle_for(with_switches(stan_data, pointwise=False, divergence=KL())),
+    return unconstrained_draws(model.oracle_for(model.switched(stan_data, pointwise=False, divergence=KL())),
                                variables, names)
 
 
@@ -144,14 +148,15 @@ def _continuing(fit: Fit, names: list[str], chains: int) -> list[dict]:
 def _bootstrap_w(fit: Fit, theta_hat: np.ndarray, names: list[str], settings: NutsSettings, level: float,
                  bootstraps: int) -> tuple[float, list[dict]]:
     """Syring and Martin's w for ``fit``'s model and data (see :func:`calibrate`)."""
-    model, n = fit.model, len(fit.stan_data["weights"])
+    model = fit.model
+    n = model.rows_of_outcome(fit.stan_data)
     counts = np.random.default_rng(settings.seed).multinomial(n, np.full(n, 1.0 / n), size=bootstraps)
 
     def refit(b: int, w: float) -> BootstrapPosterior:
-        stan_data = with_switches(fit.stan_data, learning_rate=w, weights=counts[b], pointwise=False)
-        raw = run_nuts(model, stan_data, replace(settings, seed=settings.seed + 1 + b),
-                       _continuing(fit, names, settings.chains))
-        resample = Fit(model, raw, PreparedData(fit.data, stan_data, fit.scaling, fit.divergence), settings)
+        stan_data = model.switched(fit.stan_data, learning_rate=w, weights=counts[b], pointwise=False)
+        raw = model.nuts_draws(stan_data, replace(settings, seed=settings.seed + 1 + b),
+                               _continuing(fit, names, settings.chains))
+        resample = Fit(model, raw, replace(fit.prepared, stan_data=stan_data), settings)
         total_loss = (resample.generated_quantities_at()["robust_loss"] * counts[b]).sum(axis=-1)
         draws = _unconstrained(model, stan_data, raw.variables, names)
         return BootstrapPosterior(draws.reshape(-1, draws.shape[-1]), total_loss.ravel(), w)

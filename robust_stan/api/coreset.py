@@ -15,11 +15,10 @@ from ..methods.coresets.construction import METHODS, OPTIMIZERS, CoresetSettings
 from ..methods.coresets.partitioned import PartitionedCoresetTarget
 from ..methods.coresets.targets import INNER, SAMPLERS
 from ..results.coreset import Coreset
-from .model import Model, require_builtin_model, require_model
-from .stan_program import StanProgramModel
+from .any_model import AnyModel, require_model
 
 
-def coreset(model: Model | StanProgramModel, data: Mapping, size: int, method: str = "beta_cores",
+def coreset(model: AnyModel, data: Mapping, size: int, method: str = "beta_cores",
             divergence: Divergence | None = None, draws: int = 100, iters_per_point: int = 100,
             select_batch: int = 1000, opt_batch: int = 200,
             inner: str = "beta", sampler: str = "laplace", groups=None, step_size: float = 1.0,
@@ -169,7 +168,7 @@ def _partitioned_coreset(model, data: Mapping, method: str, divergence: Divergen
                          settings: CoresetSettings, learning_rate: float, groups, start, refresh,
                          cluster: Cluster | None) -> Coreset:
     """rs.coreset on rows held in partitions (see its docstring)."""
-    require_builtin_model(model, "rs.coreset with rows held in partitions")
+    model.require_rows("data", "rows held in partitions")
     for name, value, why in (("groups", groups, "units are rows"), ("refresh", refresh, "the data cannot be replaced")):
         if value is not None:
             raise RobustStanInputError(f"{name}: not with rows held in partitions ({why})")

@@ -12,6 +12,7 @@ from ..common.errors import RobustStanInputError
 from ..common.seeds import seed_to_use
 from ..methods.variational.influence import influence_curve
 from ..results.method_fits import VariationalFit
+from .any_model import AnyModel
 from .model import Model
 
 
@@ -64,21 +65,26 @@ def influence(fit_or_model: VariationalFit | Model, data: Mapping, index: int, v
     RobustStanInputError
         If ``divergence`` comes with a fit, or ``variable``, ``column`` or ``index`` is invalid.
     """
-    fit = fit_or_model
     for name in ("warm_start", "show_progress"):
         if name in options:
             raise RobustStanInputError(f"{name}: influence sets it for every refit (each starts from the fit's q, "
                                        "quietly)")
-    if isinstance(fit, Model):
-        first_fit = {"learning_rate": options.pop("learning_rate", 1.0), "family": options.pop("family", "meanfield")}
-        fit = fit.variational(data, divergence, seed=seed, show_progress=False, **first_fit, **options)
-    else:
+    model = fit_or_model.model if isinstance(fit_or_model, VariationalFit) else fit_or_model
+    if not isinstance(model, AnyModel):
+        raise RobustStanInputError("fit_or_model: give a variational fit (model.variational(...)) or a Model; "
+                                   "influence refits it from its q at each value")
+    model.require_rows("fit_or_model", "rs.influence's moved row and test rows")
+    if isinstance(fit_or_model, VariationalFit):
+        fit = fit_or_model
         for name, value in (("divergence", divergence), *((k, options.get(k)) for k in ("learning_rate", "family"))):
             if value is not None:
                 raise RobustStanInputError(f"{name}: give it with a Model; a variational fit keeps its own {name}")
-    if not isinstance(fit, VariationalFit):
-        raise RobustStanInputError("fit_or_model: give a variational fit (model.variational(...)) or a Model; "
-                                   "influence refits it from its q at each value")
+    else:
+        first_fit = {"learning_rate": options.pop("learning_rate", 1.0), "family": options.pop("family", "meanfield")}
+        made = model.variational(data, divergence, seed=seed, show_progress=False, **first_fit, **options)
+        if not isinstance(made, VariationalFit):
+            raise RobustStanInputError("options: influence refits robust-stan's own VI from its q; give no method")
+        fit = made
     n = len(np.asarray(data["y"]))
     if not isinstance(index, (int, np.integer)) or not 0 <= index < n:
         raise RobustStanInputError(f"index: must be a row number in 0..{n - 1}, got {index!r}")

@@ -63,6 +63,6 @@ def largest_mode_draws(census: ModeCensus, chains: int, seed: int | None) -> np.
 
 def starts_in_largest_mode(program, prepared: PreparedData, census: ModeCensus, chains: int,
                            seed: int | None) -> list[dict]:
-    """:func:`largest_mode_draws` of a built-in model's ``census``, as constrained values by parameter
-    name on the outcome's own scale (as :meth:`Model.sample` takes them)."""
+    """:func:`largest_mode_draws` of a model's ``census``, as constrained values by parameter name on
+    the outcome's own scale (as the model's ``sample`` takes them)."""
     return program.inits_at(largest_mode_draws(census, chains, seed), prepared.stan_data, prepared.scaling)

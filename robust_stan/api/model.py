@@ -25,7 +25,7 @@ from ..building.divergences import Divergence, as_divergence, refuse_original_ga
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError
-from ..engines import ProgramOnEngine, RawDraws
+from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
@@ -363,6 +363,55 @@ class Model(RobustProgram):
         """
         return builtin_target(self, stan_data, oracle)
 
+    @property
+    def raw_parameter_names(self) -> list[str]:
+        """The parameters' names in an engine's draws and in NUTS's starting values: the program's
+        ``<name>_copies`` (list of str)."""
+        return [f"{p.name}_copies" for p in self.spec.parameters]
+
+    def switched(self, stan_data: dict, *, learning_rate: float | None = None, weights=None,
+                 divergence: Divergence | None = None, pointwise: bool | None = None) -> dict:
+        """A copy of prepared Stan data with another learning rate, row weights, divergence or
+        per-observation output (:func:`~robust_stan.building.data.with_switches`): no new compile.
+
+        Parameters
+        ----------
+        stan_data : dict
+            From :meth:`stan_data`.
+        learning_rate : float or None, default None
+            The new w; None keeps it.
+        weights : array_like or None, default None
+            The new row weights (checked); None keeps them.
+        divergence : Divergence or None, default None
+            The new divergence; None keeps it.
+        pointwise : bool or None, default None
+            Whether the generated quantities compute the per-observation output; None keeps it.
+
+        Returns
+        -------
+        dict
+            The new Stan data.
+        """
+        return with_switches(stan_data, learning_rate=learning_rate, weights=weights, divergence=divergence,
+                             pointwise=pointwise)
+
+    def hscore_refusal(self) -> str | None:
+        """Why the H-score (:func:`robust_stan.select_divergence`) is not available, or None.
+
+        Returns
+        -------
+        str or None
+            A sentence, or None where the family has closed-form y-derivatives on the real line.
+        """
+        family = self.spec.family
+        if family.y_score:
+            return None
+        reason = ("its outcome is discrete" if not family.continuous else
+                  "its outcome is a vector" if family.multivariate else
+                  "its density does not vanish at the edge of its support (y = 0), where the H-score's "
+                  "integration by parts needs it to")
+        return f"this model's family is {family.name} and {reason}"
+
     def rows_of_outcome(self, stan_data: dict) -> int:
         """How many observations these Stan data hold.
 
@@ -600,22 +649,6 @@ class Model(RobustProgram):
                                          elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
 
 
-def require_model(model, method: str) -> None:
-    """An error naming ``model`` unless it is a robust-stan model: a built-in one or your own
-    program (:func:`robust_stan.from_stan`, :func:`robust_stan.robustify`).
-
-    Parameters
-    ----------
-    model : object
-        What the user passed as the model.
-    method : str
-        The public call, for the message.
-    """
-    if not (isinstance(model, ProgramOnEngine) and hasattr(model, "prepare")):
-        raise RobustStanInputError(f"model: {method} needs a robust_stan model (rs.glm, rs.location, rs.custom, "
-                                   f"rs.from_stan or rs.robustify), got {type(model).__name__}")
-
-
 def require_builtin_model(model, method: str, reason: str = "") -> Model:
     """An error naming ``model`` unless it is a built-in :class:`Model`; ``reason`` (a sentence)
     says why ``method`` needs one, where it is more than "not yet"."""
@@ -624,7 +657,6 @@ def require_builtin_model(model, method: str, reason: str = "") -> Model:
     if hasattr(model, "likelihoods"):  # rs.from_stan / rs.robustify
         why = reason or "It does not take a program from rs.from_stan or rs.robustify yet."
         raise RobustStanInputError(
-            f"model: {method} works on the built-in models (rs.glm, rs.location, rs.custom). {why} A program from "
-            "rs.from_stan or rs.robustify runs sample, variational, per_example_gradients, rs.rob_ula and rs.coreset; "
-            f"rebuild the model with rs.custom to use {method}.")
+            f"model: {method} works on the built-in models (rs.glm, rs.location, rs.custom). {why} Rebuild the "
+            f"model with rs.custom to use {method}.")
     raise RobustStanInputError(f"model: expected a robust_stan Model, got {type(model).__name__}")

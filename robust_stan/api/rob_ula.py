@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 from ..building.divergences import Divergence, as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
@@ -10,11 +11,11 @@ from ..common.cluster import Cluster
 from ..methods.rob_ula.partitioned import partitioned_target
 from ..methods.rob_ula.sampler import run_rob_ula
 from ..results.method_fits import PartitionedRobULAFit, RobULAFit
-from .model import Model, require_builtin_model, require_model
-from .stan_program import StanProgramModel
+from .any_model import AnyModel, require_model
+from .model import Model
 
 
-def rob_ula(model: Model | StanProgramModel, data: Mapping, contamination: float, step_size: float | None = None,
+def rob_ula(model: AnyModel, data: Mapping, contamination: float, step_size: float | None = None,
             iter_sampling: int = 5000, iter_warmup: int = 500, thin: int = 1, chains: int = 4, estimator="auto",
             divergence: Divergence | None = None, learning_rate: float = 1.0, inits: str = "mode",
             init_scale: float = 1.0, metric: str = "dense", seed: int | None = None, show_progress: bool = True,
@@ -125,10 +126,9 @@ def rob_ula(model: Model | StanProgramModel, data: Mapping, contamination: float
     warning; its later draws are NaN.
     """
     if is_partitioned(data):
-        builtin = require_builtin_model(model, "rs.rob_ula with rows held in partitions",
-                                        "Only a built-in model's data can be split into row partitions.")
-        target, gradients, prepared = partitioned_target(builtin, data, as_divergence(divergence), learning_rate,
-                                                         cluster, combine)
+        require_model(model, "rs.rob_ula").require_rows("data", "rows held in partitions")
+        target, gradients, prepared = partitioned_target(cast(Model, model), data, as_divergence(divergence),
+                                                         learning_rate, cluster, combine)  # a built-in model
         result: type[RobULAFit] = PartitionedRobULAFit
     else:
         refuse_cluster_for_rows_here(cluster, "Rob-ULA")

@@ -23,7 +23,8 @@ from ..common.errors import RobustStanInputError, RobustStanWarning, require_see
 from ..methods.held_out import held_out_pointwise_log_likelihood
 from ..methods.rob_ula.sampler import default_estimator
 from ..results.method_fits import RobULAFit
-from .model import Model, require_builtin_model
+from .any_model import require_model
+from .model import Model
 from .rob_ula import rob_ula
 
 DEFAULT_CONTAMINATIONS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2)  # 0: plain ULA (see tune_rob_ula)
@@ -120,7 +121,8 @@ def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = 
     Parameters
     ----------
     model : Model
-        A model robust-stan built (``rs.glm``, ``rs.location``, ...).
+        A built-in model (``rs.glm``, ``rs.location``, ...): your own program's rows cannot be held
+        out (for it, run :func:`rob_ula` with a chosen contamination).
     data : mapping
         The data, as for :func:`rob_ula`; rows are split at random.
     contaminations : sequence of float
@@ -141,9 +143,7 @@ def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = 
     -------
     RobULATuning
     """
-    require_builtin_model(model, "rs.tune_rob_ula", reason=(
-        "Its held-out log density is computed on a built-in model's scaling; for your own program, run rs.rob_ula "
-        "with a chosen contamination."))
+    require_model(model, "rs.tune_rob_ula").require_rows("model", "rs.tune_rob_ula's held-out rows")
     contaminations = [float(c) for c in np.atleast_1d(contaminations)]
     if not contaminations or any(not 0 <= c < 0.5 for c in contaminations):
         raise RobustStanInputError(f"contaminations: need values in [0, 0.5), got {contaminations}")

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from ..building.data import with_switches
 from ..building.divergences import KL, BetaD, Divergence, DivergenceCode, GammaD, refuse_original_gamma
 from ..common.cluster import Cluster, run_tasks
 from ..common.errors import RobustStanInputError
@@ -25,8 +24,8 @@ from ..methods.selection.divergence import (
     walk_grid,
 )
 from ..results.selection import Selection
+from .any_model import AnyModel, require_model
 from .mode_starts import GRID_CENSUS_STARTS, dispersed_starts, starts_in_largest_mode
-from .model import Model, require_builtin_model
 
 CRITERIA = ("hscore", "mse")
 FITS = ("reweight", "full")
@@ -34,7 +33,7 @@ FITS = ("reweight", "full")
 LOCATION_DRAWS = 100
 
 
-def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "hscore", fits: str = "reweight",
+def select_divergence(model: AnyModel, data: Mapping, grid=None, criterion: str = "hscore", fits: str = "reweight",
                       learning_rate: float = 1.0, pilot=None, confirm: bool = True, cluster: Cluster | None = None,
                       chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000, thin: int = 1,
                       seed: int | None = None, adapt_delta: float = 0.8, max_treedepth: int = 10,
@@ -51,8 +50,9 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
 
     Parameters
     ----------
-    model : Model
-        A built-in model.
+    model : Model or StanProgramModel
+        A built-in model, or a program from :func:`robust_stan.robustify` with one outcome
+        (``criterion="mse"``; the H-score's y-derivatives are the built-in families').
     data : mapping
         The model's data.
     grid : sequence or None, default None
@@ -102,22 +102,18 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
         If the grid, the criterion (H-score on an outcome it does not support) or an option is
         invalid.
     """
-    require_builtin_model(model, "rs.select_divergence")
+    require_model(model, "rs.select_divergence")
     if criterion not in CRITERIA:
         raise RobustStanInputError(f"criterion: must be one of {list(CRITERIA)}, got {criterion!r}")
     if fits not in FITS:
         raise RobustStanInputError(f"fits: must be one of {list(FITS)}, got {fits!r}")
     if not isinstance(confirm, bool):
         raise RobustStanInputError(f"confirm: must be True or False, got {confirm!r}")
-    family = model.spec.family
-    if criterion == "hscore" and not family.y_score:
-        reason = ("its outcome is discrete" if not family.continuous else
-                  "its outcome is a vector" if family.multivariate else
-                  "its density does not vanish at the edge of its support (y = 0), where the H-score's "
-                  "integration by parts needs it to")
+    refusal = model.hscore_refusal() if criterion == "hscore" else None
+    if refusal is not None:
         raise RobustStanInputError(f"criterion: 'hscore' needs a continuous outcome on the whole real line "
-                                   f"(normal, student_t); this model's family is {family.name} and {reason}; "
-                                   "criterion='mse' works for every family")
+                                   f"(normal, student_t) of a built-in model; {refusal}; criterion='mse' works for "
+                                   "every model")
     sample_options: dict[str, Any] = dict(chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
                                           thin=thin, seed=seed, adapt_delta=adapt_delta,
                                           max_treedepth=max_treedepth, show_progress=show_progress)
@@ -144,9 +140,9 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     if criterion == "mse":
         found, start = [], None
         for divergence in divergences:  # in increasing order, each minimum started from the last
-            stan_data = model.stan_data(data, divergence, 1.0)
-            found.append(minimum_loss(model, stan_data, start if start is not None else
-                                      np.zeros(model.oracle_for(stan_data).dimension)))
+            target = model.langevin_target(model.stan_data(data, divergence, 1.0))
+            found.append(minimum_loss(target.posterior, target.prior, target.per_example,
+                                      start if start is not None else np.zeros(target.per_example.dimension)))
             start = found[-1].theta_hat
         default_pilot = int(np.argmin(np.abs(positions - 0.5))) if pilot is None else pilot_index
         points, _ = iterated_warwick_jones(divergences, found, default_pilot)
@@ -168,7 +164,7 @@ def select_divergence(model: Model, data: Mapping, grid=None, criterion: str = "
     return Selection(criterion, points, {divergences[k]: fit for k, fit in fitted.items()}, fit_chosen)
 
 
-def _fit(divergence: Divergence, inits, model: Model, data: Mapping, learning_rate: float, sample_options: dict):
+def _fit(divergence: Divergence, inits, model: AnyModel, data: Mapping, learning_rate: float, sample_options: dict):
     """A NUTS fit at ``divergence`` from ``inits`` (None: the engine's dispersed starts)."""
     return model.sample(data, divergence=divergence, learning_rate=learning_rate, inits=inits, **sample_options)
 
@@ -178,7 +174,7 @@ def _warm_start(fit) -> dict:
     return {name: values.mean(axis=(0, 1)) for name, values in fit.posterior.items()}
 
 
-def _starts(model: Model, data: Mapping, divergence: Divergence, learning_rate: float, census: ModeCensus | None,
+def _starts(model: AnyModel, data: Mapping, divergence: Divergence, learning_rate: float, census: ModeCensus | None,
             sample_options: dict) -> list[dict] | None:
     """Each chain's start, a draw of the Laplace approximation at the largest mode of ``census``
     (None, for the engine's dispersed starts, when there is no census or it found no mode)."""
@@ -188,24 +184,24 @@ def _starts(model: Model, data: Mapping, divergence: Divergence, learning_rate: 
                                   sample_options.get("chains", 4), sample_options.get("seed"))
 
 
-def _grid_modes(model: Model, data: Mapping, divergences: list[Divergence], learning_rate: float,
+def _grid_modes(model: AnyModel, data: Mapping, divergences: list[Divergence], learning_rate: float,
                 seed: int | None) -> GridModes:
     """The modes of each grid value's generalized posterior and their shares of its mass
     (:class:`robust_stan.methods.mode_census.GridModes`), from
     :data:`~robust_stan.api.mode_starts.GRID_CENSUS_STARTS` dispersed starts."""
-    oracles = [model.oracle_for(with_switches(model.stan_data(data, d, learning_rate), pointwise=False))
+    oracles = [model.oracle_for(model.switched(model.stan_data(data, d, learning_rate), pointwise=False))
                for d in divergences]
     starts = dispersed_starts(oracles[0].dimension, seed, GRID_CENSUS_STARTS)
     return GridModes([oracle.log_density_gradient for oracle in oracles], starts, partial(_chain_locations, model))
 
 
-def _chain_locations(model: Model, fit) -> list[np.ndarray]:
+def _chain_locations(model: AnyModel, fit) -> list[np.ndarray]:
     """Each chain's mean on the unconstrained scale, from :data:`LOCATION_DRAWS` of its draws."""
-    names = [f"{p.name}_copies" for p in model.spec.parameters]
+    names = model.raw_parameter_names
     draws = fit.raw.variables[names[0]].shape[1]
     stride = max(1, draws // LOCATION_DRAWS)
     some = {name: fit.raw.variables[name][:, ::stride] for name in names}
-    oracle = model.oracle_for(with_switches(fit.stan_data, pointwise=False))
+    oracle = model.oracle_for(model.switched(fit.stan_data, pointwise=False))
     return list(unconstrained_draws(oracle, some, names).mean(axis=1))
 
 
@@ -214,12 +210,13 @@ def _hscore(fit, divergence: Divergence, learning_rate: float) -> Evaluation:
     computed = fit.generated_quantities_at(divergence, y_score=True)
     per_draw = hscore_per_draw(computed["log_lik"], computed["robust_loss"], computed["y_score"], divergence,
                                learning_rate)
-    # on the outcome's own scale: each y-derivative of the standardised outcome divides by its scale
-    scale = fit.scaling.scale if fit.model.spec.standardize else 1.0
+    # on the outcome's own scale: each y-derivative of the standardised outcome divides by its scale (1 where
+    # the model does not standardise)
+    scale = fit.scaling.scale
     return Evaluation(learning_rate * computed["robust_loss"].sum(axis=-1), per_draw / scale**2)
 
 
-def _fit_and_hscore(task: tuple[Divergence, list[dict] | None], model: Model, data: Mapping, learning_rate: float,
+def _fit_and_hscore(task: tuple[Divergence, list[dict] | None], model: AnyModel, data: Mapping, learning_rate: float,
                     sample_options: dict) -> tuple:
     """One task of ``fits="full"`` (run here or on a worker): the fit of its own from the given starts
     (in its value's largest mode) and its H-score."""

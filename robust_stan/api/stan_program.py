@@ -336,7 +336,7 @@ class StanProgramModel(ProgramOnEngine):
         numpy.ndarray
             Shape (rows, d); row i is grad l_i(theta).
         """
-        self._require_one_outcome("per_example_gradients")
+        self._require_one_outcome("per-example gradients")
         if method not in ("auto", "mixed", "difference"):
             raise RobustStanInputError(f"method: must be 'auto', 'mixed' or 'difference', got {method!r}")
         refuse_original_gamma(as_divergence(divergence), "divergence", "it has no per-example gradients")
@@ -384,7 +384,7 @@ class StanProgramModel(ProgramOnEngine):
         LangevinTarget
             The target Rob-ULA's sampler runs on.
         """
-        self._require_one_outcome("rs.rob_ula")
+        self._require_one_outcome("the per-example gradients of rs.rob_ula, rs.select_divergence and rs.calibrate")
         y = self.outcomes[0]
         d = self.dimension(stan_data)
 
@@ -428,7 +428,7 @@ class StanProgramModel(ProgramOnEngine):
         ProgramCoresetTarget
             The target the coreset construction runs on.
         """
-        self._require_one_outcome("rs.coreset", "each observation's own loss")
+        self._require_one_outcome("each observation's own loss (rs.coreset)")
         return ProgramCoresetTarget(self, stan_data, divergence, inner, sampler, unit_rows)
 
     def rows_of_outcome(self, stan_data: dict) -> int:
@@ -444,16 +444,84 @@ class StanProgramModel(ProgramOnEngine):
         int
             The number of rows.
         """
-        self._require_one_outcome("rs.coreset", "each observation's own loss")
+        self._require_one_outcome("each observation's own loss (rs.coreset)")
         return len(stan_data[f"rs_weights_{self.outcomes[0]}"])
 
-    def require_row_slicing(self, argument: str) -> None:
-        """Refuse ``argument``, which needs the data cut to some rows: a program's data cannot be.
+    @property
+    def raw_parameter_names(self) -> list[str]:
+        """The parameters' names in an engine's draws and in NUTS's starting values: the program's own
+        (list of str)."""
+        return list(self.parameter_names)
+
+    def switched(self, stan_data: dict, *, learning_rate: float | None = None, weights=None,
+                 divergence: Divergence | None = None, pointwise: bool | None = None) -> dict:
+        """A copy of the program's Stan data with another learning rate, weights of the one outcome,
+        divergence or per-observation output (robustify's switches): no new compile.
+
+        Parameters
+        ----------
+        stan_data : dict
+            From :meth:`stan_data`.
+        learning_rate : float or None, default None
+            The new w; None keeps it.
+        weights : array_like or None, default None
+            The new weights of the one robustified outcome (checked); None keeps them.
+        divergence : Divergence or None, default None
+            The new divergence; None keeps it. KL is accepted by a program as written too (a no-op).
+        pointwise : bool or None, default None
+            Whether robustify's per-observation quantities are computed; None keeps it.
+
+        Returns
+        -------
+        dict
+            The new Stan data.
+
+        Raises
+        ------
+        RobustStanInputError
+            If a switch other than KL is given to a program as written, or weights to a program with
+            other than one outcome.
+        """
+        out = dict(stan_data)
+        if not self.robustified:
+            if learning_rate is not None or weights is not None or (
+                    divergence is not None and divergence.code != DivergenceCode.KL):
+                raise RobustStanInputError("model: the program is used as written (rs.from_stan); its learning "
+                                           "rate, weights and divergence exist once rs.robustify has made it robust")
+            return out
+        if learning_rate is not None:
+            out["rs_learning_rate"] = check_learning_rate(learning_rate)
+        if weights is not None:
+            self._require_one_outcome("weights on its rows")
+            out[f"rs_weights_{self.outcomes[0]}"] = check_weights(weights, self.rows_of_outcome(stan_data))
+        if divergence is not None:
+            switches = divergence.stan_data()
+            out.update(rs_divergence=switches["divergence"], rs_divergence_param=switches["divergence_param"])
+        if pointwise is not None:
+            out["rs_pointwise"] = int(Pointwise.ON if pointwise else Pointwise.OFF)
+        return out
+
+    def hscore_refusal(self) -> str | None:
+        """Why the H-score (:func:`robust_stan.select_divergence`) is not available: always a reason.
+
+        Returns
+        -------
+        str
+            robust-stan computes the H-score's y-derivatives for the built-in models' families only.
+        """
+        return ("its y-derivatives of log p are computed for the built-in models' families, not for a Stan "
+                "program (rs.robustify)")
+
+    def require_rows(self, argument: str, purpose: str) -> None:
+        """Refuse ``purpose``, which needs the data taken apart by rows (cut, held out, replaced or
+        held in partitions): the one place a program's lack of rows is refused.
 
         Parameters
         ----------
         argument : str
             The argument that asked for it, for the message.
+        purpose : str
+            What needs the rows.
 
         Raises
         ------
@@ -461,9 +529,10 @@ class StanProgramModel(ProgramOnEngine):
             Always: robust-stan does not know which of your data variables are indexed by row, or
             whether the transformed data use every row.
         """
-        raise RobustStanInputError(f"{argument}: needs the data cut to some rows, which robust-stan does only for "
-                                   "the built-in models (it cannot tell which of your program's data are indexed by "
-                                   "row, or whether its transformed data use every row); run on all rows")
+        raise RobustStanInputError(f"{argument}: {purpose} needs the data taken apart by rows, which robust-stan does "
+                                   "only for the built-in models (rs.glm, rs.location, rs.custom): it cannot tell which "
+                                   "of your program's data are indexed by row, or whether its transformed data use "
+                                   "every row")
 
     def with_row_weights(self, prepared: PreparedData, rows: np.ndarray, weights: np.ndarray,
                          divergence: Divergence) -> PreparedData:
@@ -486,12 +555,9 @@ class StanProgramModel(ProgramOnEngine):
         PreparedData
             Ready for the program.
         """
-        y = self.outcomes[0]
         all_weights = np.zeros(self.rows_of_outcome(prepared.stan_data))
         all_weights[rows] = weights
-        switches = divergence.stan_data()
-        stan_data = dict(prepared.stan_data, rs_divergence=switches["divergence"],
-                         rs_divergence_param=switches["divergence_param"], **{f"rs_weights_{y}": all_weights})
+        stan_data = self.switched(prepared.stan_data, weights=all_weights, divergence=divergence)
         return ProgramData(prepared.data, stan_data, prepared.scaling, divergence)
 
     def nuts_draws(self, stan_data: dict, settings, chain_inits: list[dict] | None) -> RawDraws:
@@ -514,12 +580,13 @@ class StanProgramModel(ProgramOnEngine):
         """
         return self.compile(settings.show_progress).sample(stan_data, settings, chain_inits)
 
-    def _require_one_outcome(self, method: str, need: str = "per-example gradients") -> None:
+    def _require_one_outcome(self, need: str) -> None:
+        """Refuse, naming ``need``, a program without exactly one robustified outcome."""
         if len(self.outcomes) != 1:
             what = (f"{len(self.outcomes)} outcomes {self.outcomes}" if self.outcomes
                     else "no robustified likelihood (make one with rs.robustify)")
-            raise RobustStanInputError(f"model: {method} needs {need}, which robust-stan computes for a "
-                                       f"robustified program with exactly one likelihood outcome; this one has {what}")
+            raise RobustStanInputError(f"model: {need} needs a robustified program with exactly one likelihood "
+                                       f"outcome; this one has {what}")
 
     def _gradients_by_differences(self, stan_data: dict, theta: np.ndarray, batch, oracle: str) -> np.ndarray:
         y = self.outcomes[0]
@@ -615,7 +682,7 @@ class StanProgramModel(ProgramOnEngine):
         dict
             ``log_lik`` and ``robust_loss``, each (chains, draws, n).
         """
-        self._require_one_outcome("generated_quantities_at", "each observation's own loss")
+        self._require_one_outcome("each observation's own loss (generated_quantities_at)")
         if y_score:
             raise RobustStanInputError("y_score: the derivatives of log p in y are computed for the built-in "
                                        "models' families, not for your own program")
@@ -626,10 +693,7 @@ class StanProgramModel(ProgramOnEngine):
     def _robust_quantities(self, raw: RawDraws, stan_data: dict, seed: int,
                            divergence: Divergence | None = None) -> dict:
         """robustify's per-observation quantities at every draw (one engine call per chain)."""
-        data = dict(stan_data, rs_pointwise=int(Pointwise.ON))
-        if divergence is not None:
-            switches = as_divergence(divergence).stan_data()
-            data.update(rs_divergence=switches["divergence"], rs_divergence_param=switches["divergence_param"])
+        data = self.switched(stan_data, pointwise=True, divergence=divergence)
         parameters = parameter_columns(raw.variables, self.parameter_names)
         return self.compile().generated_quantities(data, parameters, seed, raw.backend)
 
@@ -706,18 +770,34 @@ class StanProgramModel(ProgramOnEngine):
         settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
                                  show_progress)
         if isinstance(inits, str):
-            oracle = self.oracle_for(stan_data)
-            inits = inits_in_largest_mode(inits, oracle, lambda thetas: self._parameters_at(oracle, thetas),
-                                          settings.chains, seed)
+            inits = inits_in_largest_mode(inits, self.oracle_for(stan_data),
+                                          lambda thetas: self.inits_at(thetas, stan_data), settings.chains, seed)
         raw = self.nuts_draws(stan_data, settings, require_inits(inits, settings.chains, self.parameter_names))
         fit = Fit(self, raw, prepared, settings)
         fit.warn_if_not_converged()
         return fit
 
-    def _parameters_at(self, oracle: GradientOracle, thetas: np.ndarray) -> list[dict]:
-        """Each unconstrained point (one per row) as the program's parameters by name."""
+    def inits_at(self, thetas, stan_data: dict, scaling: Scaling | None = None) -> list[dict]:
+        """Each unconstrained point as the program's parameters by name, as :meth:`sample` takes them.
+
+        Parameters
+        ----------
+        thetas : array_like
+            Unconstrained points, one per row.
+        stan_data : dict
+            From :meth:`stan_data`.
+        scaling : Scaling or None, default None
+            Unused: a program's outcome is fitted in its own units (the argument matches
+            :meth:`robust_stan.Model.inits_at`).
+
+        Returns
+        -------
+        list of dict
+            One dict of constrained values per point.
+        """
+        oracle = self.oracle_for(stan_data)
         out = []
-        for theta in thetas:
+        for theta in np.atleast_2d(thetas):
             values = oracle.constrain(theta, include_gqs=False)
             out.append({name: values[name] for name in self.parameter_names})
         return out

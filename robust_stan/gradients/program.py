@@ -115,13 +115,15 @@ class RobustProgram(ProgramOnEngine):
         """
         return make_oracle(self.stan_code, stan_data, self.dimension(stan_data), oracle)
 
-    def require_row_slicing(self, argument: str) -> None:
-        """Nothing: a built-in model's data can be cut to any rows.
+    def require_rows(self, argument: str, purpose: str) -> None:
+        """Nothing: a built-in model's data can be taken apart by rows (cut, held out, replaced).
 
         Parameters
         ----------
         argument : str
             The argument that asks for it.
+        purpose : str
+            What needs the rows.
         """
 
     # -- starting points ------------------------------------------------------------

@@ -334,10 +334,11 @@ class Fit:
         Returns
         -------
         pandas.DataFrame
-            Per scalar parameter: mean, sd, the percentiles, MCSE of the mean, bulk and tail ESS, and
+            Per scalar parameter (a program's parameters block; not its transformed parameters or
+            generated quantities): mean, sd, the percentiles, MCSE of the mean, bulk and tail ESS, and
             R-hat.
         """
-        return summary_table(self.posterior, percentiles)
+        return summary_table({name: self.posterior[name] for name in self.parameter_names}, percentiles)
 
     def diagnostics(self) -> dict:
         """Divergent transitions, tree-depth hits and the largest R-hat.

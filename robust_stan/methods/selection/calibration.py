@@ -38,9 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
-from ...building.data import with_switches
 from ...common.errors import RobustStanInputError
-from ...gradients.per_example import PerExampleGradients
 from ..importance import K_HAT_LIMIT, psis
 
 
@@ -119,11 +117,14 @@ class MinimumLoss:
         return sandwich_covariance(self.curvature, self.information, self.n_rows)
 
 
-def minimum_loss(program, stan_data: dict, start: np.ndarray) -> MinimumLoss:
-    """theta_hat = argmin sum_i l_i (the program's divergence, learning rate 1, prior left out) from
-    ``start``, with J and I there from the program's per-example gradients."""
-    stan_data = with_switches(stan_data, learning_rate=1.0, pointwise=False)
-    posterior, prior = program.oracle_for(stan_data), program.oracle_for(with_switches(stan_data, mode="prior"))
+def minimum_loss(posterior, prior, per_example, start: np.ndarray) -> MinimumLoss:
+    """theta_hat = argmin sum_i l_i (prior left out) from ``start``, with J and I there from the
+    per-example gradients.
+
+    ``posterior`` is the model's log density at learning rate 1 and ``prior`` its prior alone
+    (gradient oracles, Jacobians included, so they cancel); ``per_example`` gives grad l_i
+    (``gradients(theta)``): a model's :class:`~robust_stan.methods.rob_ula.sampler.LangevinTarget`
+    at learning rate 1 holds all three."""
 
     def loss_and_gradient(theta: np.ndarray) -> tuple[float, np.ndarray]:
         """sum_i l_i(theta) and its gradient: the posterior at w = 1 less the prior (Jacobians cancel)."""
@@ -132,7 +133,7 @@ def minimum_loss(program, stan_data: dict, start: np.ndarray) -> MinimumLoss:
         return -(lp - prior_lp), -(gradient - prior_gradient)
 
     theta_hat = loss_minimum(loss_and_gradient, start)
-    rows = PerExampleGradients(program, stan_data).gradients(theta_hat)
+    rows = per_example.gradients(theta_hat)
     curvature, information = sandwich_matrices(rows, lambda theta: loss_and_gradient(theta)[1], theta_hat)
     return MinimumLoss(theta_hat, curvature, information, rows.shape[0])
 

@@ -260,7 +260,7 @@ def fit_variational(program: RobustProgram, stan_data: dict, family: str = "mean
         raise RobustStanInputError(f"init_radius: must be a number >= 0, got {init_radius!r}")
     if batch_size is not None:
         batch_size = require_count("batch_size", batch_size)
-        program.require_row_slicing("batch_size")
+        program.require_rows("batch_size", "a minibatch (run full-batch: batch_size=None)")
     seed = require_seed(seed)
     rng = np.random.default_rng(seed)  # None: fresh entropy from the operating system
     if target is None:
