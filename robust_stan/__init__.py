@@ -27,16 +27,12 @@ from .engines import COMPILE_COUNTS, resolve_engine
 from .results.coreset import Coreset
 from .results.coverage import calibration_curve, calibration_rmse, coverage_rmse, tarp_coverage
 from .results.dpvi import DPVIFit, PrivatePosterior
-from .results.fit import Fit
+from .results.fits.calibrated import CalibratedFit
+from .results.fits.mcmc import Fit
+from .results.fits.rob_ula import PartitionedRobULAFit, RobULAFit
+from .results.fits.stan_methods import StanMethodFit
+from .results.fits.variational import PartitionedVariationalFit, VariationalFit
 from .results.influence import plot_influence
-from .results.method_fits import (
-    CalibratedFit,
-    PartitionedRobULAFit,
-    PartitionedVariationalFit,
-    RobULAFit,
-    StanMethodFit,
-    VariationalFit,
-)
 from .results.selection import Selection
 
 __all__ = [

@@ -214,10 +214,10 @@ def property_faults(prop) -> list[str]:
 def test_the_definition_reaches_the_names_users_meet():
     classes, functions = public_names()
     for expected in ["robust_stan.api.rob_ula.rob_ula", "robust_stan.api.model.Model.sample",
-                     "robust_stan.results.fit.Fit.to_arviz", "robust_stan.results.fit.Fit.log_lik",
+                     "robust_stan.results.fits.mcmc.Fit.to_arviz", "robust_stan.results.fits.mcmc.Fit.log_lik",
                      "robust_stan.results.arviz_output.group_names", "robust_stan.common.cluster.task_seeds"]:
         assert expected in functions, expected
-    for expected in ["robust_stan.results.fit.Fit", "robust_stan.results.method_fits.VariationalFit",
+    for expected in ["robust_stan.results.fits.mcmc.Fit", "robust_stan.results.fits.variational.VariationalFit",
                      "robust_stan.building.families.Family", "robust_stan.building.divergences.BetaD"]:
         assert expected in classes, expected
 

@@ -38,6 +38,7 @@ from robust_stan.methods.dpvi.noise_aware import (
     trace_statistics,
 )
 from robust_stan.methods.dpvi.randomness import SubsampleKey, chacha_generator, is_secure, private_generator
+from robust_stan.results.convergence import summary_table
 from robust_stan.results.coverage import (
     calibrated_rmse_reference,
     calibration_curve,
@@ -45,7 +46,6 @@ from robust_stan.results.coverage import (
     coverage_rmse,
     tarp_coverage,
 )
-from robust_stan.results.fit import summary_table
 
 from .conftest import ENGINE
 

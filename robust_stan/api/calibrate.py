@@ -18,8 +18,8 @@ from ..methods.selection.calibration import (
     lhw_learning_rate,
     minimum_loss,
 )
-from ..results.fit import Fit
-from ..results.method_fits import CalibratedFit
+from ..results.fits.calibrated import CalibratedFit
+from ..results.fits.mcmc import Fit
 
 METHODS = ("lhw", "sandwich", "bootstrap")
 
@@ -28,7 +28,7 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
               bootstrap_chains: int = 2, bootstrap_warmup: int = 300, bootstrap_draws: int = 500):
     """A NUTS fit (``model.sample``) of a built-in model or of a program from
     :func:`robust_stan.robustify` with one outcome, calibrated; returns a
-    :class:`~robust_stan.results.method_fits.CalibratedFit`.
+    :class:`~robust_stan.results.fits.calibrated.CalibratedFit`.
 
     ``"lhw"`` and ``"sandwich"`` use the sandwich matrices J (mean Hessian of the rows' losses) and I (mean
     outer product of their gradients) at the loss's minimum theta_hat, on the unconstrained

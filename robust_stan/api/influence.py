@@ -11,7 +11,7 @@ from ..building.divergences import Divergence
 from ..common.errors import RobustStanInputError
 from ..common.seeds import seed_to_use
 from ..methods.variational.influence import influence_curve
-from ..results.method_fits import VariationalFit
+from ..results.fits.variational import VariationalFit
 from .any_model import AnyModel
 from .model import Model
 

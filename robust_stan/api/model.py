@@ -35,8 +35,10 @@ from ..methods.rob_ula.sampler import LangevinTarget, builtin_target
 from ..methods.stan_methods import run_stan_method
 from ..methods.variational.partitioned import partitioned_variational_target
 from ..methods.variational.robust_vi import fit_variational
-from ..results.fit import Fit, Outcome
-from ..results.method_fits import PartitionedVariationalFit, StanMethodFit, VariationalFit
+from ..results.fits.mcmc import Fit
+from ..results.fits.model_view import Outcome
+from ..results.fits.stan_methods import StanMethodFit
+from ..results.fits.variational import PartitionedVariationalFit, VariationalFit
 from .mode_starts import inits_in_largest_mode
 
 
@@ -239,7 +241,7 @@ class Model(RobustProgram):
         """
         return self.oracle_for(self.stan_data(data, divergence, learning_rate, weights, mode), oracle)
 
-    # -- what its fits read (robust_stan.results.fit.FittedModel) -------------------------
+    # -- what its fits read (robust_stan.results.fits.mcmc.FittedModel) -------------------------
     @property
     def parameter_names(self) -> list[str]:
         """The model's parameters, in the order of its program (list of str)."""

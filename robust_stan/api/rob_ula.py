@@ -10,7 +10,7 @@ from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
 from ..methods.rob_ula.partitioned import partitioned_target
 from ..methods.rob_ula.sampler import run_rob_ula
-from ..results.method_fits import PartitionedRobULAFit, RobULAFit
+from ..results.fits.rob_ula import PartitionedRobULAFit, RobULAFit
 from .any_model import AnyModel, require_model
 from .model import Model
 
@@ -100,7 +100,7 @@ def rob_ula(model: AnyModel, data: Mapping, contamination: float, step_size: flo
         The draws with the same methods as :meth:`Model.sample`'s fit, for a built-in model or a
         program alike; ``inverse_metric`` is the final ``M = L L^T`` and ``unconstrained_draws`` the
         draws of theta. With rows in partitions, a
-        :class:`~robust_stan.results.method_fits.PartitionedRobULAFit` without per-observation
+        :class:`~robust_stan.results.fits.rob_ula.PartitionedRobULAFit` without per-observation
         quantities.
 
     Raises

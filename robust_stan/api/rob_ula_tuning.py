@@ -22,7 +22,7 @@ import pandas as pd
 from ..common.errors import RobustStanInputError, RobustStanWarning, require_seed
 from ..methods.held_out import held_out_pointwise_log_likelihood
 from ..methods.rob_ula.sampler import default_estimator
-from ..results.method_fits import RobULAFit
+from ..results.fits.rob_ula import RobULAFit
 from .any_model import require_model
 from .model import Model
 from .rob_ula import rob_ula

@@ -43,8 +43,10 @@ from ..methods.nuts import nuts_settings
 from ..methods.rob_ula.sampler import LangevinTarget, default_estimator
 from ..methods.stan_methods import run_stan_method
 from ..methods.variational.robust_vi import fit_variational
-from ..results.fit import Fit, Outcome
-from ..results.method_fits import StanMethodFit, VariationalFit
+from ..results.fits.mcmc import Fit
+from ..results.fits.model_view import Outcome
+from ..results.fits.stan_methods import StanMethodFit
+from ..results.fits.variational import VariationalFit
 from .mode_starts import inits_in_largest_mode
 
 # robustify's per-observation quantities and its weight parameters (size 0 outside per-example work)
@@ -604,7 +606,7 @@ class StanProgramModel(ProgramOnEngine):
             out[k] = base - make_oracle(self.stan_code, with_row, theta.size, oracle).gradient(theta, jacobian=True)
         return out
 
-    # -- what its fits read (robust_stan.results.fit.FittedModel) -------------------------------
+    # -- what its fits read (robust_stan.results.fits.mcmc.FittedModel) -------------------------------
     def posterior_draws(self, raw: RawDraws, prepared: PreparedData) -> dict[str, np.ndarray]:
         """Every parameter, transformed parameter and generated quantity of the program, without
         robustify's per-observation quantities and weight parameters.

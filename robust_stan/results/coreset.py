@@ -10,8 +10,8 @@ from ..building.divergences import KL, Divergence
 from ..common.errors import RobustStanInputError
 from ..methods.nuts import nuts_settings
 from ..methods.variational.robust_vi import fit_variational
-from .fit import Fit
-from .method_fits import VariationalFit
+from .fits.mcmc import Fit
+from .fits.variational import VariationalFit
 
 
 class Coreset:

@@ -9,7 +9,7 @@ from ..common.errors import RobustStanInputError
 from ..gradients.oracles import constrained_draws
 from ..methods.dpvi.mechanism import DPVIRelease
 from .arviz_output import draws_dataset, native_inference_data
-from .fit import summary_table, warn_if_poor_convergence
+from .convergence import summary_table, warn_if_poor_convergence
 
 
 class DPVIFit:

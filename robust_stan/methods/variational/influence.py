@@ -44,7 +44,7 @@ def influence_curve(fit, data: Mapping, index: int, values: np.ndarray, test_dat
                     variable: str = "y", column: int | None = None, draws: int = 200, seed: int,
                     **options) -> pd.DataFrame:
     """The table of :func:`robust_stan.influence` for a variational fit (a
-    :class:`~robust_stan.results.method_fits.VariationalFit`), arguments already checked: one refit
+    :class:`~robust_stan.results.fits.variational.VariationalFit`), arguments already checked: one refit
     from the fit's q per value of point ``index`` (``options`` go to every refit)."""
     eps = np.random.default_rng(seed).standard_normal((draws, fit.q.mean.size))
     settings = fit.settings

@@ -1,22 +1,21 @@
 """The NUTS fit, the base of every method's fit: draws in the user's units, summaries, ArviZ
-output, outlier scores and LOO, for built-in models and the user's own programs alike."""
+output, outlier scores and LOO, for built-in models and your own programs alike."""
 
 from __future__ import annotations
 
-import warnings
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..building.data import PreparedData
-from ..building.divergences import Divergence, DivergenceCode
-from ..common.errors import RobustStanInputError, RobustStanWarning
-from ..common.seeds import fresh_seed
-from ..engines import RawDraws
-from .arviz_output import draws_dataset, native_inference_data, scalar_diagnostics
-from .loo import (
+from ...building.data import PreparedData
+from ...building.divergences import Divergence, DivergenceCode
+from ...common.errors import RobustStanInputError
+from ...common.seeds import fresh_seed
+from ...engines import RawDraws
+from ..arviz_output import draws_dataset, native_inference_data
+from ..convergence import summary_table, warn_if_poor_convergence
+from ..loo import (
     MODEL_LOG_LIKELIHOOD,
     MODEL_LOG_LIKELIHOOD_NOTE,
     generalized_log_ratios,
@@ -24,12 +23,8 @@ from .loo import (
     ordinary_loo_applies,
     require_loo_draws,
 )
+from .model_view import FittedModel, Outcome
 
-#: Convergence limits of :meth:`Fit.warn_if_not_converged` (Vehtari, Gelman, Simpson, Carpenter
-#: and Buerkner 2021): R-hat at most 1.01, bulk and tail ESS at least 100.
-R_HAT_LIMIT, ESS_LIMIT = 1.01, 100
-
-# ArviZ's names for Stan's sampler statistics.
 _SAMPLE_STATS = {
     "lp__": "lp",
     "accept_stat__": "acceptance_rate",
@@ -39,12 +34,6 @@ _SAMPLE_STATS = {
     "divergent__": "diverging",
     "energy__": "energy",
 }
-
-
-def _element_labels(name: str, shape: tuple[int, ...]) -> list[str]:
-    if not shape:
-        return [name]
-    return [f"{name}[{','.join(str(i + 1) for i in idx)}]" for idx in np.ndindex(*shape)]
 
 
 def outlier_scores(log_lik: np.ndarray, divergence, beta: float | None = None) -> pd.Series:
@@ -83,96 +72,6 @@ def nuts_diagnostics(sampler: dict[str, np.ndarray], settings) -> dict:
         return {}
     return {"divergent": int(sampler["divergent__"].sum()),
             "max_treedepth_hits": int((sampler["treedepth__"] >= settings.max_treedepth).sum())}
-
-
-def summary_table(variables: dict[str, np.ndarray], percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
-    """Per scalar element of ``variables`` (name -> (chains, draws, *shape)): mean, sd, percentiles,
-    MCSE of the mean, ESS (bulk, tail) and R-hat."""
-    rows = {}
-    for name, values in variables.items():
-        shape = values.shape[2:]
-        flat = values.reshape(values.shape[:2] + (-1,))
-        for j, label in enumerate(_element_labels(name, shape)):
-            x = flat[:, :, j]
-            row = {"mean": x.mean(), "sd": x.std(ddof=1)}
-            row.update({f"{p:g}%": np.percentile(x, p) for p in percentiles})
-            row.update(scalar_diagnostics(x))
-            rows[label] = row
-    return pd.DataFrame.from_dict(rows, orient="index")
-
-
-def warn_if_poor_convergence(summary: pd.DataFrame, method: str, stacklevel: int = 3) -> None:
-    """A RobustStanWarning when a row of ``summary`` has R-hat above 1.01 or a bulk or tail ESS
-    below 100 (Vehtari et al. 2021's limits), or is not finite; elements constant in every draw
-    have no R-hat and are left out."""
-    r_hat, ess_bulk, ess_tail = (summary[c].astype(float) for c in ("r_hat", "ess_bulk", "ess_tail"))
-    bad = ~((r_hat <= R_HAT_LIMIT) & (ess_bulk >= ESS_LIMIT) & (ess_tail >= ESS_LIMIT))  # NaN counts as bad
-    bad &= ~(summary["sd"].astype(float) == 0)  # a constant element (the 1 on a Cholesky factor's diagonal)
-    if bad.any():
-        names = list(summary.index[bad])
-        warnings.warn(
-            f"{method}: the chains have not converged for {len(names)} of {len(summary)} parameters "
-            f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): largest R-hat {r_hat.max():.3f}, "
-            f"smallest bulk ESS {ess_bulk.min():.0f}, tail ESS {ess_tail.min():.0f} (limits: R-hat "
-            f"{R_HAT_LIMIT}, ESS {ESS_LIMIT}). Run longer, start the chains elsewhere, or look for several "
-            "modes; fit.summary() has the figures.", RobustStanWarning, stacklevel=stacklevel)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One observed outcome of a fitted model, named as its fit and ArviZ groups name it.
-
-    Parameters
-    ----------
-    name : str
-        The variable's name in log_likelihood, observed_data, posterior_predictive and
-        robust_loss, and in :meth:`Fit.draws` (``"log_lik_<name>"``).
-    values : numpy.ndarray
-        The observed values, in the outcome's own units.
-    dims : list of str
-        Names of the axes of ``values``; the first is the row (observation) axis.
-    weights : numpy.ndarray or None, default None
-        The rows' weights on a robust loss; None for a likelihood fitted as written.
-    weights_name : str, default "weights"
-        The weights' name in the constant_data group.
-    """
-
-    name: str
-    values: np.ndarray
-    dims: list[str]
-    weights: np.ndarray | None = None
-    weights_name: str = "weights"
-
-
-class FittedModel(Protocol):
-    """What a fit asks of the model that produced it, whether built in (:class:`robust_stan.Model`)
-    or the user's own program (:class:`robust_stan.StanProgramModel`)."""
-
-    @property
-    def parameter_names(self) -> list[str]:
-        """The model's parameters."""
-
-    @property
-    def engine(self) -> str:
-        """The engine's name."""
-
-    def posterior_draws(self, raw: RawDraws, prepared: PreparedData) -> dict[str, np.ndarray]:
-        """The posterior group's variables by name (chains, draws, ...), in the user's units."""
-
-    def posterior_dims(self, posterior: dict[str, np.ndarray]) -> dict[str, list[str]]:
-        """Names of the non-sample axes of the posterior variables that are not ArviZ's defaults."""
-
-    def observed_outcomes(self, prepared: PreparedData) -> list[Outcome]:
-        """The observed outcomes, with their values, axis names and weights."""
-
-    def pointwise_draws(self, raw: RawDraws, prepared: PreparedData, seed: int) -> dict[str, dict[str, np.ndarray]]:
-        """``{"log_lik": {name: (chains, draws, n)}, "robust_loss": {...}, "y_rep": {...}}`` in the
-        user's units; an outcome without a quantity is left out of that kind."""
-
-    def generated_quantities(self, raw: RawDraws, prepared: PreparedData, seed: int,
-                             divergence: Divergence | None = None, y_score: bool = False) -> dict:
-        """``log_lik``, ``robust_loss`` (and ``y_score``) of the one robust outcome at every draw,
-        on the fitted program's own scale, computed afresh."""
 
 
 _POINTWISE_KINDS = ("log_lik", "robust_loss", "y_rep")
