@@ -24,8 +24,8 @@ from ..results.fits.mcmc import Fit
 METHODS = ("lhw", "sandwich", "bootstrap")
 
 
-def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int = 100,
-              bootstrap_chains: int = 2, bootstrap_warmup: int = 300, bootstrap_draws: int = 500):
+def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int = 100, bootstrap_chains: int = 2,
+              bootstrap_iter_warmup: int = 300, bootstrap_iter_sampling: int = 500) -> CalibratedFit:
     """A NUTS fit (``model.sample``) of a built-in model or of a program from
     :func:`robust_stan.robustify` with one outcome, calibrated; returns a
     :class:`~robust_stan.results.fits.calibrated.CalibratedFit`.
@@ -45,8 +45,8 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
     - ``"bootstrap"``: Syring and Martin's (2019) calibration: w such that the ``level`` credible
       sets (ellipsoids on the unconstrained scale) of the w-posteriors of ``bootstraps``
       resamples (multinomial counts as row weights: no compile) hold theta_hat in a share
-      ``level`` of them. Each resample is one NUTS fit (``bootstrap_chains`` x
-      (``bootstrap_warmup`` + ``bootstrap_draws``), started from the fit's last draws) reweighted
+      ``level`` of them. Each resample is one NUTS fit (``bootstrap_chains`` x (``bootstrap_iter_warmup`` +
+      ``bootstrap_iter_sampling``), started from the fit's last draws) reweighted
       by PSIS to other w, and fitted again where k-hat exceeds 0.7; w by bisection on log w to
       1%. Then NUTS at w, as for ``"lhw"``. The coverage trace is ``calibrated.bootstrap_trace``.
       Its Monte Carlo error comes from the resamples: the coverage is a share of ``bootstraps``.
@@ -72,8 +72,9 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
         the resamples, in (0, 1).
     bootstraps : int
         For ``"bootstrap"``: the number of resamples (at least 2).
-    bootstrap_chains, bootstrap_warmup, bootstrap_draws : int
-        For ``"bootstrap"``: each resample's NUTS chains, warm-up and sampling iterations.
+    bootstrap_chains, bootstrap_iter_warmup, bootstrap_iter_sampling : int
+        For ``"bootstrap"``: each resample's NUTS chains, warm-up and kept iterations per chain
+        (CmdStanPy's ``chains``, ``iter_warmup`` and ``iter_sampling``).
 
     Returns
     -------
@@ -114,9 +115,9 @@ def calibrate(fit: Fit, method: str = "lhw", level: float = 0.9, bootstraps: int
             w = lhw_learning_rate(curvature, information)
         else:
             settings = NutsSettings(require_count("bootstrap_chains", bootstrap_chains),
-                                    require_count("bootstrap_warmup", bootstrap_warmup, 0),
-                                    require_count("bootstrap_draws", bootstrap_draws, 2), seed=fit.settings.seed,
-                                    show_progress=False)
+                                    require_count("bootstrap_iter_warmup", bootstrap_iter_warmup, 0),
+                                    require_count("bootstrap_iter_sampling", bootstrap_iter_sampling, 2),
+                                    seed=fit.settings.seed, show_progress=False)
             w, trace = _bootstrap_w(fit, found.theta_hat, names, settings, level,
                                     require_count("bootstraps", bootstraps, 2))
         prepared = replace(fit.prepared, stan_data=model.switched(fit.stan_data, learning_rate=w))

@@ -13,8 +13,7 @@ def process_pool(jobs: int) -> ProcessPoolExecutor:
     """A pool of ``jobs`` worker processes, each limited to one BLAS thread.
 
     NumPy's BLAS starts a thread per core in every process, so several processes
-    on a few cores fight over them: with two workers on two cores, ``lrv`` at
-    n = 1250, d = 200 took 66-74 ms a call instead of 8.5-14 ms with one thread
-    each. Use it as ``with process_pool(jobs) as pool: ...``.
+    on a few cores fight over them and each call slows several-fold. Use it as
+    ``with process_pool(jobs) as pool: ...``.
     """
     return ProcessPoolExecutor(max_workers=require_count("jobs", jobs), initializer=threadpool_limits, initargs=(1,))

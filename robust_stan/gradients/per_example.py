@@ -14,8 +14,8 @@ Two strategies, both exact:
   eta_c = alpha + x_c' b, computed here; the coefficients have no copies. One
   call gives dl_c/deta_c and the gradients of the other parameters' copies; the
   intercept's and coefficients' gradients are dl_c/deta_c and dl_c/deta_c x_c
-  (the chain rule). n (k + 1) autodiff variables instead of n d: measured 2.2
-  to 2.5 full gradients. ``"auto"`` picks it whenever the program has it.
+  (the chain rule). n (k + 1) autodiff variables instead of n d. ``"auto"`` picks
+  it whenever the program has it.
 
 ``benchmarks/per_example_cost.py`` measures both. The data are prepared once; a
 minibatch's program is built from its own rows only. Memory is O(n d).
