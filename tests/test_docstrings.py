@@ -213,7 +213,7 @@ def property_faults(prop) -> list[str]:
 
 def test_the_definition_reaches_the_names_users_meet():
     classes, functions = public_names()
-    for expected in ["robust_stan.api.rob_ula.rob_ula", "robust_stan.api.model.Model.sample",
+    for expected in ["robust_stan.api.rob_ula.rob_ula", "robust_stan.api.model_methods.ModelMethods.sample",
                      "robust_stan.results.fits.mcmc.Fit.to_arviz", "robust_stan.results.fits.mcmc.Fit.log_lik",
                      "robust_stan.results.arviz_output.group_names", "robust_stan.common.cluster.task_seeds"]:
         assert expected in functions, expected

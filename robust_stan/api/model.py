@@ -22,27 +22,22 @@ from ..building.data import (
     with_switches,
 )
 from ..building.divergences import Divergence, as_divergence, refuse_original_gamma
-from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
-from ..common.cluster import Cluster
 from ..common.errors import RobustStanInputError
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import RobustProgram
 from ..methods.coresets.targets import CoresetTarget
-from ..methods.nuts import nuts_settings, run_nuts
+from ..methods.nuts import run_nuts
 from ..methods.rob_ula.sampler import LangevinTarget, builtin_target
-from ..methods.stan_methods import run_stan_method
 from ..methods.variational.partitioned import partitioned_variational_target
 from ..methods.variational.robust_vi import fit_variational
-from ..results.fits.mcmc import Fit
 from ..results.fits.model_view import Outcome
-from ..results.fits.stan_methods import StanMethodFit
-from ..results.fits.variational import PartitionedVariationalFit, VariationalFit
-from .mode_starts import inits_in_largest_mode
+from ..results.fits.variational import PartitionedVariationalFit
+from .model_methods import ModelMethods
 
 
-class Model(RobustProgram):
+class Model(ModelMethods, RobustProgram):
     """A robust-stan model: its Stan program, and methods that compile it once and reuse it.
 
     Build one with :func:`robust_stan.location`, :func:`robust_stan.glm` or
@@ -496,141 +491,22 @@ class Model(RobustProgram):
         """
         return run_nuts(self, stan_data, settings, chain_inits)
 
-    # -- NUTS ---------------------------------------------------------------------
-    def sample(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
-               weights=None, chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
-               thin: int = 1, seed: int | None = None, inits: dict | list[dict] | str | None = None,
-               adapt_delta: float = 0.8, max_treedepth: int = 10, show_progress: bool = True) -> Fit:
-        """Sample the generalized posterior with Stan's NUTS.
-
-        With outliers the robust posterior can have a second mode that follows them and holds almost
-        none of the mass, where chains from Stan's dispersed starts can settle; ``inits="mode"``
-        starts every chain in the largest mode found by L-BFGS from 32 dispersed starts (a search,
-        not a guarantee) and warns when no mode holds 99% of the mass. A run whose R-hat or ESS is
-        poor warns.
+    def variational_on_partitions(self, data, divergence, learning_rate, weights, family, method, draws, seed,
+                                  show_progress, inits, cluster, options) -> PartitionedVariationalFit:
+        """:meth:`variational` on rows held in partitions (its arguments, ``options`` as a dict).
 
         Parameters
         ----------
-        data, divergence, learning_rate, weights
-            As for :meth:`prepare`.
-        chains : int, default 4
-            Number of chains.
-        iter_warmup : int, default 1000
-            Warmup iterations per chain.
-        iter_sampling : int, default 1000
-            Kept iterations per chain.
-        thin : int, default 1
-            Keep every ``thin``-th draw.
-        seed : int or None, default None
-            Seed of the run; None draws fresh entropy (not reproducible).
-        inits : dict, list of dict, "mode" or None, default None
-            Constrained starting values by parameter name (one dict for all chains, or one per
-            chain); "mode" as above; None leaves the starts to Stan.
-        adapt_delta : float, default 0.8
-            NUTS's target acceptance rate, in (0, 1).
-        max_treedepth : int, default 10
-            NUTS's maximum tree depth.
-        show_progress : bool, default True
-            Show a progress bar.
+        data, divergence, learning_rate, weights, family, method, draws, seed, show_progress, inits, cluster
+            As for :meth:`variational`.
+        options : dict
+            :meth:`variational`'s ``**options``.
 
         Returns
         -------
-        Fit
-            The draws, on the outcome's own scale.
-
-        Raises
-        ------
-        RobustStanInputError
-            If an argument is invalid (the message names it).
+        PartitionedVariationalFit
+            Draws from q, without per-observation quantities.
         """
-        prepared = self.prepare(data, divergence, learning_rate, weights)
-        settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
-                                 show_progress)
-        if isinstance(inits, str):
-            inits = inits_in_largest_mode(
-                inits, self.oracle_for(with_switches(prepared.stan_data, pointwise=False)),
-                lambda thetas: self.inits_at(thetas, prepared.stan_data, prepared.scaling), settings.chains, seed)
-        chain_inits = self.chain_inits(inits, settings.chains, prepared.scaling)
-        fit = Fit(self, self.nuts_draws(prepared.stan_data, settings, chain_inits), prepared, settings)
-        fit.warn_if_not_converged()
-        return fit
-
-    # -- variational inference ----------------------------------------------------
-    def variational(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
-                    weights=None, family: str = "meanfield", method: str = "robust-stan", draws: int = 1000,
-                    seed: int | None = None, show_progress: bool = True, inits: Mapping | None = None,
-                    cluster: Cluster | None = None, **options):
-        """Variational approximation of the generalized posterior.
-
-        The default, robust-stan's own driver, fits a Gaussian q on the unconstrained scale by Adam on
-        reparameterisation gradients, on either engine (the robust VI of Futami, Sato and Sugiyama
-        2018, arXiv:1710.06595). ``method="advi"``, ``"pathfinder"`` and ``"laplace"`` run Stan's
-        own algorithms on the same program through CmdStanPy (CmdStan engine only); ADVI that stops
-        at its iteration limit warns instead of raising (``require_converged=True`` raises).
-
-        Parameters
-        ----------
-        data, divergence, learning_rate, weights
-            As for :meth:`prepare`. Rows held in partitions (Dask arrays split into row chunks, Dask
-            DataFrames or Series, or lists of ``.npy`` or ``.parquet`` paths; ``standardize=False``,
-            robust-stan's driver, no ``weights``) have each step's data term computed where they live
-            and only its sum travels.
-        family : {"meanfield", "fullrank"}, default "meanfield"
-            The Gaussian q's covariance: diagonal or full.
-        method : {"robust-stan", "advi", "pathfinder", "laplace"}, default "robust-stan"
-            The algorithm (see above).
-        draws : int, default 1000
-            Draws from q kept in the fit.
-        seed : int or None, default None
-            Seed of the run; None draws fresh entropy (not reproducible).
-        show_progress : bool, default True
-            Show a progress bar.
-        inits : mapping or None, default None
-            Parameter values by name (any subset for Stan's methods) where the optimisation starts;
-            None: q's mean uniform on (-init_radius, init_radius).
-        cluster : Cluster or None, default None
-            Workers for rows held in partitions; None computes here.
-        **options
-            robust-stan's driver: ``grad_samples=5`` draws per step, ``elbo_samples=100``,
-            ``eta=0.05`` (Adam's step, decayed as eta / sqrt(1 + t / eval_elbo)), ``iter=10000``,
-            ``tol_rel_obj=1e-5`` (stop when the ELBO, evaluated every ``eval_elbo=100`` steps, changes
-            by less than this relative amount twice in a row), ``batch_size`` (rows per step; None =
-            all), ``init_radius=2``, ``init_sd=1`` (q's starting sd), ``warm_start`` (a previous fit's
-            ``q``) and ``oracle``. Stan's methods: passed to CmdStanPy's method of that name.
-
-        Returns
-        -------
-        VariationalFit or StanMethodFit
-            A fit with draws from q (robust-stan's driver: also ``q``, ``elbo`` and its trace), or
-            from Stan's method; with rows in partitions, a fit without per-observation quantities.
-
-        Raises
-        ------
-        RobustStanInputError
-            If the family, the method or an option's value is invalid, or the method needs another
-        engine.
-        """
-        if is_partitioned(data):
-            return self._variational_on_partitions(data, divergence, learning_rate, weights, family, method, draws,
-                                                   seed, show_progress, inits, cluster, options)
-        refuse_cluster_for_rows_here(cluster, "variational inference")
-        prepared = self.prepare(data, divergence, learning_rate, weights)
-        if method == "robust-stan":
-            start = None if inits is None else self.unconstrain_init(inits, prepared.stan_data, prepared.scaling)
-            out = fit_variational(self, prepared.stan_data, family=family, draws=draws, seed=seed, start=start,
-                                  show_progress=show_progress, **options)
-            return VariationalFit(self, out.raw, prepared, out.settings, q=out.q, elbo=out.elbo,
-                                  elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
-        chain_inits = None if inits is None else self.chain_inits(inits, 1, prepared.scaling)
-        raw, settings = run_stan_method(self, method, prepared.stan_data, family=family, draws=draws, seed=seed,
-                                        show_progress=show_progress,
-                                        init=None if chain_inits is None else chain_inits[0],
-                                        **options)
-        return StanMethodFit(self, raw, prepared, settings)
-
-    def _variational_on_partitions(self, data, divergence, learning_rate, weights, family, method, draws, seed,
-                                   show_progress, inits, cluster, options) -> PartitionedVariationalFit:
-        """:meth:`variational` on rows held in partitions."""
         if method != "robust-stan":
             raise RobustStanInputError(f"method: rows held in partitions need robust-stan's driver "
                                        f"(method='robust-stan'), got {method!r}")

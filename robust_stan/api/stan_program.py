@@ -39,15 +39,9 @@ from ..engines.base import parameter_columns
 from ..gradients.oracles import GradientOracle, make_oracle
 from ..gradients.weight_derivatives import WeightDerivativeGradients, second_order_available
 from ..methods.coresets.targets import ProgramCoresetTarget
-from ..methods.nuts import nuts_settings
 from ..methods.rob_ula.sampler import LangevinTarget, default_estimator
-from ..methods.stan_methods import run_stan_method
-from ..methods.variational.robust_vi import fit_variational
-from ..results.fits.mcmc import Fit
 from ..results.fits.model_view import Outcome
-from ..results.fits.stan_methods import StanMethodFit
-from ..results.fits.variational import VariationalFit
-from .mode_starts import inits_in_largest_mode
+from .model_methods import ModelMethods
 
 # robustify's per-observation quantities and its weight parameters (size 0 outside per-example work)
 _POINTWISE_PREFIXES = ("rs_log_lik_", "rs_robust_loss_", WEIGHT_PARAMETERS)
@@ -92,7 +86,7 @@ class ProgramData(PreparedData):
         return float(self.stan_data.get("rs_learning_rate", 1.0))
 
 
-class StanProgramModel(ProgramOnEngine):
+class StanProgramModel(ModelMethods, ProgramOnEngine):
     """A Stan program you wrote, compiled once on either engine, with robust-stan's methods.
 
     Made by :func:`from_stan` (the program as written) or :func:`robustify` (its likelihood
@@ -741,44 +735,7 @@ class StanProgramModel(ProgramOnEngine):
             return self.observed[0]
         return "log_lik"
 
-    # -- inference ---------------------------------------------------------------------------
-    def sample(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
-               weights=None, chains: int = 4, iter_warmup: int = 1000, iter_sampling: int = 1000,
-               thin: int = 1, seed: int | None = None, inits: dict | list[dict] | str | None = None,
-               adapt_delta: float = 0.8, max_treedepth: int = 10, show_progress: bool = True) -> Fit:
-        """Sample the program's (generalized) posterior with Stan's NUTS.
-
-        As for the built-in models, ``inits="mode"`` starts every chain in the largest mode found by
-        L-BFGS from 32 dispersed starts (a search, not a guarantee), and warns when no mode holds 99%
-        of the mass: a robust posterior can have a second mode that follows the outliers.
-
-        Parameters
-        ----------
-        data, divergence, learning_rate, weights
-            As for :meth:`stan_data`.
-        chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth, show_progress
-            CmdStanPy's arguments, as for :meth:`robust_stan.Model.sample`.
-        inits : dict, list of dict, "mode" or None, default None
-            Constrained values by parameter name, one dict for all chains or one per chain; "mode" as
-            above; None leaves the starts to Stan.
-
-        Returns
-        -------
-        Fit
-            The draws.
-        """
-        prepared = self.prepare(data, divergence, learning_rate, weights)
-        stan_data = prepared.stan_data
-        settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
-                                 show_progress)
-        if isinstance(inits, str):
-            inits = inits_in_largest_mode(inits, self.oracle_for(stan_data),
-                                          lambda thetas: self.inits_at(thetas, stan_data), settings.chains, seed)
-        raw = self.nuts_draws(stan_data, settings, require_inits(inits, settings.chains, self.parameter_names))
-        fit = Fit(self, raw, prepared, settings)
-        fit.warn_if_not_converged()
-        return fit
-
+    # -- starting points ---------------------------------------------------------------------
     def inits_at(self, thetas, stan_data: dict, scaling: Scaling | None = None) -> list[dict]:
         """Each unconstrained point as the program's parameters by name, as :meth:`sample` takes them.
 
@@ -804,63 +761,68 @@ class StanProgramModel(ProgramOnEngine):
             out.append({name: values[name] for name in self.parameter_names})
         return out
 
-    def variational(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
-                    weights=None, family: str = "meanfield", method: str = "robust-stan", draws: int = 1000,
-                    seed: int | None = None, show_progress: bool = True, inits: Mapping | None = None,
-                    **options) -> VariationalFit | StanMethodFit:
-        """Variational approximation of the program's (generalized) posterior.
+    def chain_inits(self, inits, chains: int, scaling: Scaling | None = None) -> list[dict] | None:
+        """Starting values by parameter name, one dict per chain, checked against the parameters.
 
         Parameters
         ----------
-        data : Mapping
-            The program's data by name.
-        divergence : Divergence or None
-            The robust loss of a robustified program (None: KL).
-        learning_rate : float
-            The learning rate w.
-        weights : optional
-            Per-observation weights of a robustified program.
-        family : str
-            "meanfield" or "fullrank" (robust-stan's driver and ADVI).
-        method : str
-            "robust-stan" (this library's driver, either engine; see
-            :meth:`robust_stan.Model.variational` for its options; no ``batch_size`` for your own
-            programs) or Stan's "advi", "pathfinder" or "laplace" (CmdStan engine; ``options``
-            go to CmdStanPy's method of that name).
-        draws : int
-            Draws from the approximation.
-        seed : int or None
-            Random seed.
-        show_progress : bool
-            Progress output.
-        inits : Mapping or None
-            Starting values by parameter name (constrained). robust-stan's driver needs every
-            parameter; Stan's methods take any subset (Laplace: where the mode search starts).
-        **options
-            The method's own options.
+        inits : dict, list of dict or None
+            Constrained values by parameter name, one dict for all chains or one per chain; None
+            stays None.
+        chains : int
+            Number of chains.
+        scaling : Scaling or None, default None
+            Unused: a program's outcome is fitted in its own units.
 
         Returns
         -------
-        VariationalFit or StanMethodFit
-            From robust-stan's driver (with ``q``, ``elbo``, ``elbo_se`` and ``elbo_trace``), or from
-            Stan's method.
+        list of dict or None
+            One dict per chain.
         """
-        prepared = self.prepare(data, divergence, learning_rate, weights)
-        stan_data = prepared.stan_data
-        if method != "robust-stan":
-            chain_inits = require_inits(inits, 1, self.parameter_names)
-            raw, settings = run_stan_method(self, method, stan_data, family=family, draws=draws, seed=seed,  # type: ignore[arg-type]
-                                            show_progress=show_progress,
-                                            init=None if chain_inits is None else chain_inits[0],
-                                            **options)
-            return StanMethodFit(self, raw, prepared, settings)
-        start = None
-        if inits is not None:
-            start = self.compile().unconstrain(stan_data, {k: np.asarray(v, dtype=float) for k, v in inits.items()})
-        out = fit_variational(self, stan_data, family=family, draws=draws, seed=seed, start=start,  # type: ignore[arg-type]
-                              show_progress=show_progress, **options)
-        return VariationalFit(self, out.raw, prepared, out.settings, q=out.q, elbo=out.elbo, elbo_se=out.elbo_se,
-                              elbo_trace=out.elbo_trace)
+        return require_inits(inits, chains, self.parameter_names)
+
+    def unconstrain_init(self, init: Mapping, stan_data: dict, scaling: Scaling | None = None) -> np.ndarray:
+        """Every parameter's value by name as an unconstrained vector.
+
+        Parameters
+        ----------
+        init : mapping
+            Every parameter's value by name (constrained).
+        stan_data : dict
+            From :meth:`stan_data`.
+        scaling : Scaling or None, default None
+            Unused: a program's outcome is fitted in its own units.
+
+        Returns
+        -------
+        numpy.ndarray
+            The unconstrained point.
+
+        Raises
+        ------
+        RobustStanInputError
+            If a parameter is missing.
+        """
+        missing = sorted(set(self.parameter_names) - set(init))
+        if missing:
+            raise RobustStanInputError(f"inits: give a value for every parameter; missing {missing}")
+        return self.compile().unconstrain(stan_data, {k: np.asarray(v, dtype=float) for k, v in init.items()})
+
+    def variational_on_partitions(self, data, divergence, learning_rate, weights, family, method, draws, seed,
+                                  show_progress, inits, cluster, options):
+        """Refused: a program's rows cannot be held in partitions (:meth:`require_rows`).
+
+        Parameters
+        ----------
+        data, divergence, learning_rate, weights, family, method, draws, seed, show_progress, inits, cluster, options
+            As for :meth:`variational`.
+
+        Raises
+        ------
+        RobustStanInputError
+            Always.
+        """
+        self.require_rows("data", "rows held in partitions")
 
 
 _INCLUDE = re.compile(r"^\s*#include\s*[<\"]?([^>\"\s]+)", re.MULTILINE)

@@ -8,10 +8,7 @@ import pandas as pd
 from ..building.data import PreparedData
 from ..building.divergences import KL, Divergence
 from ..common.errors import RobustStanInputError
-from ..methods.nuts import nuts_settings
-from ..methods.variational.robust_vi import fit_variational
 from .fits.mcmc import Fit
-from .fits.variational import VariationalFit
 
 
 class Coreset:
@@ -168,15 +165,13 @@ class Coreset:
         Fit
             The draws.
         """
-        prepared = self.prepared_for(posterior)
-        settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
-                                 show_progress)
-        fit = Fit(self.program, self.program.nuts_draws(prepared.stan_data, settings, None), prepared, settings)
-        fit.warn_if_not_converged()
-        return fit
+        return self.program.sample_prepared(self.prepared_for(posterior), chains=chains, iter_warmup=iter_warmup,
+                                            iter_sampling=iter_sampling, thin=thin, seed=seed,
+                                            adapt_delta=adapt_delta, max_treedepth=max_treedepth,
+                                            show_progress=show_progress)
 
     def variational(self, posterior: str = "beta", family: str = "meanfield", draws: int = 1000,
-                    seed: int | None = None, show_progress: bool = True, **options) -> VariationalFit:
+                    seed: int | None = None, show_progress: bool = True, **options):
         """robust-stan's variational approximation of the coreset posterior.
 
         Parameters
@@ -193,8 +188,5 @@ class Coreset:
         VariationalFit
             Draws from q.
         """
-        prepared = self.prepared_for(posterior)
-        out = fit_variational(self.program, prepared.stan_data, family=family, draws=draws, seed=seed,
-                              show_progress=show_progress, **options)
-        return VariationalFit(self.program, out.raw, prepared, out.settings, q=out.q, elbo=out.elbo,
-                              elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
+        return self.program.variational_prepared(self.prepared_for(posterior), family=family, draws=draws, seed=seed,
+                                                 show_progress=show_progress, **options)
