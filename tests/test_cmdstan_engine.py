@@ -157,7 +157,8 @@ def test_init_starts_stan_methods(glm, method):
 @needs_cmdstan
 def test_laplace_refuses_init_beside_a_mode(glm):
     with pytest.raises(rs.RobustStanInputError, match="^inits: "):
-        glm.variational(glm_data(), method="laplace", inits={"alpha": 1.0}, mode="somewhere.csv", show_progress=False)
+        glm.variational(glm_data(), method="laplace", inits={"alpha": 1.0}, stan_options={"mode": "somewhere.csv"},
+                        show_progress=False)
 
 
 @pytest.mark.stan
@@ -177,7 +178,7 @@ def test_advi_stopped_at_its_iteration_limit_warns(glm):
         fit = glm.variational(glm_data(), **options)
     assert fit.draws("b").shape == (1, 50, 2)
     with pytest.raises(RuntimeError, match="may not have converged"):
-        glm.variational(glm_data(), require_converged=True, **options)
+        glm.variational(glm_data(), stan_options={"require_converged": True}, **options)
 
 
 @pytest.mark.stan

@@ -69,3 +69,31 @@ def test_select_divergence_names_every_option_in_its_signature():
             "show_progress"} <= set(parameters)
     with pytest.raises(TypeError, match="unexpected keyword argument 'divergence'"):
         rs.select_divergence(rs.glm("normal"), {}, divergence=rs.BetaD(0.3))
+
+
+def test_variational_names_every_option_and_sends_each_to_the_method_that_takes_it():
+    """A model's variational has no **options: the driver's and ADVI's shared options (CmdStanPy's names),
+    the driver's own, and stan_options for the rest of CmdStanPy's arguments; one the chosen method does
+    not take is refused by name."""
+    import inspect
+
+    from robust_stan.methods.variational.options import VariationalOptions
+
+    for model_class in (rs.Model, rs.StanProgramModel):
+        parameters = inspect.signature(model_class.variational).parameters
+        assert not any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+        assert {"iter", "grad_samples", "elbo_samples", "eta", "tol_rel_obj", "eval_elbo", "batch_size",
+                "stan_options"} <= set(parameters)
+    options = VariationalOptions(iter=10, oracle="httpstan")
+    assert options.for_method("robust-stan") == {"iter": 10, "oracle": "httpstan"}
+    assert VariationalOptions(iter=10, stan_options={"mode": "m.csv"}).for_method("advi") == {"iter": 10,
+                                                                                             "mode": "m.csv"}
+    assert VariationalOptions().for_method("pathfinder") == {}
+    with pytest.raises(rs.RobustStanInputError, match="^oracle: options of robust-stan's driver"):
+        options.for_method("advi")
+    with pytest.raises(rs.RobustStanInputError, match="^iter: options of ADVI and robust-stan's driver"):
+        VariationalOptions(iter=10).for_method("laplace")
+    with pytest.raises(rs.RobustStanInputError, match="^stan_options: for Stan's methods"):
+        VariationalOptions(stan_options={"mode": "m.csv"}).for_method("robust-stan")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'grad_sample'"):
+        rs.glm("normal").variational({}, grad_sample=3)

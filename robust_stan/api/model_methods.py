@@ -16,7 +16,8 @@ from ..engines import NutsSettings, RawDraws
 from ..gradients.oracles import GradientOracle
 from ..methods.nuts import nuts_settings
 from ..methods.stan_methods import run_stan_method
-from ..methods.variational.robust_vi import fit_variational
+from ..methods.variational.options import VariationalOptions
+from ..methods.variational.robust_vi import GaussianQ, fit_variational
 from ..results.fits.mcmc import Fit
 from ..results.fits.model_view import FittedModel
 from ..results.fits.stan_methods import StanMethodFit
@@ -53,7 +54,8 @@ class _ModelHooks(FittedModel, Protocol):
 
     def variational_prepared(self, prepared: PreparedData, family: str = "meanfield", method: str = "robust-stan",
                              draws: int = 1000, seed: int | None = None, show_progress: bool = True,
-                             inits: Mapping | None = None, **options) -> VariationalFit | StanMethodFit: ...
+                             inits: Mapping | None = None,
+                             options: VariationalOptions | None = None) -> VariationalFit | StanMethodFit: ...
 
 
 class ModelMethods:
@@ -146,7 +148,11 @@ class ModelMethods:
     def variational(self: _ModelHooks, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                     weights=None, family: str = "meanfield", method: str = "robust-stan", draws: int = 1000,
                     seed: int | None = None, show_progress: bool = True, inits: Mapping | None = None,
-                    cluster: Cluster | None = None, **options):
+                    cluster: Cluster | None = None, iter: int | None = None, grad_samples: int | None = None,
+                    elbo_samples: int | None = None, eta: float | None = None, tol_rel_obj: float | None = None,
+                    eval_elbo: int | None = None, batch_size: int | None = None, init_radius: float | None = None,
+                    init_sd: float | None = None, warm_start: GaussianQ | None = None, oracle: str | None = None,
+                    stan_options: Mapping | None = None):
         """Variational approximation of the generalized posterior.
 
         The default, robust-stan's own driver, fits a Gaussian q on the unconstrained scale by Adam on
@@ -177,13 +183,31 @@ class ModelMethods:
             None: q's mean uniform on (-init_radius, init_radius).
         cluster : Cluster or None, default None
             Workers for rows held in partitions; None computes here.
-        **options
-            robust-stan's driver: ``grad_samples=5`` draws per step, ``elbo_samples=100``,
-            ``eta=0.05`` (Adam's step, decayed as eta / sqrt(1 + t / eval_elbo)), ``iter=10000``,
-            ``tol_rel_obj=1e-5`` (stop when the ELBO, evaluated every ``eval_elbo=100`` steps, changes
-            by less than this relative amount twice in a row), ``batch_size`` (rows per step; None =
-            all), ``init_radius=2``, ``init_sd=1`` (q's starting sd), ``warm_start`` (a previous fit's
-            ``q``) and ``oracle``. Stan's methods: passed to CmdStanPy's method of that name.
+        iter : int or None, default None
+            Iterations at most (robust-stan's driver: 10000; ADVI: CmdStan's default).
+        grad_samples : int or None, default None
+            Draws from q per gradient step (robust-stan's driver: 5).
+        elbo_samples : int or None, default None
+            Draws per ELBO estimate (robust-stan's driver: 100).
+        eta : float or None, default None
+            The step size (robust-stan's driver: 0.05, Adam's step decayed as eta / sqrt(1 + t / eval_elbo)).
+        tol_rel_obj : float or None, default None
+            Stop when the ELBO changes by less than this relative amount twice in a row (robust-stan's
+            driver: 1e-5).
+        eval_elbo : int or None, default None
+            Steps between ELBO evaluations (robust-stan's driver: 100).
+        batch_size : int or None, default None
+            robust-stan's driver: rows per step; None is every row (a built-in model's rows only).
+        init_radius : float or None, default None
+            robust-stan's driver: q's starting mean is uniform on (-init_radius, init_radius) (2).
+        init_sd : float or None, default None
+            robust-stan's driver: q's starting sd (1).
+        warm_start : GaussianQ or None, default None
+            robust-stan's driver: start from a previous fit's ``q``.
+        oracle : {"auto", "bridgestan", "httpstan"} or None, default None
+            robust-stan's driver: the engine of the gradients ("auto").
+        stan_options : mapping or None, default None
+            Stan's methods: further arguments of CmdStanPy's method of that name.
 
         Returns
         -------
@@ -197,18 +221,20 @@ class ModelMethods:
             If the family, the method or an option's value is invalid, or the method needs another
         engine.
         """
+        options = VariationalOptions(iter, grad_samples, elbo_samples, eta, tol_rel_obj, eval_elbo, batch_size,
+                                     init_radius, init_sd, warm_start, oracle, stan_options)
         if is_partitioned(data):
             return self.variational_on_partitions(data, divergence, learning_rate, weights, family, method, draws,
-                                                  seed, show_progress, inits, cluster, options)
+                                                  seed, show_progress, inits, cluster, options.for_method(method))
         refuse_cluster_for_rows_here(cluster, "variational inference")
         return self.variational_prepared(self.prepare(data, divergence, learning_rate, weights), family=family,
                                          method=method, draws=draws, seed=seed, show_progress=show_progress,
-                                         inits=inits, **options)
+                                         inits=inits, options=options)
 
     def variational_prepared(self: _ModelHooks, prepared: PreparedData, family: str = "meanfield",
                              method: str = "robust-stan", draws: int = 1000, seed: int | None = None,
                              show_progress: bool = True, inits: Mapping | None = None,
-                             **options) -> VariationalFit | StanMethodFit:
+                             options: VariationalOptions | None = None) -> VariationalFit | StanMethodFit:
         """:meth:`variational` on data already prepared (a coreset's weighted rows, say).
 
         Parameters
@@ -217,22 +243,23 @@ class ModelMethods:
             From :meth:`prepare` or a variant of it.
         family, method, draws, seed, show_progress, inits
             As for :meth:`variational`.
-        **options
-            As for :meth:`variational`.
+        options : VariationalOptions or None, default None
+            :meth:`variational`'s further options; None leaves each at the method's default.
 
         Returns
         -------
         VariationalFit or StanMethodFit
             As for :meth:`variational`.
         """
+        given = (options or VariationalOptions()).for_method(method)
         if method == "robust-stan":
             start = None if inits is None else self.unconstrain_init(inits, prepared.stan_data, prepared.scaling)
             out = fit_variational(self, prepared.stan_data, family=family, draws=draws,  # type: ignore[arg-type]
-                                  seed=seed, start=start, show_progress=show_progress, **options)
+                                  seed=seed, start=start, show_progress=show_progress, **given)
             return VariationalFit(self, out.raw, prepared, out.settings, q=out.q, elbo=out.elbo,
                                   elbo_se=out.elbo_se, elbo_trace=out.elbo_trace)
         chain_inits = None if inits is None else self.chain_inits(inits, 1, prepared.scaling)
         raw, settings = run_stan_method(self, method, prepared.stan_data, family=family,  # type: ignore[arg-type]
                                         draws=draws, seed=seed, show_progress=show_progress,
-                                        init=None if chain_inits is None else chain_inits[0], **options)
+                                        init=None if chain_inits is None else chain_inits[0], **given)
         return StanMethodFit(self, raw, prepared, settings)

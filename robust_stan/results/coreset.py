@@ -8,6 +8,7 @@ import pandas as pd
 from ..building.data import PreparedData
 from ..building.divergences import KL, Divergence
 from ..common.errors import RobustStanInputError
+from ..methods.variational.options import VariationalOptions
 from .fits.mcmc import Fit
 
 
@@ -189,4 +190,4 @@ class Coreset:
             Draws from q.
         """
         return self.program.variational_prepared(self.prepared_for(posterior), family=family, draws=draws, seed=seed,
-                                                 show_progress=show_progress, **options)
+                                                 show_progress=show_progress, options=VariationalOptions(**options))
