@@ -357,11 +357,12 @@ def test_epsilon_zero_is_plain_ula_and_starts_the_default_grid(normal_known_sigm
     ({"estimators": []}, r"^estimators: need at least one"),
     ({"validation_fraction": 1.5}, r"^validation_fraction: must be a number in \(0, 1\)"),
     ({"validation_fraction": 0.001}, r"^validation_fraction: 0.001 of 10 rows leaves no rows"),
-    ({"contamination": 0.1}, r"^contamination, estimator: give them as contaminations= and estimators="),
 ])
 def test_tuning_bad_input(normal_known_sigma, kwargs, match):
     with pytest.raises(rs.RobustStanInputError, match=match):
         rs.tune_rob_ula(normal_known_sigma, {"y": np.zeros(10)}, **kwargs)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'contamination'"):  # contaminations= chooses
+        rs.tune_rob_ula(normal_known_sigma, {"y": np.zeros(10)}, contamination=0.1)
 
 
 @pytest.mark.stan

@@ -15,10 +15,12 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ..building.divergences import Divergence
 from ..common.errors import RobustStanInputError, RobustStanWarning, require_seed
 from ..methods.held_out import held_out_pointwise_log_likelihood
 from ..methods.rob_ula.sampler import default_estimator
@@ -100,7 +102,11 @@ def split_rows(model: Model, data: Mapping, fraction: float, rng: np.random.Gene
 
 def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = DEFAULT_CONTAMINATIONS,
                  estimators: Sequence[str] = ("auto",), validation_fraction: float = 0.2,
-                 refit: bool = True, seed: int | None = None, **rob_ula_options) -> RobULATuning:
+                 refit: bool = True, seed: int | None = None, divergence: Divergence | None = None,
+                 learning_rate: float = 1.0, step_size: float | None = None, iter_sampling: int = 5000,
+                 iter_warmup: int = 500, thin: int = 1, chains: int = 4, inits: str = "mode", init_scale: float = 1.0,
+                 metric: str = "dense", gradient_total: str = "n", oracle: str = "auto", log_density: bool = True,
+                 show_progress: bool = False) -> RobULATuning:
     """Choose ``contamination`` (and the estimator) by held-out log predictive density, then refit.
 
     A random ``validation_fraction`` of the rows is held out; :func:`rob_ula` runs on the
@@ -111,7 +117,8 @@ def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = 
     answer that no robustness is needed (``coordinate_median`` and ``geometric_median`` do
     not depend on it).
     The best setting is then run on all the rows (``refit=True``), as the paper's
-    section 6.2 does. ``rob_ula_options`` go to every run (chains, iter_sampling, divergence, ...).
+    section 6.2 does. :func:`rob_ula`'s options (``divergence`` to ``show_progress`` below) go to
+    every run.
 
     The curve has, per setting: ``validation_loglik``, its standard error over the held-out
     rows (``validation_loglik_se``: the sd of the pointwise values over sqrt(rows); settings
@@ -136,8 +143,14 @@ def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = 
     seed : int or None, default None
         Seed of the split and of every run; None draws fresh entropy (the refit then records
         seed None: not reproducible).
-    **rob_ula_options
-        Passed to every :func:`rob_ula` run.
+    divergence, learning_rate, step_size, iter_sampling, iter_warmup, thin
+        As for :func:`rob_ula`, for every run.
+    chains, inits, init_scale, metric, gradient_total, oracle
+        As for :func:`rob_ula`, for every run.
+    log_density : bool, default True
+        The refit's: compute each kept draw's log density (the grid's runs do not).
+    show_progress : bool, default False
+        Show every run's progress bar.
 
     Returns
     -------
@@ -153,13 +166,13 @@ def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = 
         raise RobustStanInputError("estimators: need at least one estimator")
     if not (isinstance(validation_fraction, float) and 0 < validation_fraction < 1):
         raise RobustStanInputError(f"validation_fraction: must be a number in (0, 1), got {validation_fraction!r}")
-    if "contamination" in rob_ula_options or "estimator" in rob_ula_options:
-        raise RobustStanInputError("contamination, estimator: give them as contaminations= and estimators= (lists to "
-                                   "choose from)")
     rng = np.random.default_rng(require_seed(seed))
     training, validation = split_rows(model, data, validation_fraction, rng)
     run_seed = int(rng.integers(2**31))
-    options = {"show_progress": False, "log_density": False, **rob_ula_options}
+    options: dict[str, Any] = dict(divergence=divergence, learning_rate=learning_rate, step_size=step_size,
+                                   iter_sampling=iter_sampling, iter_warmup=iter_warmup, thin=thin, chains=chains,
+                                   inits=inits, init_scale=init_scale, metric=metric, gradient_total=gradient_total,
+                                   oracle=oracle, show_progress=show_progress)
     estimators = [default_estimator(model.spec.family) if e == "auto" else e for e in estimators]
     named = {(e if isinstance(e, str) else getattr(e, "__name__", "custom")): e for e in estimators}
     rows = []
@@ -169,7 +182,7 @@ def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = 
             with warnings.catch_warnings():  # the curve reports each run's R-hat instead
                 warnings.simplefilter("ignore", RobustStanWarning)
                 fit = rob_ula(model, training, contamination=contamination, estimator=estimator, seed=run_seed,
-                              **options)
+                              log_density=False, **options)
             thetas = fit.unconstrained_draws.reshape(-1, fit.unconstrained_draws.shape[-1])
             finite = thetas[np.all(np.isfinite(thetas), axis=1)]
             pointwise = held_out_pointwise_log_likelihood(fit.model, fit.divergence, fit.scaling, validation, finite)
@@ -183,8 +196,7 @@ def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = 
     refitted = None
     if refit:
         refitted = rob_ula(model, data, contamination=float(best["contamination"]),
-                           estimator=named[best["estimator"]], seed=run_seed,
-                           **{"show_progress": False, **rob_ula_options})
+                           estimator=named[best["estimator"]], seed=run_seed, log_density=log_density, **options)
         if seed is None:  # run_seed came from fresh entropy: the refit cannot be repeated
             refitted.settings = replace(refitted.settings, seed=None)
     return RobULATuning(float(best["contamination"]), str(best["estimator"]), curve, refitted)
