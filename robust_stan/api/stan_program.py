@@ -803,10 +803,9 @@ class StanProgramModel(ModelMethods, ProgramOnEngine):
         RobustStanInputError
             If a parameter is missing.
         """
-        missing = sorted(set(self.parameter_names) - set(init))
-        if missing:
-            raise RobustStanInputError(f"inits: give a value for every parameter; missing {missing}")
-        return self.compile().unconstrain(stan_data, {k: np.asarray(v, dtype=float) for k, v in init.items()})
+        checked = require_inits(init, 1, self.parameter_names, every=True)
+        assert checked is not None  # init is a mapping here
+        return self.compile().unconstrain(stan_data, checked[0])
 
     def variational_on_partitions(self, data, divergence, learning_rate, weights, family, method, draws, seed,
                                   show_progress, inits, cluster, options):

@@ -47,10 +47,10 @@ def require_seed(seed) -> int | None:
     return int(seed)
 
 
-def require_inits(inits, chains: int, parameter_names) -> list[dict] | None:
+def require_inits(inits, chains: int, parameter_names, every: bool = False) -> list[dict] | None:
     """Starting values by parameter name -- one dict for every chain, or a list of one per chain --
-    as one dict of float arrays per chain; None stays None. Unknown names and values that are
-    not finite numbers are errors naming ``inits``."""
+    as one dict of float arrays per chain; None stays None. Unknown names, values that are not
+    finite numbers and, with ``every``, a parameter left out are errors naming ``inits``."""
     if inits is None:
         return None
     per_chain = [inits] * chains if isinstance(inits, Mapping) else list(inits)
@@ -62,6 +62,9 @@ def require_inits(inits, chains: int, parameter_names) -> list[dict] | None:
         unknown = sorted(set(init) - set(names))
         if unknown:
             raise RobustStanInputError(f"inits: unknown parameter(s) {unknown}; the model has {names}")
+        missing = sorted(set(names) - set(init))
+        if every and missing:
+            raise RobustStanInputError(f"inits: give a value for every parameter; missing {missing}")
         values = {}
         for name, value in init.items():
             try:

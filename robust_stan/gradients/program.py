@@ -14,7 +14,7 @@ import numpy as np
 from ..building.codegen import render_program
 from ..building.data import Scaling, to_fitted_scale, to_original_scale, with_switches
 from ..building.spec import ModelSpec, ParameterDeclaration
-from ..common.errors import RobustStanInputError, require_inits
+from ..common.errors import require_inits
 from ..engines import ProgramOnEngine
 from .oracles import GradientOracle, make_oracle
 
@@ -178,9 +178,7 @@ class RobustProgram(ProgramOnEngine):
         RobustStanInputError
             If a parameter is missing.
         """
-        missing = sorted(set(self.spec.parameter_names) - set(init))
-        if missing:
-            raise RobustStanInputError(f"inits: give a value for every parameter; missing {missing}")
+        require_inits(init, 1, self.spec.parameter_names, every=True)
         inits = self.chain_inits(init, 1, scaling)
         assert inits is not None  # init is a dict here
         values = inits[0]
