@@ -59,12 +59,12 @@ def require_inits(inits, chains: int, parameter_names, every: bool = False) -> l
     names = list(parameter_names)
     out = []
     for init in per_chain:
-        unknown = sorted(set(init) - set(names))
-        if unknown:
-            raise RobustStanInputError(f"inits: unknown parameter(s) {unknown}; the model has {names}")
         missing = sorted(set(names) - set(init))
         if every and missing:
             raise RobustStanInputError(f"inits: give a value for every parameter; missing {missing}")
+        unknown = sorted(set(init) - set(names))
+        if unknown:
+            raise RobustStanInputError(f"inits: unknown parameter(s) {unknown}; the model has {names}")
         values = {}
         for name, value in init.items():
             try:
