@@ -74,7 +74,7 @@ def per_example_costs(args, divergence) -> None:
         built = median_seconds(lambda: theirs.gradients(built_theta), args.repeats)
         rows = np.arange(20)
         per_row = median_seconds(lambda: robust.per_example_gradients(program_data, theta, divergence, batch=rows,
-                                                                         method="difference"), 3) * args.n / rows.size
+                                                                         strategy="difference"), 3) * args.n / rows.size
         print(f"{family:10s} {1e3 * gradient:12.3f} {1e3 * ours:8.2f} {1e3 * built:9.2f} {1e3 * per_row:9.0f}   "
               f"{ours / gradient:14.1f}  {ours / built:14.1f}  {per_row / ours:20.0f}")
 

@@ -366,7 +366,7 @@ def test_per_example_gradients_are_exact(method):
     rng = np.random.default_rng(8)
     theta = 0.3 * rng.normal(size=5)
     divergence = rs.BetaD(0.3)
-    g = model.per_example_gradients(data, theta, divergence=divergence, method=method)
+    g = model.per_example_gradients(data, theta, divergence=divergence, strategy=method)
     assert g.shape == (N, 5)
     # their sum is the likelihood's whole gradient: log pi(w) = log prior - sum_i w_i l_i
     once = model.log_density_gradient(data, theta, divergence=divergence)[1]
@@ -405,8 +405,8 @@ def test_per_example_gradients_from_mixed_derivatives_equal_the_differences(name
     rng = np.random.default_rng(22)
     theta = 0.3 * rng.normal(size=model.dimension(model.stan_data(data)))
     for divergence in (rs.KL(), rs.BetaD(0.4), rs.GammaD(0.3)):
-        mixed = model.per_example_gradients(data, theta, divergence=divergence, method="mixed")
-        differences = model.per_example_gradients(data, theta, divergence=divergence, method="difference")
+        mixed = model.per_example_gradients(data, theta, divergence=divergence, strategy="mixed")
+        differences = model.per_example_gradients(data, theta, divergence=divergence, strategy="difference")
         scale = np.abs(differences).max()
         np.testing.assert_allclose(mixed, differences, rtol=0, atol=1e-11 * max(1.0, scale), err_msg=str(divergence))
     rows = np.array([4, 0, 4])

@@ -305,10 +305,10 @@ class StanProgramModel(ModelMethods, ProgramOnEngine):
         return make_oracle(self.stan_code, stan_data, self.dimension(stan_data), oracle)
 
     def per_example_gradients(self, data: Mapping, theta_unconstrained, divergence: Divergence | None = None,
-                              batch=None, oracle: str = "auto", method: str = "auto") -> np.ndarray:
+                              batch=None, oracle: str = "auto", strategy: str = "auto") -> np.ndarray:
         """Gradients of each observation's loss l_i at a shared unconstrained point.
 
-        Needs a robustified program with one outcome. Both methods are exact.
+        Needs a robustified program with one outcome. Both strategies are exact.
 
         Parameters
         ----------
@@ -319,8 +319,8 @@ class StanProgramModel(ModelMethods, ProgramOnEngine):
         batch : array_like of int or None, default None
             The 0-based rows to compute; None is every row.
         oracle : {"auto", "bridgestan", "httpstan"}, default "auto"
-            Engine of the gradients for ``method="difference"``.
-        method : {"auto", "mixed", "difference"}, default "auto"
+            Engine of the gradients for ``strategy="difference"``.
+        strategy : {"auto", "mixed", "difference"}, default "auto"
             "mixed" ("auto" where httpstan is installed): the weights become parameters and the
             mixed second derivatives d^2 log pi / (d w_i d theta) = -grad l_i come from d sweeps of
             forward over reverse mode, whatever the number of rows (the first call builds the program
@@ -333,12 +333,12 @@ class StanProgramModel(ModelMethods, ProgramOnEngine):
             Shape (rows, d); row i is grad l_i(theta).
         """
         self._require_one_outcome("per-example gradients")
-        if method not in ("auto", "mixed", "difference"):
-            raise RobustStanInputError(f"method: must be 'auto', 'mixed' or 'difference', got {method!r}")
+        if strategy not in ("auto", "mixed", "difference"):
+            raise RobustStanInputError(f"strategy: must be 'auto', 'mixed' or 'difference', got {strategy!r}")
         refuse_original_gamma(as_divergence(divergence), "divergence", "it has no per-example gradients")
         stan_data = self.stan_data(data, divergence)
         theta = self.check_theta(stan_data, theta_unconstrained)
-        if method == "mixed" or (method == "auto" and second_order_available()):
+        if strategy == "mixed" or (strategy == "auto" and second_order_available()):
             return self.per_example(stan_data).gradients(theta, batch)
         return self._gradients_by_differences(stan_data, theta, batch, oracle)
 
