@@ -66,7 +66,7 @@ def per_example_costs(args, divergence) -> None:
         stan_data = robust.stan_data(program_data, divergence)
         theta = np.random.default_rng(0).normal(scale=0.1, size=robust.dimension(stan_data))
         native = robust.compile(show_progress=False).native_model(stan_data)
-        mixed = robust.per_example(stan_data)
+        mixed = robust.weight_derivative_gradients(stan_data)
         theirs = built_in.per_example(built_in_data, divergence)
         built_theta = np.random.default_rng(0).normal(scale=0.1, size=theirs.dimension)
         gradient = median_seconds(lambda: native.log_density_gradient(theta), 20 * args.repeats)

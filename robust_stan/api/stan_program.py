@@ -339,10 +339,10 @@ class StanProgramModel(ModelMethods, ProgramOnEngine):
         stan_data = self.stan_data(data, divergence)
         theta = self.check_theta(stan_data, theta_unconstrained)
         if strategy == "mixed" or (strategy == "auto" and second_order_available()):
-            return self.per_example(stan_data).gradients(theta, batch)
+            return self.weight_derivative_gradients(stan_data).gradients(theta, batch)
         return self._gradients_by_differences(stan_data, theta, batch, oracle)
 
-    def per_example(self, stan_data: dict) -> WeightDerivativeGradients:
+    def weight_derivative_gradients(self, stan_data: dict) -> WeightDerivativeGradients:
         """Per-example gradients of the one robustified outcome's rows, by mixed second derivatives.
 
         Built once per data and divergence.
@@ -367,7 +367,7 @@ class StanProgramModel(ModelMethods, ProgramOnEngine):
     def langevin_target(self, stan_data: dict, oracle: str = "auto") -> LangevinTarget:
         """What :func:`robust_stan.rob_ula` needs of this robustified program with these Stan data.
 
-        Per-example gradients by mixed second derivatives (:meth:`per_example`), the prior alone
+        Per-example gradients by mixed second derivatives (:meth:`weight_derivative_gradients`), the prior alone
         (every weight 0) and the likelihood reweighted, all as data.
 
         Parameters
@@ -390,7 +390,7 @@ class StanProgramModel(ModelMethods, ProgramOnEngine):
 
         family = next(f for f in FAMILIES.values() if f.stan_name == self.likelihoods[0].family)
         return LangevinTarget(
-            per_example=self.per_example(stan_data),
+            per_example=self.weight_derivative_gradients(stan_data),
             prior=with_weights(np.zeros(len(stan_data[f"rs_weights_{y}"]))),
             posterior=make_oracle(self.stan_code, stan_data, d, oracle),
             weighted=with_weights,
