@@ -26,7 +26,7 @@ from ..common.errors import RobustStanInputError
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
 from ..gradients.per_example import PerExampleGradients
-from ..gradients.program import RobustProgram
+from ..gradients.program import GeneratedProgram
 from ..methods.coresets.targets import CoresetTarget
 from ..methods.nuts import run_nuts
 from ..methods.rob_ula.sampler import LangevinTarget, builtin_target
@@ -37,7 +37,7 @@ from ..results.fits.variational import PartitionedVariationalFit
 from .model_methods import ModelMethods
 
 
-class Model(ModelMethods, RobustProgram):
+class Model(ModelMethods, GeneratedProgram):
     """A robust-stan model: its Stan program, and methods that compile it once and reuse it.
 
     Build one with :func:`robust_stan.location`, :func:`robust_stan.glm` or

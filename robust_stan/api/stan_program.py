@@ -34,7 +34,7 @@ from ..building.stanc import canonical_program, program_info
 from ..common.digest import digest
 from ..common.errors import RobustStanInputError, RobustStanWarning, StanCompileError, require_inits
 from ..common.resources import LIBRARY_FILE
-from ..engines import ProgramOnEngine, RawDraws
+from ..engines import ProgramSource, RawDraws
 from ..engines.base import parameter_columns
 from ..gradients.oracles import GradientOracle, make_oracle
 from ..gradients.weight_derivatives import WeightDerivativeGradients, second_order_available
@@ -86,7 +86,7 @@ class ProgramData(PreparedData):
         return float(self.stan_data.get("rs_learning_rate", 1.0))
 
 
-class StanProgramModel(ModelMethods, ProgramOnEngine):
+class StanProgramModel(ModelMethods, ProgramSource):
     """A Stan program you wrote, compiled once on either engine, with robust-stan's methods.
 
     Made by :func:`from_stan` (the program as written) or :func:`robustify` (its likelihood

@@ -74,9 +74,10 @@ def compile_program(stan_code: str, engine: str = "auto", show_progress: bool = 
     return _LOADED[key]
 
 
-class ProgramOnEngine:
-    """A Stan program's text and the engine it runs on, compiled on first use (a base of the
-    built-in models and of your own programs). Subclasses give :meth:`dimension`."""
+class ProgramSource:
+    """A Stan program's text and the engine it runs on, compiled on first use into a
+    :class:`CompiledProgram`; it holds no data (a base of the built-in models and of your own
+    programs). Subclasses give :meth:`dimension`."""
 
     def __init__(self, stan_code: str, engine: str = "auto"):
         self.stan_code = stan_code
@@ -151,5 +152,5 @@ class ProgramOnEngine:
         return theta
 
 
-__all__ = ["ProgramOnEngine", "COMPILE_COUNTS", "CompiledProgram", "NutsSettings", "RawDraws", "compile_program",
+__all__ = ["ProgramSource", "COMPILE_COUNTS", "CompiledProgram", "NutsSettings", "RawDraws", "compile_program",
            "resolve_engine"]

@@ -66,8 +66,9 @@ def _compiled_library(stan_code: str) -> str:
 _LOADED_LIBRARIES: set[str] = set()
 
 
-class BridgeStanModel:
-    """Thin wrapper adding named constrain/unconstrain to a bridgestan.StanModel."""
+class BridgeStanProgramWithData:
+    """A compiled program with its data on BridgeStan (a bridgestan.StanModel), with named
+    constrain/unconstrain."""
 
     def __init__(self, stan_code: str, data: dict):
         import bridgestan
@@ -101,8 +102,8 @@ class BridgeStanModel:
         return self.model.param_unconstrain_json(json.dumps(_jsonable(values)))
 
 
-def bridgestan_model(stan_code: str, data: dict) -> BridgeStanModel:
-    return BridgeStanModel(stan_code, data)
+def bridgestan_model(stan_code: str, data: dict) -> BridgeStanProgramWithData:
+    return BridgeStanProgramWithData(stan_code, data)
 
 
 def _jsonable(data: dict) -> dict:

@@ -33,7 +33,7 @@ from ..common.progress import elapsed_bar
 from .base import CompiledProgram, NutsSettings, RawDraws, named_columns, named_values, refuse_build_on_worker
 from .build_files import BuildFiles, read_build_files
 from .httpstan_build import build_in_child, forced_headers, translate
-from .native_model import NativeModel
+from .native_model import NativeProgramWithData
 
 _ITERATION = re.compile(rb"Iteration:\s+(\d+)\s*/\s*(\d+)")
 
@@ -130,9 +130,9 @@ class HttpstanProgram(CompiledProgram):
         self.library_path = self.module.__file__
         self._shapes: dict[str, dict[str, tuple[int, ...]]] = {}
 
-    def native_model(self, data: dict) -> NativeModel:
+    def native_model(self, data: dict) -> NativeProgramWithData:
         """The model built once with ``data``, for many log density and gradient calls."""
-        return NativeModel(self.library_path, _as_httpstan_data(data))
+        return NativeProgramWithData(self.library_path, _as_httpstan_data(data))
 
     def build_files(self) -> BuildFiles:
         """The build's files (the extension module and httpstan's logs; not the generated C++)."""

@@ -22,7 +22,7 @@ _MESSAGE = ctypes.POINTER(ctypes.c_char_p)
 INTERFACE_HEADER = Path(__file__).with_name("oracle_interface.hpp")
 
 #: A line that, anywhere in a program's text, makes the httpstan build define STAN_MODEL_FVAR_VAR
-#: (the model's fvar<var> log_prob, for :meth:`NativeModel.mixed_second_derivatives`).
+#: (the model's fvar<var> log_prob, for :meth:`NativeProgramWithData.mixed_second_derivatives`).
 SECOND_ORDER_MARK = "// robust-stan: built with second-order autodiff (STAN_MODEL_FVAR_VAR)"
 
 
@@ -99,8 +99,9 @@ def _dims(shapes) -> tuple[np.ndarray, np.ndarray]:
     return counts, flat
 
 
-class NativeModel:
-    """One program with its data (a dict of NumPy arrays and numbers), for repeated calls."""
+class NativeProgramWithData:
+    """A compiled program (httpstan's build, loaded natively) with its data (a dict of NumPy arrays
+    and numbers), for repeated calls."""
 
     def __init__(self, library_path: str, data: dict):
         self._lib = lib = _library(str(library_path))

@@ -33,7 +33,7 @@ from ..building.divergences import refuse_original_gamma
 from ..building.spec import LINEAR_PREDICTOR_MODELS
 from ..common.errors import RobustStanInputError
 from .oracles import GradientOracle, make_oracle
-from .program import RobustProgram
+from .program import GeneratedProgram
 
 
 def checked_rows(batch, n: int) -> np.ndarray:
@@ -51,7 +51,7 @@ class PerExampleGradients:
 
     Parameters
     ----------
-    program : RobustProgram
+    program : GeneratedProgram
         The model.
     stan_data : dict
         Its Stan data in per-example mode.
@@ -63,7 +63,7 @@ class PerExampleGradients:
         families); "auto": the cheaper one available.
     """
 
-    def __init__(self, program: RobustProgram, stan_data: dict, oracle: str = "auto", strategy: str = "auto"):
+    def __init__(self, program: GeneratedProgram, stan_data: dict, oracle: str = "auto", strategy: str = "auto"):
         self.program = program
         self.strategy = _choose_strategy(program.spec, strategy)
         refuse_original_gamma(stan_data["divergence"], "divergence", "it has no per-example gradients")

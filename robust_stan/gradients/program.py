@@ -15,7 +15,7 @@ from ..building.codegen import render_program
 from ..building.data import Scaling, to_fitted_scale, to_original_scale, with_switches
 from ..building.spec import ModelSpec, ParameterDeclaration
 from ..common.errors import require_inits
-from ..engines import ProgramOnEngine
+from ..engines import ProgramSource
 from .oracles import GradientOracle, make_oracle
 
 # Number of trailing dimensions that belong to one element of each base type.
@@ -42,7 +42,7 @@ def _unconstrained_element_size(base: str, dims: tuple[int, ...]) -> int:
     return int(np.prod(dims)) if dims else 1
 
 
-class RobustProgram(ProgramOnEngine):
+class GeneratedProgram(ProgramSource):
     """The generated program of a :class:`~robust_stan.building.spec.ModelSpec` on one engine.
 
     ``stan_code`` is the readable program; it compiles on first use and every

@@ -9,10 +9,10 @@ from scipy.special import logsumexp
 
 from ..building.data import Scaling, log_density_on_outcome_scale, prepare_data
 from ..building.divergences import Divergence
-from ..gradients.program import RobustProgram
+from ..gradients.program import GeneratedProgram
 
 
-def held_out_pointwise_log_likelihood(program: RobustProgram, divergence: Divergence, scaling: Scaling,
+def held_out_pointwise_log_likelihood(program: GeneratedProgram, divergence: Divergence, scaling: Scaling,
                                       test_data: Mapping, thetas: np.ndarray) -> np.ndarray:
     """Per test row, log mean_s p(y_i | theta_s), thetas unconstrained (S, d) of a fit whose outcome
     was standardised by ``scaling``; densities on the outcome's own scale."""
@@ -23,7 +23,7 @@ def held_out_pointwise_log_likelihood(program: RobustProgram, divergence: Diverg
     return logsumexp(log_lik, axis=0) - np.log(len(thetas))
 
 
-def held_out_log_likelihood(program: RobustProgram, divergence: Divergence, scaling: Scaling,
+def held_out_log_likelihood(program: GeneratedProgram, divergence: Divergence, scaling: Scaling,
                             test_data: Mapping, thetas: np.ndarray) -> float:
     """Average over the test rows of log mean_s p(y_i | theta_s) (see the pointwise version)."""
     return float(np.mean(held_out_pointwise_log_likelihood(program, divergence, scaling, test_data, thetas)))

@@ -6,7 +6,7 @@ from ..building.data import with_switches
 from ..common.errors import RobustStanInputError, require_count
 from ..common.seeds import seed_to_use
 from ..engines import NutsSettings, RawDraws
-from ..gradients.program import RobustProgram
+from ..gradients.program import GeneratedProgram
 
 
 def nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
@@ -22,7 +22,7 @@ def nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, m
                         float(adapt_delta), int(max_treedepth), bool(show_progress))
 
 
-def run_nuts(program: RobustProgram, stan_data: dict, settings: NutsSettings,
+def run_nuts(program: GeneratedProgram, stan_data: dict, settings: NutsSettings,
              chain_inits: list[dict] | None) -> RawDraws:
     """Draws of the generalized posterior from the engine's NUTS, with Stan's adaptation. The
     per-observation generated quantities are left out (N numbers each per draw, which would

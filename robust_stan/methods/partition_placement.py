@@ -30,7 +30,7 @@ from ..building.partitions import (
 )
 from ..common.cluster import Cluster, require_cluster
 from ..common.errors import RobustStanInputError, RobustStanWarning
-from ..gradients.program import RobustProgram
+from ..gradients.program import GeneratedProgram
 
 _ON_THIS_WORKER: dict[tuple[str, int, str], object] = {}  # (run, partition, what) -> what the run keeps of it there
 
@@ -45,7 +45,7 @@ def prepare_rows(spec, values: Mapping, divergence: Divergence, learning_rate: f
     return PreparedData(values, stan_data, scaling, divergence)
 
 
-def partition_stan_data(program: RobustProgram, part: dict, shared: dict, divergence: Divergence,
+def partition_stan_data(program: GeneratedProgram, part: dict, shared: dict, divergence: Divergence,
                         learning_rate: float) -> dict:
     """A partition's rows with the shared values, prepared as the program's posterior data."""
     values = {**shared, **{name: load_partition_value(value) for name, value in part.items()}}
@@ -72,7 +72,7 @@ class PlacedPartitions:
     ...)`` runs ``function(part_k, run, k, ...)`` where partition k is; ``submit`` runs any
     function on a cluster (or here), ``gather`` collects results."""
 
-    def __init__(self, program: RobustProgram, partitions: Partitions, cluster: Cluster | None):
+    def __init__(self, program: GeneratedProgram, partitions: Partitions, cluster: Cluster | None):
         self.cluster = require_cluster(cluster)
         self.rows = np.asarray(partitions.rows, dtype=int)
         self.offsets = np.concatenate([[0], np.cumsum(self.rows)])
@@ -111,7 +111,7 @@ class PlacedPartitions:
             self.cluster.client.run(_forget_run, self.run)
 
 
-def prepare_partitioned(program: RobustProgram, data: Mapping, divergence: Divergence,
+def prepare_partitioned(program: GeneratedProgram, data: Mapping, divergence: Divergence,
                         learning_rate: float, cluster: Cluster | None = None) -> tuple[Partitions, PreparedData]:
     """The checked partitions of a built-in model's ``data`` (with the glm's prior scales over
     all rows among the shared values), and its first row with the shared values, prepared (for

@@ -17,7 +17,7 @@ from ..common.errors import RobustStanInputError, RobustStanWarning, require_cou
 from ..common.seeds import seed_to_use
 from ..engines import RawDraws
 from ..engines.cmdstan_engine import SIG_FIGS
-from ..gradients.program import RobustProgram
+from ..gradients.program import GeneratedProgram
 
 STAN_METHODS = ("advi", "pathfinder", "laplace")
 
@@ -67,14 +67,14 @@ def _warn_if_advi_stopped(result) -> None:
                 return
 
 
-def run_stan_method(program: RobustProgram, method: str, stan_data: dict, family: str = "meanfield",
+def run_stan_method(program: GeneratedProgram, method: str, stan_data: dict, family: str = "meanfield",
                     draws: int = 1000, seed: int | None = None, show_progress: bool = True,
                     init: dict | None = None, **options) -> tuple[RawDraws, StanMethodSettings]:
     """Run Stan's ``method`` on the program via CmdStanPy.
 
     Parameters
     ----------
-    program : RobustProgram
+    program : GeneratedProgram
         A program on the CmdStan engine (a built-in model or your own program).
     method : str
         "advi", "pathfinder" or "laplace".

@@ -32,7 +32,7 @@ from ...building.data import with_switches
 from ...building.divergences import Divergence
 from ...building.partitions import load_partition_value
 from ...common.cluster import Cluster
-from ...gradients.program import RobustProgram
+from ...gradients.program import GeneratedProgram
 from ..partition_placement import (
     PlacedPartitions,
     kept_on_worker,
@@ -44,7 +44,7 @@ from .construction import UnitGains
 from .targets import CoresetTarget
 
 
-def partition_batch_gains(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+def partition_batch_gains(part: dict, run: str, index: int, program: GeneratedProgram, shared: dict,
                           divergence: Divergence, learning_rate: float, inner: str, rows: np.ndarray,
                           columns: np.ndarray) -> UnitGains:
     """The gains of partition ``index``'s rows ``rows`` at the constrained draws ``columns``, as the
@@ -109,7 +109,7 @@ class PartitionedCoresetTarget(CoresetTarget):
     partitions are (module docstring); ``local_prepared`` holds the fetched rows as prepared data
     (the coreset result's ``prepared``). Units are rows."""
 
-    def __init__(self, program: RobustProgram, data: Mapping, divergence: Divergence, inner: str, sampler: str,
+    def __init__(self, program: GeneratedProgram, data: Mapping, divergence: Divergence, inner: str, sampler: str,
                  learning_rate: float, cluster: Cluster | None):
         partitions, first = prepare_partitioned(program, data, divergence, learning_rate, cluster)
         self.placed = PlacedPartitions(program, partitions, cluster)

@@ -39,7 +39,7 @@ from ...common.errors import RobustStanInputError
 from ...engines import NutsSettings, RawDraws
 from ...engines.base import parameter_columns
 from ...gradients.oracles import constrained_draws
-from ...gradients.program import RobustProgram
+from ...gradients.program import GeneratedProgram
 from ..laplace import LaplaceApproximation, laplace_approximation
 from ..nuts import run_nuts
 from .construction import UnitGains
@@ -278,7 +278,7 @@ class CoresetTarget(CoresetTargetBase):
 
     Parameters
     ----------
-    program : RobustProgram
+    program : GeneratedProgram
         The built-in model's program.
     stan_data : dict
         Its prepared posterior-mode Stan data.
@@ -295,7 +295,7 @@ class CoresetTarget(CoresetTargetBase):
         Warmup iterations of ``sampler="nuts"``.
     """
 
-    def __init__(self, program: RobustProgram, stan_data: dict, divergence: Divergence, inner: str,
+    def __init__(self, program: GeneratedProgram, stan_data: dict, divergence: Divergence, inner: str,
                  sampler: str, unit_rows: list[np.ndarray] | None = None, nuts_warmup: int = 300):
         super().__init__(program, divergence, inner, sampler, int(stan_data["N"]), float(stan_data["learning_rate"]),
                          [f"{p.name}_copies" for p in program.spec.parameters], unit_rows, nuts_warmup)

@@ -59,7 +59,7 @@ from tqdm.auto import tqdm
 from ...building.data import Scaling, with_switches
 from ...common.errors import RobustStanInputError
 from ...gradients.per_example import PerExampleGradients
-from ...gradients.program import RobustProgram
+from ...gradients.program import GeneratedProgram
 from .accounting import PrivacyAccounting
 from .randomness import PRIVATE_NORMAL_DRAWS, private_generator, private_normal
 
@@ -118,7 +118,7 @@ class DPVIRelease:
     lambda_c: float | np.ndarray
     precondition: np.ndarray
     draws_per_step: int
-    model: RobustProgram = field(repr=False)
+    model: GeneratedProgram = field(repr=False)
     public_data: dict = field(repr=False)
     q_scale: str = "variance"  # what softplus(u) is in every phi (Q_SCALES)
 

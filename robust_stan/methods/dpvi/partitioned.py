@@ -22,13 +22,13 @@ import numpy as np
 
 from ...building.divergences import Divergence
 from ...common.cluster import Cluster
-from ...gradients.program import RobustProgram
+from ...gradients.program import GeneratedProgram
 from ..partition_placement import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned
 from .mechanism import DPVISettings, PerExampleObjective, poisson_batch
 from .randomness import SubsampleKey
 
 
-def partition_clipped_sum(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+def partition_clipped_sum(part: dict, run: str, index: int, program: GeneratedProgram, shared: dict,
                           divergence: Divergence, n_rows: int, rows_here: int, key: SubsampleKey, step: int,
                           sampling_rate: float, phi: np.ndarray, eps: np.ndarray, beta: np.ndarray,
                           clip: float, q_scale: str) -> np.ndarray:
@@ -44,7 +44,7 @@ class PartitionedBatches:
     """Each step's clipped sum over the partitions (module docstring): a ``batches`` for
     :func:`~robust_stan.methods.dpvi.mechanism.run_dp_sgd`."""
 
-    def __init__(self, program: RobustProgram, placed: PlacedPartitions, divergence: Divergence,
+    def __init__(self, program: GeneratedProgram, placed: PlacedPartitions, divergence: Divergence,
                  dimension: int, settings: DPVISettings):
         self.program, self.placed, self.divergence = program, placed, divergence
         self.dimension, self.settings = dimension, settings
@@ -61,7 +61,7 @@ class PartitionedBatches:
         return np.sum(sums, axis=0)
 
 
-def partitioned_dpvi_setup(program: RobustProgram, data: Mapping, divergence: Divergence,
+def partitioned_dpvi_setup(program: GeneratedProgram, data: Mapping, divergence: Divergence,
                            cluster: Cluster | None) -> tuple[dict, PlacedPartitions, int, Callable]:
     """The first row's prepared Stan data (for the release's public data), the placed partitions
     (close them after the run), the total number of rows and a maker of the run's batches from

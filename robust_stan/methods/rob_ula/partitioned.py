@@ -39,7 +39,7 @@ from ...common.cluster import Cluster
 from ...common.errors import RobustStanInputError
 from ...gradients.oracles import GradientOracle
 from ...gradients.per_example import PerExampleGradients
-from ...gradients.program import RobustProgram
+from ...gradients.program import GeneratedProgram
 from ..partition_placement import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned
 from .estimators import estimate_each
 from .sampler import LangevinTarget, default_estimator, drift_hessian, kept_rows, robust_mode, rows_weighted
@@ -47,7 +47,7 @@ from .sampler import LangevinTarget, default_estimator, drift_hessian, kept_rows
 COMBINES = ("median", "mean")
 
 
-def partition_gradients(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+def partition_gradients(part: dict, run: str, index: int, program: GeneratedProgram, shared: dict,
                         divergence: Divergence, learning_rate: float) -> PerExampleGradients:
     """The partition's per-example gradient object (its prepared data in ``shared_data``), built on
     first use where the partition is and kept for the run."""
@@ -55,7 +55,7 @@ def partition_gradients(part: dict, run: str, index: int, program: RobustProgram
         program, partition_stan_data(program, part, shared, divergence, learning_rate)))
 
 
-def partition_log_densities(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+def partition_log_densities(part: dict, run: str, index: int, program: GeneratedProgram, shared: dict,
                             divergence: Divergence, learning_rate: float, thetas: np.ndarray) -> np.ndarray:
     """The log density (prior and Jacobian included) of the partition's program on its rows at
     each of ``thetas``, from the prepared data its gradient object keeps (run where the partition
@@ -65,7 +65,7 @@ def partition_log_densities(part: dict, run: str, index: int, program: RobustPro
     return np.array([oracle.log_density(theta, jacobian=True) for theta in thetas])
 
 
-def partition_robust_means(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+def partition_robust_means(part: dict, run: str, index: int, program: GeneratedProgram, shared: dict,
                            divergence: Divergence, learning_rate: float, thetas: np.ndarray, factor: np.ndarray,
                            estimate: Callable, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
     """One partition's step (run where the partition is): its rows' per-example gradients at
@@ -77,7 +77,7 @@ def partition_robust_means(part: dict, run: str, index: int, program: RobustProg
     return estimate_each(G, estimate, epsilon)
 
 
-def partition_robust_mode(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+def partition_robust_mode(part: dict, run: str, index: int, program: GeneratedProgram, shared: dict,
                           divergence: Divergence, learning_rate: float, start: np.ndarray, epsilon: float,
                           total: float, metric: str, plain: bool) -> tuple[np.ndarray, bool]:
     """The partition's own start for ``inits="mode"`` (run where the partition is): Rob-ULA's
@@ -91,7 +91,7 @@ def partition_robust_mode(part: dict, run: str, index: int, program: RobustProgr
     return robust_mode(weighted_oracle, per_example, prior, start, epsilon, learning_rate * total, metric, plain)
 
 
-def partition_kept_loss_hessian(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+def partition_kept_loss_hessian(part: dict, run: str, index: int, program: GeneratedProgram, shared: dict,
                                 divergence: Divergence, learning_rate: float, point: np.ndarray,
                                 epsilon: float) -> tuple[np.ndarray, int]:
     """The Hessian at ``point`` of the summed loss of the partition's rows that Algorithm 3 keeps
@@ -106,7 +106,7 @@ class PartitionedGradients:
     partition's share computed where it lives (on ``cluster``'s workers, or here without one)
     and combined by ``combine`` (module docstring)."""
 
-    def __init__(self, program: RobustProgram, partitions: Partitions, divergence: Divergence,
+    def __init__(self, program: GeneratedProgram, partitions: Partitions, divergence: Divergence,
                  learning_rate: float, prior: GradientOracle, dimension: int, cluster: Cluster | None = None,
                  combine: str = "median"):
         if combine not in COMBINES:
@@ -162,7 +162,7 @@ class PartitionedGradients:
         self.placed.close()
 
 
-def partitioned_target(program: RobustProgram, data: Mapping, divergence: Divergence, learning_rate: float,
+def partitioned_target(program: GeneratedProgram, data: Mapping, divergence: Divergence, learning_rate: float,
                        cluster: Cluster | None, combine: str = "median"):
     """The :class:`~robust_stan.methods.rob_ula.sampler.LangevinTarget` of a built-in model whose rows are
     held in partitions, its :class:`PartitionedGradients` (close it after the run) and the data of

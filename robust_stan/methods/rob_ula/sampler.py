@@ -33,7 +33,7 @@ from ...common.errors import RobustStanInputError, RobustStanWarning, require_co
 from ...engines import RawDraws
 from ...gradients.oracles import GradientOracle, constrained_draws
 from ...gradients.per_example import PerExampleGradients
-from ...gradients.program import RobustProgram
+from ...gradients.program import GeneratedProgram
 from .estimators import estimate_each, get_estimator, mean as plain_mean, outlier_truncation
 
 
@@ -334,7 +334,7 @@ class LangevinTarget:
         return values.reshape(thetas.shape[:-1])
 
 
-def builtin_target(program: RobustProgram, stan_data: dict, oracle: str = "auto") -> LangevinTarget:
+def builtin_target(program: GeneratedProgram, stan_data: dict, oracle: str = "auto") -> LangevinTarget:
     """The :class:`LangevinTarget` of a built-in model's program with prepared ``stan_data``: its
     per-example mode, its prior-only mode, and weights and per-observation output chosen by data."""
     return LangevinTarget(

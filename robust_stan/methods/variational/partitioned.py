@@ -20,12 +20,12 @@ from ...building.data import slice_rows, with_switches
 from ...building.divergences import Divergence
 from ...common.cluster import Cluster
 from ...gradients.oracles import make_oracle
-from ...gradients.program import RobustProgram
+from ...gradients.program import GeneratedProgram
 from ..partition_placement import PlacedPartitions, kept_on_worker, partition_stan_data, prepare_partitioned
 from .robust_vi import VariationalTarget
 
 
-def partition_data_terms(part: dict, run: str, index: int, program: RobustProgram, shared: dict,
+def partition_data_terms(part: dict, run: str, index: int, program: GeneratedProgram, shared: dict,
                          divergence: Divergence, learning_rate: float, oracle_kind: str, rows: np.ndarray | None,
                          weight_factor: float, thetas: np.ndarray, gradient: bool) -> np.ndarray:
     """Partition ``index``'s data term of log pi (its program's log density on its rows minus that
@@ -49,7 +49,7 @@ class PartitionedVariationalTarget(VariationalTarget):
     """A :class:`VariationalTarget` whose rows are held in partitions (module docstring);
     ``stan_data`` is the prepared data of the first row (for the prior and the transforms)."""
 
-    def __init__(self, program: RobustProgram, placed: PlacedPartitions, stan_data: dict, divergence: Divergence,
+    def __init__(self, program: GeneratedProgram, placed: PlacedPartitions, stan_data: dict, divergence: Divergence,
                  learning_rate: float, batch_size: int | None, oracle: str, rng: np.random.Generator):
         super().__init__(program, stan_data, batch_size, oracle, rng, n_rows=placed.n)
         self.placed, self.divergence, self.learning_rate = placed, divergence, float(learning_rate)
@@ -72,7 +72,7 @@ class PartitionedVariationalTarget(VariationalTarget):
         return prior + sum(terms)
 
 
-def partitioned_variational_target(program: RobustProgram, data: Mapping, divergence: Divergence,
+def partitioned_variational_target(program: GeneratedProgram, data: Mapping, divergence: Divergence,
                                    learning_rate: float, cluster: Cluster | None):
     """The first row with the shared values, prepared (for the fit's constraining), the placed
     partitions (close them after the fit) and a maker of the fit's target for

@@ -36,7 +36,7 @@ from ...building.divergences import refuse_original_gamma
 from ...common.errors import RobustStanInputError, require_count, require_positive, require_seed
 from ...engines import RawDraws
 from ...gradients.oracles import GradientOracle, constrained_draws, make_oracle
-from ...gradients.program import RobustProgram
+from ...gradients.program import GeneratedProgram
 
 FAMILIES = ("meanfield", "fullrank")
 
@@ -140,7 +140,7 @@ class VariationalTarget:
     (a subclass evaluates them where they are held: see
     :mod:`robust_stan.methods.variational.partitioned`)."""
 
-    def __init__(self, program: RobustProgram, stan_data: dict, batch_size: int | None, oracle: str,
+    def __init__(self, program: GeneratedProgram, stan_data: dict, batch_size: int | None, oracle: str,
                  rng: np.random.Generator, n_rows: int | None = None):
         self.program, self.stan_data, self.oracle_kind, self.rng = program, stan_data, oracle, rng
         self.full = program.oracle_for(stan_data, oracle)
@@ -235,7 +235,7 @@ def _tail_average(window_sums: list[np.ndarray], window: int) -> np.ndarray:
     return np.sum(later, axis=0) / (window * len(later))
 
 
-def fit_variational(program: RobustProgram, stan_data: dict, family: str = "meanfield", draws: int = 1000,
+def fit_variational(program: GeneratedProgram, stan_data: dict, family: str = "meanfield", draws: int = 1000,
                     grad_samples: int = 5, elbo_samples: int = 100, eta: float = 0.05, iter: int = 10_000,
                     tol_rel_obj: float = 1e-5, eval_elbo: int = 100, batch_size: int | None = None,
                     seed: int | None = None, start: np.ndarray | None = None, init_radius: float = 2.0,
