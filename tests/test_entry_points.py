@@ -4,6 +4,7 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
 import pytest
 
 import robust_stan as rs
@@ -97,3 +98,21 @@ def test_variational_names_every_option_and_sends_each_to_the_method_that_takes_
         VariationalOptions(stan_options={"mode": "m.csv"}).for_method("robust-stan")
     with pytest.raises(TypeError, match="unexpected keyword argument 'grad_sample'"):
         rs.glm("normal").variational({}, grad_sample=3)
+
+
+def test_nuts_settings_check_themselves():
+    """NutsSettings checks its values when made, naming the argument, as CmdStanPy's SamplerArgs.validate
+    does; every path that runs NUTS (a model's sample, the coresets, calibration, the noise-aware model)
+    makes one."""
+    from robust_stan.engines import NutsSettings
+
+    settings = NutsSettings(chains=np.int64(2), adapt_delta=0.9, seed=np.int64(7))
+    assert type(settings.chains) is int and type(settings.seed) is int and settings.adapt_delta == 0.9
+    for kwargs, match in (({"chains": 0}, r"^chains: must be an integer >= 1"),
+                          ({"iter_warmup": -1}, r"^iter_warmup: must be an integer >= 0"),
+                          ({"thin": 1.5}, r"^thin: must be an integer >= 1"),
+                          ({"seed": -3}, r"^seed: must be an integer >= 0"),
+                          ({"adapt_delta": 1.0}, r"^adapt_delta: must lie in \(0, 1\)"),
+                          ({"adapt_delta": True}, r"^adapt_delta: must lie in \(0, 1\)")):
+        with pytest.raises(rs.RobustStanInputError, match=match):
+            NutsSettings(**kwargs)

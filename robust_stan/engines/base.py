@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..common.cluster import ON_WORKER
-from ..common.errors import RobustStanInputError
+from ..common.errors import RobustStanInputError, require_count
 
 
 @dataclass
@@ -38,7 +38,25 @@ class RawDraws:
 
 @dataclass(frozen=True)
 class NutsSettings:
-    """Arguments of Stan's NUTS, named as in CmdStanPy."""
+    """Arguments of Stan's NUTS, named as in CmdStanPy, checked when made (an error names the
+    argument), as CmdStanPy's ``SamplerArgs.validate`` checks them.
+
+    Parameters
+    ----------
+    chains, iter_warmup, iter_sampling, thin, max_treedepth : int
+        Counts: at least 1 (``iter_warmup`` at least 0).
+    seed : int
+        Stan's seed, at least 0 (:func:`robust_stan.methods.nuts.nuts_settings` draws one for None).
+    adapt_delta : float
+        The target acceptance rate, in (0, 1).
+    show_progress : bool
+        Show a progress bar.
+
+    Raises
+    ------
+    RobustStanInputError
+        If a value is out of range.
+    """
 
     chains: int = 4
     iter_warmup: int = 1000
@@ -48,6 +66,16 @@ class NutsSettings:
     adapt_delta: float = 0.8
     max_treedepth: int = 10
     show_progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("chains", "iter_warmup", "iter_sampling", "thin", "seed", "max_treedepth"):
+            low = 0 if name in ("iter_warmup", "seed") else 1
+            object.__setattr__(self, name, require_count(name, getattr(self, name), low))
+        if isinstance(self.adapt_delta, bool) or not isinstance(self.adapt_delta, (int, float, np.number)) \
+                or not 0 < self.adapt_delta < 1:
+            raise RobustStanInputError(f"adapt_delta: must lie in (0, 1), got {self.adapt_delta!r}")
+        object.__setattr__(self, "adapt_delta", float(self.adapt_delta))
+        object.__setattr__(self, "show_progress", bool(self.show_progress))
 
 
 class CompiledProgram(abc.ABC):

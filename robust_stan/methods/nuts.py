@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..building.data import with_switches
-from ..common.errors import RobustStanInputError, require_count
 from ..common.seeds import seed_to_use
 from ..engines import NutsSettings, RawDraws
 from ..gradients.program import GeneratedProgram
@@ -11,15 +10,10 @@ from ..gradients.program import GeneratedProgram
 
 def nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
                   show_progress) -> NutsSettings:
-    """CmdStanPy's sampler arguments, checked; a missing seed is drawn (and recorded) here."""
-    for name, value, low in (("chains", chains, 1), ("iter_warmup", iter_warmup, 0),
-                             ("iter_sampling", iter_sampling, 1), ("thin", thin, 1), ("max_treedepth", max_treedepth, 1)):
-        require_count(name, value, low)
-    if not 0 < float(adapt_delta) < 1:
-        raise RobustStanInputError(f"adapt_delta: must lie in (0, 1), got {adapt_delta}")
-    seed = seed_to_use(seed)
-    return NutsSettings(int(chains), int(iter_warmup), int(iter_sampling), int(thin), int(seed),
-                        float(adapt_delta), int(max_treedepth), bool(show_progress))
+    """CmdStanPy's sampler arguments as :class:`NutsSettings` (which checks them); a missing seed is
+    drawn here."""
+    return NutsSettings(chains, iter_warmup, iter_sampling, thin, seed_to_use(seed), adapt_delta, max_treedepth,
+                        show_progress)
 
 
 def run_nuts(program: GeneratedProgram, stan_data: dict, settings: NutsSettings,
