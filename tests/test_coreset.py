@@ -220,6 +220,9 @@ def test_laplace_draws_match_nuts_on_a_logistic_coreset():
 @pytest.mark.parametrize("options, message", [
     ({"size": 0}, r"^size: "),
     ({"size": N + 1}, r"^size: at most the number of rows"),
+    ({"draws": 1}, r"^draws: must be an integer >= 2"),
+    ({"step_size": 0.0}, r"^step_size: must be positive"),
+    ({"optimizer": "lbfgs"}, r"^optimizer: must be one of \['adam', 'sgd'\]"),
     ({"method": "greedy"}, r"^method: "),
     ({"sampler": "gibbs"}, r"^sampler: "),
     ({"inner": "kl"}, r"^inner: "),

@@ -9,9 +9,9 @@ import numpy as np
 from ..building.divergences import Divergence, DivergenceCode, as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
-from ..common.errors import RobustStanInputError, require_count, require_positive
+from ..common.errors import RobustStanInputError
 from ..common.seeds import seed_to_use
-from ..methods.coresets.construction import METHODS, OPTIMIZERS, CoresetSettings, greedy_coreset, uniform_coreset
+from ..methods.coresets.construction import METHODS, CoresetSettings, greedy_coreset, uniform_coreset
 from ..methods.coresets.partitioned import PartitionedCoresetTarget
 from ..methods.coresets.targets import INNER, SAMPLERS
 from ..results.coreset import Coreset
@@ -112,20 +112,15 @@ def coreset(model: AnyModel, data: Mapping, size: int, method: str = "beta_cores
         raise RobustStanInputError(f"inner: must be one of {list(INNER)}, got {inner!r}")
     if sampler not in SAMPLERS:
         raise RobustStanInputError(f"sampler: must be one of {list(SAMPLERS)}, got {sampler!r}")
-    if optimizer not in OPTIMIZERS:
-        raise RobustStanInputError(f"optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
     divergence = as_divergence(divergence)  # None: KL
     if method == "beta_cores" and divergence.code not in (DivergenceCode.BETA, DivergenceCode.GAMMA):
         raise RobustStanInputError(f"divergence: beta_cores needs rs.BetaD(beta) or a decomposable rs.GammaD, "
                                    f"got {divergence!r} (for the log-likelihood gains use method='sparse_vi')")
     if method == "sparse_vi" and inner == "beta":
         inner = "classical"  # SparseVI's posterior is the classical one
-    size = require_count("size", size)
-    settings = CoresetSettings(
-        size=size, draws=require_count("draws", draws, 2), iters_per_point=require_count("iters_per_point", iters_per_point, 0),
-        select_batch=require_count("select_batch", select_batch), opt_batch=require_count("opt_batch", opt_batch),
-        step_size=require_positive("step_size", step_size), optimizer=optimizer,
-        seed=seed_to_use(seed), show_progress=bool(show_progress))
+    settings = CoresetSettings(size, draws, iters_per_point, select_batch, opt_batch, step_size, optimizer,
+                               seed_to_use(seed), show_progress)
+    size = settings.size
     if is_partitioned(data):
         return _partitioned_coreset(model, data, method, divergence, inner, sampler, settings, learning_rate,
                                     groups, start, refresh, cluster)

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ...common.errors import RobustStanInputError
+from ...common.errors import RobustStanInputError, require_count, require_positive
 
 METHODS = ("beta_cores", "sparse_vi", "uniform")
 OPTIMIZERS = ("adam", "sgd")
@@ -48,7 +48,33 @@ OPTIMIZERS = ("adam", "sgd")
 
 @dataclass(frozen=True)
 class CoresetSettings:
-    """The construction's settings, named as in :func:`robust_stan.coreset`."""
+    """The construction's settings, named as in :func:`robust_stan.coreset`, checked when made (an
+    error names the argument).
+
+    Parameters
+    ----------
+    size : int
+        Units to add, at least 1.
+    draws : int, default 100
+        Draws per gain estimate, at least 2.
+    iters_per_point : int, default 100
+        Weight-optimisation steps per addition, at least 0.
+    select_batch, opt_batch : int
+        Units scored per selection and draws per optimisation step, at least 1.
+    step_size : float, default 1.0
+        The optimiser's step, positive.
+    optimizer : {"adam", "sgd"}, default "adam"
+        The weights' optimiser.
+    seed : int, default 0
+        The construction's seed (:func:`robust_stan.coreset` draws one for None).
+    show_progress : bool, default True
+        Show a progress bar.
+
+    Raises
+    ------
+    RobustStanInputError
+        If a value is out of range.
+    """
 
     size: int
     draws: int = 100
@@ -59,6 +85,15 @@ class CoresetSettings:
     optimizer: str = "adam"
     seed: int = 0
     show_progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name, low in (("size", 1), ("draws", 2), ("iters_per_point", 0), ("select_batch", 1), ("opt_batch", 1),
+                          ("seed", 0)):
+            object.__setattr__(self, name, require_count(name, getattr(self, name), low))
+        object.__setattr__(self, "step_size", require_positive("step_size", self.step_size))
+        if self.optimizer not in OPTIMIZERS:
+            raise RobustStanInputError(f"optimizer: must be one of {list(OPTIMIZERS)}, got {self.optimizer!r}")
+        object.__setattr__(self, "show_progress", bool(self.show_progress))
 
 
 @dataclass
