@@ -46,3 +46,11 @@ def test_the_package_is_marked_typed():
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert (ROOT / "robust_stan" / "py.typed").is_file()
     assert "py.typed" in patterns["robust_stan"]
+
+
+def test_every_package_folder_is_listed_for_the_wheel():
+    """pyproject.toml lists the packages a wheel ships by name: every folder of robust_stan/ with an
+    __init__.py is among them, so a new subpackage cannot be left out of a non-editable install."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(init.parent.relative_to(ROOT).parts) for init in (ROOT / "robust_stan").rglob("__init__.py")}
+    assert folders and folders <= listed, sorted(folders - listed)
