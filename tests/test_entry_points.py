@@ -116,3 +116,30 @@ def test_nuts_settings_check_themselves():
                           ({"adapt_delta": True}, r"^adapt_delta: must lie in \(0, 1\)")):
         with pytest.raises(rs.RobustStanInputError, match=match):
             NutsSettings(**kwargs)
+
+
+def test_rob_ula_and_variational_settings_check_themselves():
+    """RobULASettings and VariationalSettings check their values when made, naming the argument, before
+    the run fills in what it chose (the step size and estimator; the steps taken and convergence)."""
+    from dataclasses import replace
+
+    from robust_stan.methods.rob_ula.sampler import RobULASettings
+    from robust_stan.methods.variational.robust_vi import VariationalSettings
+
+    rob_ula = RobULASettings(4, 500, 1000, 1, None, 0.1, "", None, False)
+    assert replace(rob_ula, estimator="row_trimmed_mean", step_size=0.2).step_size == 0.2
+    for change, match in (({"contamination": 0.5}, r"^contamination: must lie in \[0, 0.5\)"),
+                          ({"chains": 0}, r"^chains: must be an integer >= 1"),
+                          ({"step_size": 0.0}, r"^step_size: must be positive"),
+                          ({"metric": "full"}, r"^metric: must be one of dense, diag, unit"),
+                          ({"seed": -1}, r"^seed: must be a non-negative integer or None")):
+        with pytest.raises(rs.RobustStanInputError, match=match):
+            replace(rob_ula, **change)
+    variational = VariationalSettings("meanfield", 1000, 5, 100, 0.05, 10_000, 1e-5, 100, None, None, False)
+    assert replace(variational, iterations_run=300, converged=True).converged
+    for change, match in (({"family": "flow"}, r"^family: the variational driver knows"),
+                          ({"elbo_samples": 1}, r"^elbo_samples: must be an integer >= 2"),
+                          ({"eta": -1.0}, r"^eta: must be positive"),
+                          ({"batch_size": 0}, r"^batch_size: must be an integer >= 1")):
+        with pytest.raises(rs.RobustStanInputError, match=match):
+            replace(variational, **change)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,35 @@ from .estimators import estimate_each, get_estimator, mean as plain_mean, outlie
 
 @dataclass(frozen=True)
 class RobULASettings:
-    """Rob-ULA run settings (``chains``, ``iter_warmup``, ``iter_sampling`` as for NUTS)."""
+    """Rob-ULA run settings (``chains``, ``iter_warmup``, ``iter_sampling`` as for NUTS), checked when
+    made (an error names the argument); the run fills in the estimator's name and the step size.
+
+    Parameters
+    ----------
+    chains, iter_sampling, thin : int
+        Counts, each >= 1.
+    iter_warmup : int
+        Warmup iterations, >= 0.
+    seed : int or None
+        The seed; None: the run draws its own and cannot be repeated.
+    contamination : float
+        The assumed share of corrupted rows, in [0, 0.5).
+    estimator : str
+        The robust mean's name (the run's; "" before it).
+    step_size : float or None
+        The step; None before the run when it is chosen there (positive when given).
+    show_progress : bool
+        Show a progress bar.
+    inits : {"mode", "random"}, default "mode"
+        Where the chains start.
+    metric : {"dense", "diag", "unit"}, default "dense"
+        The drift's preconditioning.
+
+    Raises
+    ------
+    RobustStanInputError
+        If a value is out of range.
+    """
 
     chains: int
     iter_warmup: int
@@ -48,10 +76,26 @@ class RobULASettings:
     seed: int | None  # None: the run drew its own and cannot be repeated
     contamination: float
     estimator: str
-    step_size: float
+    step_size: float | None
     show_progress: bool
     inits: str = "mode"
     metric: str = "dense"
+
+    def __post_init__(self) -> None:
+        contamination = self.contamination
+        if not (isinstance(contamination, (int, float)) and not isinstance(contamination, bool)
+                and 0 <= contamination < 0.5):
+            raise RobustStanInputError(f"contamination: must lie in [0, 0.5), got {contamination!r}")
+        object.__setattr__(self, "contamination", float(contamination))
+        for name, low in (("iter_sampling", 1), ("iter_warmup", 0), ("thin", 1), ("chains", 1)):
+            object.__setattr__(self, name, require_count(name, getattr(self, name), low))
+        if self.step_size is not None:
+            object.__setattr__(self, "step_size", require_positive("step_size", self.step_size))
+        if self.inits not in INITS:
+            raise RobustStanInputError(f"inits: must be one of {', '.join(INITS)}, got {self.inits!r}")
+        if self.metric not in METRICS:
+            raise RobustStanInputError(f"metric: must be one of {', '.join(METRICS)}, got {self.metric!r}")
+        object.__setattr__(self, "seed", require_seed(self.seed))
 
 
 METRICS = ("dense", "diag", "unit")
@@ -356,20 +400,11 @@ def run_rob_ula(target: LangevinTarget, contamination: float, step_size: float |
     """Rob-ULA on a model with its data (``target``, learning rate included): the warmup and the
     chains that :func:`robust_stan.rob_ula` describes, whose options these are.
     """
-    if not (isinstance(contamination, (int, float)) and not isinstance(contamination, bool)
-            and 0 <= contamination < 0.5):
-        raise RobustStanInputError(f"contamination: must lie in [0, 0.5), got {contamination!r}")
-    iter_sampling = require_count("iter_sampling", iter_sampling)
-    iter_warmup = require_count("iter_warmup", iter_warmup, low=0)
-    thin = require_count("thin", thin)
-    chains = require_count("chains", chains)
-    if step_size is not None:
-        step_size = require_positive("step_size", step_size)
+    settings = RobULASettings(chains, iter_warmup, iter_sampling, thin, seed, contamination, "", step_size,
+                              show_progress, inits, metric)
+    chains, iter_warmup, iter_sampling, thin = settings.chains, settings.iter_warmup, settings.iter_sampling, settings.thin
+    contamination, step_size, seed = settings.contamination, settings.step_size, settings.seed
     init_scale = require_positive("init_scale", init_scale)
-    if inits not in INITS:
-        raise RobustStanInputError(f"inits: must be one of {', '.join(INITS)}, got {inits!r}")
-    if metric not in METRICS:
-        raise RobustStanInputError(f"metric: must be one of {', '.join(METRICS)}, got {metric!r}")
     estimate = get_estimator(target.default_estimator if estimator == "auto" else estimator)
     if gradient_total not in ("n", "clean"):
         raise RobustStanInputError(f"gradient_total: must be 'n' or 'clean', got {gradient_total!r}")
@@ -378,7 +413,6 @@ def run_rob_ula(target: LangevinTarget, contamination: float, step_size: float |
     n, d = per_example.n, per_example.dimension
     total = n if gradient_total == "n" else (1 - contamination) * n
     plain = estimate is plain_mean  # ULA follows every row
-    seed = require_seed(seed)
     rng = np.random.default_rng(seed)  # None: fresh entropy from the operating system
 
     loss_scale = learning_rate * total
@@ -477,6 +511,5 @@ def run_rob_ula(target: LangevinTarget, contamination: float, step_size: float |
     variables = constrained_draws(target.output(), thetas)
     sampler = {"lp__": target.log_density_at(thetas)} if log_density else {}
     sampler.update(step_size=np.full((chains, kept_draws), eta), kept_fraction=kept)
-    settings = RobULASettings(chains, iter_warmup, iter_sampling, thin, seed, float(contamination),
-                              getattr(estimate, "__name__", "custom"), float(eta), show_progress, inits, metric)
+    settings = replace(settings, estimator=getattr(estimate, "__name__", "custom"), step_size=float(eta))
     return RobULAOutput(RawDraws(variables, sampler), settings, scaling.inverse_metric, thetas)

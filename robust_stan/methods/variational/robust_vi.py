@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -196,7 +196,39 @@ class VariationalTarget:
 
 @dataclass(frozen=True)
 class VariationalSettings:
-    """How the variational fit was run (CmdStanPy's names where it has them)."""
+    """How the variational fit is run (CmdStanPy's names where it has them), checked when made (an
+    error names the argument); the run fills in ``iterations_run`` and ``converged``.
+
+    Parameters
+    ----------
+    family : {"meanfield", "fullrank"}
+        The Gaussian q's covariance.
+    draws, grad_samples, iter, eval_elbo : int
+        Draws kept, draws per gradient step, the most steps, steps between ELBO evaluations (each >= 1).
+    elbo_samples : int
+        Draws per ELBO estimate (>= 2).
+    eta, tol_rel_obj : float
+        The step size and the relative ELBO change that stops the run (both positive).
+    batch_size : int or None
+        Rows per step (>= 1); None is every row.
+    seed : int or None
+        The seed; None: the run draws its own and cannot be repeated.
+    show_progress : bool
+        Show a progress bar.
+    iterations_run : int, default 0
+        Steps taken (the run's).
+    converged : bool, default False
+        Whether the relative ELBO change fell below ``tol_rel_obj`` (the run's).
+    chains : int, default 1
+        One: q's draws are one chain.
+    method : str, default "robust-stan"
+        The driver.
+
+    Raises
+    ------
+    RobustStanInputError
+        If a value is out of range.
+    """
 
     family: str
     draws: int
@@ -209,10 +241,21 @@ class VariationalSettings:
     batch_size: int | None
     seed: int | None  # None: the run drew its own and cannot be repeated
     show_progress: bool
-    iterations_run: int
-    converged: bool
+    iterations_run: int = 0
+    converged: bool = False
     chains: int = 1
     method: str = "robust-stan"
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise RobustStanInputError(f"family: the variational driver knows {list(FAMILIES)}, not {self.family!r}")
+        for name, low in (("draws", 1), ("grad_samples", 1), ("elbo_samples", 2), ("iter", 1), ("eval_elbo", 1)):
+            object.__setattr__(self, name, require_count(name, getattr(self, name), low))
+        for name in ("eta", "tol_rel_obj"):
+            object.__setattr__(self, name, require_positive(name, getattr(self, name)))
+        if self.batch_size is not None:
+            object.__setattr__(self, "batch_size", require_count("batch_size", self.batch_size))
+        object.__setattr__(self, "seed", require_seed(self.seed))
 
 
 @dataclass(frozen=True)
@@ -246,22 +289,16 @@ def fit_variational(program: GeneratedProgram, stan_data: dict, family: str = "m
     unconstrained scale (by default uniform on (-init_radius, init_radius)). ``target(batch_size,
     oracle, rng)``, when given, makes the :class:`VariationalTarget` (rows held elsewhere);
     ``stan_data`` then serves only to constrain the draws."""
-    if family not in FAMILIES:
-        raise RobustStanInputError(f"family: the variational driver knows {list(FAMILIES)}, not {family!r}")
-    draws = require_count("draws", draws)
-    grad_samples = require_count("grad_samples", grad_samples)
-    elbo_samples = require_count("elbo_samples", elbo_samples, 2)
-    iter = require_count("iter", iter)
-    eval_elbo = require_count("eval_elbo", eval_elbo)
-    eta = require_positive("eta", eta)
-    tol_rel_obj = require_positive("tol_rel_obj", tol_rel_obj)
+    settings = VariationalSettings(family, draws, grad_samples, elbo_samples, eta, iter, tol_rel_obj, eval_elbo,
+                                   batch_size, seed, show_progress)
+    draws, grad_samples, elbo_samples = settings.draws, settings.grad_samples, settings.elbo_samples
+    eta, iter, tol_rel_obj, eval_elbo = settings.eta, settings.iter, settings.tol_rel_obj, settings.eval_elbo
+    batch_size, seed = settings.batch_size, settings.seed
     init_sd = require_positive("init_sd", init_sd)
     if not (isinstance(init_radius, (int, float)) and init_radius >= 0):
         raise RobustStanInputError(f"init_radius: must be a number >= 0, got {init_radius!r}")
     if batch_size is not None:
-        batch_size = require_count("batch_size", batch_size)
         program.require_rows("batch_size", "a minibatch (run full-batch: batch_size=None)")
-    seed = require_seed(seed)
     rng = np.random.default_rng(seed)  # None: fresh entropy from the operating system
     if target is None:
         target = VariationalTarget(program, stan_data, batch_size, oracle, rng)
@@ -325,8 +362,7 @@ def fit_variational(program: GeneratedProgram, stan_data: dict, family: str = "m
     elbo_terms = lp - log_q  # unbiased for the ELBO; its variance vanishes as q approaches pi
     variables = constrained_draws(program.oracle_for(with_switches(stan_data, pointwise=False), oracle), thetas[None])
     sampler = {"lp__": lp[None], "log_q": log_q[None]}
-    settings = VariationalSettings(family, draws, grad_samples, elbo_samples, eta, iter, tol_rel_obj, eval_elbo,
-                                   batch_size, seed, show_progress, t, converged)
+    settings = replace(settings, iterations_run=t, converged=converged)
     return VariationalOutput(RawDraws(variables, sampler), settings, q, elbo=float(np.mean(elbo_terms)),
                              elbo_se=float(np.std(elbo_terms, ddof=1) / np.sqrt(draws)),
                              elbo_trace={"iteration": np.array(trace_iterations), "elbo": np.array(trace_elbo)})
