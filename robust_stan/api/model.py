@@ -236,7 +236,7 @@ class Model(ModelMethods, GeneratedProgram):
         """
         return self.oracle_for(self.stan_data(data, divergence, learning_rate, weights, mode), oracle)
 
-    # -- what its fits read (robust_stan.results.fits.mcmc.FittedModel) -------------------------
+    # -- what its fits read (robust_stan.results.fits.model_view.FittedModel) -------------------------
     @property
     def parameter_names(self) -> list[str]:
         """The model's parameters, in the order of its program (list of str)."""

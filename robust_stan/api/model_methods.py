@@ -41,7 +41,8 @@ class _ModelHooks(FittedModel, Protocol):
     def switched(self, stan_data: dict, *, learning_rate: float | None = None, weights=None,
                  divergence: Divergence | None = None, pointwise: bool | None = None) -> dict: ...
 
-    def inits_at(self, thetas, stan_data: dict, scaling: Scaling) -> list[dict]: ...
+    def inits_at(self, thetas, stan_data: dict, scaling: Scaling,
+                 oracle: GradientOracle | None = None) -> list[dict]: ...
 
     def chain_inits(self, inits, chains: int, scaling: Scaling) -> list[dict] | None: ...
 
@@ -135,15 +136,15 @@ class ModelMethods:
         """
         settings = nuts_settings(chains, iter_warmup, iter_sampling, thin, seed, adapt_delta, max_treedepth,
                                  show_progress)
-        if isinstance(inits, str):
+        if isinstance(inits, str):  # one oracle serves the census and the starts
+            oracle = self.oracle_for(self.switched(prepared.stan_data, pointwise=False))
             inits = inits_in_largest_mode(
-                inits, self.oracle_for(self.switched(prepared.stan_data, pointwise=False)),
-                lambda thetas: self.inits_at(thetas, prepared.stan_data, prepared.scaling), settings.chains, seed)
+                inits, oracle, lambda thetas: self.inits_at(thetas, prepared.stan_data, prepared.scaling, oracle),
+                settings.chains, seed)
         chain_inits = self.chain_inits(inits, settings.chains, prepared.scaling)
         fit = Fit(self, self.nuts_draws(prepared.stan_data, settings, chain_inits), prepared, settings)
         fit.warn_if_not_converged()
         return fit
-
 
     def variational(self: _ModelHooks, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                     weights=None, family: str = "meanfield", method: str = "robust-stan", draws: int = 1000,
@@ -159,7 +160,7 @@ class ModelMethods:
         reparameterisation gradients, on either engine (the robust VI of Futami, Sato and Sugiyama
         2018, arXiv:1710.06595). ``method="advi"``, ``"pathfinder"`` and ``"laplace"`` run Stan's
         own algorithms on the same program through CmdStanPy (CmdStan engine only); ADVI that stops
-        at its iteration limit warns instead of raising (``require_converged=True`` raises).
+        at its iteration limit warns instead of raising (``stan_options={"require_converged": True}`` raises).
 
         Parameters
         ----------

@@ -27,6 +27,7 @@ from ..building.robustify import (
     WEIGHT_PARAMETERS,
     Likelihood,
     RobustifyError,
+    divergence_switches,
     likelihood_outcomes,
     robustify_program,
 )
@@ -184,10 +185,8 @@ class StanProgramModel(ModelMethods, ProgramSource):
                 raise RobustStanInputError("divergence, learning_rate, weights: this program is used as written "
                                            "(rs.from_stan); make its likelihood robust with rs.robustify")
             return out
-        switches = divergence.stan_data()
-        out.update(rs_divergence=switches["divergence"], rs_divergence_param=switches["divergence_param"],
-                   rs_learning_rate=check_learning_rate(learning_rate), rs_pointwise=int(Pointwise.OFF),
-                   rs_weights_are_parameters=0)
+        out.update(divergence_switches(divergence), rs_learning_rate=check_learning_rate(learning_rate),
+                   rs_pointwise=int(Pointwise.OFF), rs_weights_are_parameters=0)
         out.update(self._weights(out, weights))
         for likelihood in self.likelihoods:  # as the built-in models warn, from the same pilot fit
             warn_if_the_data_barely_count(
@@ -491,8 +490,7 @@ class StanProgramModel(ModelMethods, ProgramSource):
             self._require_one_outcome("weights on its rows")
             out[f"rs_weights_{self.outcomes[0]}"] = check_weights(weights, self.rows_of_outcome(stan_data))
         if divergence is not None:
-            switches = divergence.stan_data()
-            out.update(rs_divergence=switches["divergence"], rs_divergence_param=switches["divergence_param"])
+            out.update(divergence_switches(divergence))
         if pointwise is not None:
             out["rs_pointwise"] = int(Pointwise.ON if pointwise else Pointwise.OFF)
         return out
@@ -600,7 +598,7 @@ class StanProgramModel(ModelMethods, ProgramSource):
             out[k] = base - make_oracle(self.stan_code, with_row, theta.size, oracle).gradient(theta, jacobian=True)
         return out
 
-    # -- what its fits read (robust_stan.results.fits.mcmc.FittedModel) -------------------------------
+    # -- what its fits read (robust_stan.results.fits.model_view.FittedModel) -------------------------------
     def posterior_draws(self, raw: RawDraws, prepared: PreparedData) -> dict[str, np.ndarray]:
         """Every parameter, transformed parameter and generated quantity of the program, without
         robustify's per-observation quantities and weight parameters.
@@ -736,7 +734,8 @@ class StanProgramModel(ModelMethods, ProgramSource):
         return "log_lik"
 
     # -- starting points ---------------------------------------------------------------------
-    def inits_at(self, thetas, stan_data: dict, scaling: Scaling | None = None) -> list[dict]:
+    def inits_at(self, thetas, stan_data: dict, scaling: Scaling | None = None,
+                 oracle: GradientOracle | None = None) -> list[dict]:
         """Each unconstrained point as the program's parameters by name, as :meth:`sample` takes them.
 
         Parameters
@@ -748,13 +747,15 @@ class StanProgramModel(ModelMethods, ProgramSource):
         scaling : Scaling or None, default None
             Unused: a program's outcome is fitted in its own units (the argument matches
             :meth:`robust_stan.Model.inits_at`).
+        oracle : GradientOracle or None, default None
+            An oracle of these Stan data already built; None builds one.
 
         Returns
         -------
         list of dict
             One dict of constrained values per point.
         """
-        oracle = self.oracle_for(stan_data)
+        oracle = self.oracle_for(stan_data) if oracle is None else oracle
         out = []
         for theta in np.atleast_2d(thetas):
             values = oracle.constrain(theta, include_gqs=False)

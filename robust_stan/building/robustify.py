@@ -27,6 +27,13 @@ SWITCHES = ("rs_divergence", "rs_divergence_param", "rs_learning_rate", "rs_poin
 WEIGHT_PARAMETERS = "rs_weight_parameters_"
 
 
+def divergence_switches(divergence) -> dict:
+    """A :class:`~robust_stan.building.divergences.Divergence` as a rewritten program's data,
+    ``rs_divergence`` and ``rs_divergence_param``."""
+    switches = divergence.stan_data()
+    return {"rs_divergence": switches["divergence"], "rs_divergence_param": switches["divergence_param"]}
+
+
 @dataclass(frozen=True)
 class _Translation:
     """How a Stan distribution maps onto a family of the robust-stan library."""

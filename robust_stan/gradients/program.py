@@ -184,7 +184,7 @@ class GeneratedProgram(ProgramSource):
         values = inits[0]
         return self.oracle_for(stan_data).unconstrain(values)
 
-    def inits_at(self, thetas, stan_data: dict, scaling: Scaling) -> list[dict]:
+    def inits_at(self, thetas, stan_data: dict, scaling: Scaling, oracle: GradientOracle | None = None) -> list[dict]:
         """The inverse of :meth:`unconstrain_init`, for several points.
 
         Parameters
@@ -193,6 +193,9 @@ class GeneratedProgram(ProgramSource):
             Unconstrained points, one per row.
         stan_data, scaling
             As for :meth:`unconstrain_init`.
+        oracle : GradientOracle or None, default None
+            An oracle of these Stan data already built (without the per-observation output); None
+            builds one.
 
         Returns
         -------
@@ -200,7 +203,7 @@ class GeneratedProgram(ProgramSource):
             Each point as every parameter's value by name on the outcome's own scale, as
             :meth:`chain_inits` takes them.
         """
-        oracle = self.oracle_for(with_switches(stan_data, pointwise=False))
+        oracle = self.oracle_for(with_switches(stan_data, pointwise=False)) if oracle is None else oracle
         out = []
         for theta in thetas:
             values = oracle.constrain(theta, include_gqs=True, seed=0)  # the parameters on the fitted scale

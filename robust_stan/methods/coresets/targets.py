@@ -35,6 +35,7 @@ import numpy as np
 
 from ...building.data import Pointwise, slice_rows, with_switches
 from ...building.divergences import KL, Divergence
+from ...building.robustify import divergence_switches
 from ...common.errors import RobustStanInputError
 from ...engines import NutsSettings, RawDraws
 from ...engines.base import parameter_columns
@@ -424,9 +425,7 @@ class ProgramCoresetTarget(CoresetTargetBase):
         self.stan_data = dict(stan_data, rs_pointwise=int(Pointwise.OFF))
 
     def _with(self, divergence: Divergence, weights: np.ndarray, pointwise: Pointwise) -> dict:
-        switches = divergence.stan_data()
-        return dict(self.stan_data, rs_divergence=switches["divergence"],
-                    rs_divergence_param=switches["divergence_param"], rs_pointwise=int(pointwise),
+        return dict(self.stan_data, **divergence_switches(divergence), rs_pointwise=int(pointwise),
                     **{f"rs_weights_{self.outcome}": weights})
 
     def posterior_data(self, units, weights) -> dict:
