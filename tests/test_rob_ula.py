@@ -316,13 +316,13 @@ def test_tuning_scores_each_setting_on_the_held_out_rows(normal_known_sigma):
     assert tuning.fit.settings.contamination == tuning.contamination and tuning.fit.draws("mu").shape == (2, 300)
 
     split_rng = np.random.default_rng(5)
-    training, validation = split_rows(normal_known_sigma, {"y": y}, 0.2, split_rng)
-    assert len(training["y"]) == 80 and len(validation["y"]) == 20
+    kept, held = split_rows(len(y), 0.2, split_rng)
+    assert len(kept) == 80 and len(held) == 20 and not set(kept) & set(held)
     run_seed = int(split_rng.integers(2**31))
-    fit = rs.rob_ula(normal_known_sigma, training, contamination=0.1, estimator="lrv_once", seed=run_seed,
+    fit = rs.rob_ula(normal_known_sigma, {"y": y[kept]}, contamination=0.1, estimator="lrv_once", seed=run_seed,
                      show_progress=False, **options)
     mu = fit.draws("mu").reshape(-1)
-    log_density = -0.5 * np.log(2 * np.pi) - 0.5 * (validation["y"][None, :] - mu[:, None]) ** 2
+    log_density = -0.5 * np.log(2 * np.pi) - 0.5 * (y[held][None, :] - mu[:, None]) ** 2
     pointwise = np.log(np.exp(log_density).mean(axis=0))
     row = tuning.curve[(tuning.curve["estimator"] == "lrv_once") & (tuning.curve["contamination"] == 0.1)].iloc[0]
     assert row["validation_loglik"] == pytest.approx(pointwise.mean(), rel=1e-10)

@@ -341,6 +341,29 @@ class Model(ModelMethods, GeneratedProgram):
         return {"log_lik": {"y": log_density_on_outcome_scale(self.spec, computed["log_lik"], scaling)},
                 "robust_loss": {"y": computed["robust_loss"]}, "y_rep": {"y": y_rep}}
 
+    def log_lik_of_rows(self, raw: RawDraws, prepared: PreparedData, rows: np.ndarray, seed: int) -> np.ndarray:
+        """log p(y_i | theta) of some rows at every draw, in the outcome's own units, whatever rows the
+        draws were fitted to (held-out rows are scored this way).
+
+        Parameters
+        ----------
+        raw : RawDraws
+            The draws.
+        prepared : PreparedData
+            Data of every row; its scaling is the draws' (from :meth:`with_row_weights` of these data).
+        rows : numpy.ndarray
+            0-based rows of ``prepared``.
+        seed : int
+            Stan's RNG seed for the generated quantities.
+
+        Returns
+        -------
+        numpy.ndarray
+            (chains, draws, len(rows)), NaN at draws that are not finite.
+        """
+        of_rows = self.with_row_weights(prepared, np.asarray(rows), np.ones(len(rows)), prepared.divergence)
+        return self.pointwise_draws(raw, of_rows, seed)["log_lik"]["y"]
+
     # -- what the methods ask of a model ----------------------------------------------------
     def langevin_target(self, stan_data: dict, oracle: str = "auto") -> LangevinTarget:
         """What :func:`robust_stan.rob_ula` needs of this model with these Stan data: the

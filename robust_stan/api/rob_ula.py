@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import cast
 
+from ..building.data import PreparedData
 from ..building.divergences import Divergence, as_divergence
 from ..building.partitions import is_partitioned, refuse_cluster_for_rows_here
 from ..common.cluster import Cluster
@@ -125,25 +126,50 @@ def rob_ula(model: AnyModel, data: Mapping, contamination: float, step_size: flo
     law depend on the seed. A chain whose state or gradient stops being finite is stopped with a
     warning; its later draws are NaN.
     """
-    if is_partitioned(data):
-        require_model(model, "rs.rob_ula").require_rows("data", "rows held in partitions")
-        target, gradients, prepared = partitioned_target(cast(Model, model), data, as_divergence(divergence),
-                                                         learning_rate, cluster, combine)  # a built-in model
-        result: type[RobULAFit] = PartitionedRobULAFit
-    else:
+    options = dict(step_size=step_size, iter_sampling=iter_sampling, iter_warmup=iter_warmup, thin=thin,
+                   chains=chains, estimator=estimator, inits=inits, init_scale=init_scale, metric=metric, seed=seed,
+                   show_progress=show_progress, log_density=log_density, gradient_total=gradient_total)
+    if not is_partitioned(data):
         refuse_cluster_for_rows_here(cluster, "Rob-ULA")
-        require_model(model, "rs.rob_ula")
-        prepared = model.prepare(data, divergence, learning_rate)
-        target, gradients, result = model.langevin_target(prepared.stan_data, oracle), None, RobULAFit
+        model = require_model(model, "rs.rob_ula")
+        return rob_ula_prepared(model, model.prepare(data, divergence, learning_rate), contamination, oracle, **options)
+    require_model(model, "rs.rob_ula").require_rows("data", "rows held in partitions")
+    target, gradients, prepared = partitioned_target(cast(Model, model), data, as_divergence(divergence),
+                                                     learning_rate, cluster, combine)  # a built-in model
     try:
-        out = run_rob_ula(target, contamination, step_size=step_size, iter_sampling=iter_sampling,
-                          iter_warmup=iter_warmup, thin=thin, chains=chains, estimator=estimator, inits=inits,
-                          init_scale=init_scale, metric=metric, seed=seed, show_progress=show_progress,
-                          log_density=log_density, gradient_total=gradient_total)
+        out = run_rob_ula(target, contamination, **options)
     finally:
-        if gradients is not None:
-            gradients.close()
-    fit = result(model, out.raw, prepared, out.settings, inverse_metric=out.inverse_metric,
-                 unconstrained_draws=out.unconstrained_draws)
+        gradients.close()
+    fit = PartitionedRobULAFit(model, out.raw, prepared, out.settings, inverse_metric=out.inverse_metric,
+                               unconstrained_draws=out.unconstrained_draws)
+    fit.warn_if_not_converged()
+    return fit
+
+
+def rob_ula_prepared(model: AnyModel, prepared: PreparedData, contamination: float, oracle: str = "auto",
+                     **options) -> RobULAFit:
+    """:func:`rob_ula` on data the model has prepared (rows held here).
+
+    Parameters
+    ----------
+    model : Model or StanProgramModel
+        The model.
+    prepared : PreparedData
+        From ``model.prepare`` or ``model.with_row_weights`` (the posterior of some rows).
+    contamination : float
+        As for :func:`rob_ula`.
+    oracle : str, default "auto"
+        As for :func:`rob_ula`.
+    **options
+        :func:`rob_ula`'s options of the run itself (``step_size`` to ``gradient_total``).
+
+    Returns
+    -------
+    RobULAFit
+        The fit, warned about when it has not converged.
+    """
+    out = run_rob_ula(model.langevin_target(prepared.stan_data, oracle), contamination, **options)
+    fit = RobULAFit(model, out.raw, prepared, out.settings, inverse_metric=out.inverse_metric,
+                    unconstrained_draws=out.unconstrained_draws)
     fit.warn_if_not_converged()
     return fit

@@ -19,15 +19,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.special import logsumexp
 
 from ..building.divergences import Divergence
 from ..common.errors import RobustStanInputError, RobustStanWarning, require_seed
-from ..methods.held_out import held_out_pointwise_log_likelihood
-from ..methods.rob_ula.sampler import default_estimator
+from ..results.fits.mcmc import quantities_seed
 from ..results.fits.rob_ula import RobULAFit
-from .any_model import require_model
-from .model import Model
-from .rob_ula import rob_ula
+from .any_model import AnyModel, require_model
+from .rob_ula import rob_ula_prepared
 
 DEFAULT_CONTAMINATIONS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2)  # 0: plain ULA (see tune_rob_ula)
 
@@ -81,26 +80,16 @@ class RobULATuning:
         return ax
 
 
-def split_rows(model: Model, data: Mapping, fraction: float, rng: np.random.Generator) -> tuple[dict, dict]:
-    """(training, validation) dicts: every variable with one entry per observation is split by
-    rows, a random ``fraction`` of them to validation; the others are copied to both."""
-    n = len(np.asarray(data["y"]))
+def split_rows(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, held): sorted 0-based rows, a random ``fraction`` of the ``n`` rows held out."""
     order = rng.permutation(n)
     n_validation = int(round(fraction * n))
     if not 1 <= n_validation < n - 1:
         raise RobustStanInputError(f"validation_fraction: {fraction} of {n} rows leaves no rows on one side")
-    held, kept = np.sort(order[:n_validation]), np.sort(order[n_validation:])
-    row_names = set(model.spec.row_data_names())
-    training, validation = {}, {}
-    for name, value in data.items():
-        if name in row_names and np.ndim(value) >= 1 and len(value) == n:
-            training[name], validation[name] = np.asarray(value)[kept], np.asarray(value)[held]
-        else:
-            training[name] = validation[name] = value
-    return training, validation
+    return np.sort(order[n_validation:]), np.sort(order[:n_validation])
 
 
-def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = DEFAULT_CONTAMINATIONS,
+def tune_rob_ula(model: AnyModel, data: Mapping, contaminations: Sequence[float] = DEFAULT_CONTAMINATIONS,
                  estimators: Sequence[str] = ("auto",), validation_fraction: float = 0.2,
                  refit: bool = True, seed: int | None = None, divergence: Divergence | None = None,
                  learning_rate: float = 1.0, step_size: float | None = None, iter_sampling: int = 5000,
@@ -127,11 +116,14 @@ def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = 
 
     Parameters
     ----------
-    model : Model
-        A built-in model (``rs.glm``, ``rs.location``, ...): your own program's rows cannot be held
-        out (for it, run :func:`rob_ula` with a chosen contamination).
+    model : Model or StanProgramModel
+        A built-in model (its data are cut to the training rows) or a program from
+        :func:`robust_stan.robustify` with one likelihood outcome (it keeps all its data and the
+        held-out rows get weight 0, so its transformed data still see them).
     data : mapping
-        The data, as for :func:`rob_ula`; rows are split at random.
+        The data, as for :func:`rob_ula`; rows are split at random. A built-in model standardises
+        the outcome with every row, as the refit does, so the grid's runs and the refit share one
+        scale.
     contaminations : sequence of float
         The grid of contamination fractions, each in [0, 0.5).
     estimators : sequence of str or callable
@@ -156,7 +148,7 @@ def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = 
     -------
     RobULATuning
     """
-    require_model(model, "rs.tune_rob_ula").require_rows("model", "rs.tune_rob_ula's held-out rows")
+    model = require_model(model, "rs.tune_rob_ula")
     contaminations = [float(c) for c in np.atleast_1d(contaminations)]
     if not contaminations or any(not 0 <= c < 0.5 for c in contaminations):
         raise RobustStanInputError(f"contaminations: need values in [0, 0.5), got {contaminations}")
@@ -166,27 +158,28 @@ def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = 
         raise RobustStanInputError("estimators: need at least one estimator")
     if not (isinstance(validation_fraction, float) and 0 < validation_fraction < 1):
         raise RobustStanInputError(f"validation_fraction: must be a number in (0, 1), got {validation_fraction!r}")
+    prepared = model.prepare(data, divergence, learning_rate)
     rng = np.random.default_rng(require_seed(seed))
-    training, validation = split_rows(model, data, validation_fraction, rng)
+    kept, held = split_rows(model.rows_of_outcome(prepared.stan_data), validation_fraction, rng)
+    training = model.with_row_weights(prepared, kept, np.ones(len(kept)), prepared.divergence)
     run_seed = int(rng.integers(2**31))
-    options: dict[str, Any] = dict(divergence=divergence, learning_rate=learning_rate, step_size=step_size,
-                                   iter_sampling=iter_sampling, iter_warmup=iter_warmup, thin=thin, chains=chains,
-                                   inits=inits, init_scale=init_scale, metric=metric, gradient_total=gradient_total,
-                                   oracle=oracle, show_progress=show_progress)
-    estimators = [default_estimator(model.spec.family) if e == "auto" else e for e in estimators]
-    named = {(e if isinstance(e, str) else getattr(e, "__name__", "custom")): e for e in estimators}
-    rows = []
-    for name, estimator in named.items():
+    options: dict[str, Any] = dict(step_size=step_size, iter_sampling=iter_sampling, iter_warmup=iter_warmup,
+                                   thin=thin, chains=chains, inits=inits, init_scale=init_scale, metric=metric,
+                                   gradient_total=gradient_total, show_progress=show_progress)
+    rows, chosen = [], {}
+    for estimator in estimators:
         for contamination in contaminations:
             started = time.perf_counter()
             with warnings.catch_warnings():  # the curve reports each run's R-hat instead
                 warnings.simplefilter("ignore", RobustStanWarning)
-                fit = rob_ula(model, training, contamination=contamination, estimator=estimator, seed=run_seed,
-                              log_density=False, **options)
-            thetas = fit.unconstrained_draws.reshape(-1, fit.unconstrained_draws.shape[-1])
-            finite = thetas[np.all(np.isfinite(thetas), axis=1)]
-            pointwise = held_out_pointwise_log_likelihood(fit.model, fit.divergence, fit.scaling, validation, finite)
-            rows.append({"estimator": name, "contamination": contamination,
+                fit = rob_ula_prepared(model, training, contamination, oracle, estimator=estimator, seed=run_seed,
+                                       log_density=False, **options)
+            chosen[fit.settings.estimator] = estimator
+            log_lik = model.log_lik_of_rows(fit.raw, prepared, held, quantities_seed(fit))
+            log_lik = log_lik.reshape(-1, len(held))
+            log_lik = log_lik[np.all(np.isfinite(log_lik), axis=1)]  # a stopped chain's draws are NaN
+            pointwise = logsumexp(log_lik, axis=0) - np.log(len(log_lik))
+            rows.append({"estimator": fit.settings.estimator, "contamination": contamination,
                          "validation_loglik": float(pointwise.mean()),
                          "validation_loglik_se": float(pointwise.std(ddof=1) / np.sqrt(pointwise.size)),
                          "max_r_hat": float(fit.summary()["r_hat"].max()),
@@ -195,8 +188,9 @@ def tune_rob_ula(model: Model, data: Mapping, contaminations: Sequence[float] = 
     best = curve.loc[curve["validation_loglik"].idxmax()]
     refitted = None
     if refit:
-        refitted = rob_ula(model, data, contamination=float(best["contamination"]),
-                           estimator=named[best["estimator"]], seed=run_seed, log_density=log_density, **options)
+        refitted = rob_ula_prepared(model, prepared, float(best["contamination"]), oracle,
+                                    estimator=chosen[best["estimator"]], seed=run_seed, log_density=log_density,
+                                    **options)
         if seed is None:  # run_seed came from fresh entropy: the refit cannot be repeated
             refitted.settings = replace(refitted.settings, seed=None)
     return RobULATuning(float(best["contamination"]), str(best["estimator"]), curve, refitted)

@@ -38,6 +38,7 @@ from ..common.resources import LIBRARY_FILE
 from ..engines import ProgramSource, RawDraws
 from ..engines.base import parameter_columns
 from ..gradients.oracles import GradientOracle, make_oracle
+from ..gradients.per_example import RowSubsetGradients
 from ..gradients.weight_derivatives import WeightDerivativeGradients, second_order_available
 from ..methods.coresets.targets import ProgramCoresetTarget
 from ..methods.rob_ula.sampler import LangevinTarget, default_estimator
@@ -367,7 +368,9 @@ class StanProgramModel(ModelMethods, ProgramSource):
         """What :func:`robust_stan.rob_ula` needs of this robustified program with these Stan data.
 
         Per-example gradients by mixed second derivatives (:meth:`weight_derivative_gradients`), the prior alone
-        (every weight 0) and the likelihood reweighted, all as data.
+        (every weight 0) and the likelihood reweighted, all as data. Rows whose weight is 0 in ``stan_data``
+        are not in the posterior (:meth:`with_row_weights`), so Rob-ULA's robust mean leaves them out; the
+        others must have weight 1 (Rob-ULA has no row weights).
 
         Parameters
         ----------
@@ -382,15 +385,22 @@ class StanProgramModel(ModelMethods, ProgramSource):
         self._require_one_outcome("the per-example gradients of rs.rob_ula, rs.select_divergence and rs.calibrate")
         y = self.outcomes[0]
         d = self.dimension(stan_data)
+        row_weights = np.asarray(stan_data[f"rs_weights_{y}"], float)
+        rows = np.flatnonzero(row_weights)
+        if not np.all(row_weights[rows] == 1.0):
+            raise RobustStanInputError(f"data: rs.rob_ula takes each row of {y!r} in (weight 1) or out (weight 0); "
+                                       "it has no other row weights")
 
-        def with_weights(weights) -> GradientOracle:
-            return make_oracle(self.stan_code, dict(stan_data, **{f"rs_weights_{y}": np.asarray(weights, float)}), d,
-                               oracle)
+        def with_weights(weights) -> GradientOracle:  # weights of the rows in; the others stay 0
+            every_row = np.zeros(len(row_weights))
+            every_row[rows] = np.asarray(weights, float)
+            return make_oracle(self.stan_code, dict(stan_data, **{f"rs_weights_{y}": every_row}), d, oracle)
 
+        per_example = self.weight_derivative_gradients(stan_data)
         family = next(f for f in FAMILIES.values() if f.stan_name == self.likelihoods[0].family)
         return LangevinTarget(
-            per_example=self.weight_derivative_gradients(stan_data),
-            prior=with_weights(np.zeros(len(stan_data[f"rs_weights_{y}"]))),
+            per_example=per_example if len(rows) == len(row_weights) else RowSubsetGradients(per_example, rows),
+            prior=with_weights(np.zeros(len(rows))),
             posterior=make_oracle(self.stan_code, stan_data, d, oracle),
             weighted=with_weights,
             output=lambda: make_oracle(self.stan_code, stan_data, d, oracle),
@@ -725,6 +735,30 @@ class StanProgramModel(ModelMethods, ProgramSource):
         pointwise["y_rep"] = {y: posterior[f"{y}_rep"] for y in self.observed
                               if f"{y}_rep" in posterior and posterior[f"{y}_rep"].shape[2:] == shapes[y]}
         return pointwise
+
+    def log_lik_of_rows(self, raw: RawDraws, prepared: PreparedData, rows: np.ndarray, seed: int) -> np.ndarray:
+        """log p(y_i | theta) of some rows of the one robustified outcome at every draw, whatever their
+        weights in ``prepared`` (held-out rows are scored this way).
+
+        Parameters
+        ----------
+        raw : RawDraws
+            The draws.
+        prepared : PreparedData
+            Data of every row.
+        rows : numpy.ndarray
+            0-based rows.
+        seed : int
+            Stan's RNG seed for the program's generated quantities.
+
+        Returns
+        -------
+        numpy.ndarray
+            (chains, draws, len(rows)), NaN at draws that are not finite.
+        """
+        self._require_one_outcome("each observation's own log density (held-out rows)")
+        y = self.outcomes[0]
+        return self._robust_quantities(raw, prepared.stan_data, seed)[f"rs_log_lik_{y}"][..., np.asarray(rows)]
 
     def _log_lik_name(self, log_lik: np.ndarray, stan_data: dict) -> str:
         """A program's own ``log_lik`` is named after its outcome when there is one outcome with

@@ -255,3 +255,76 @@ def _choose_strategy(spec, strategy: str) -> str:
     if strategy == "auto":
         return "linear_predictor" if spec.linear_predictor is not None else "copies"
     return strategy
+
+
+class RowSubsetGradients:
+    """The per-example gradients of some rows only: another per-example object seen through ``rows``.
+
+    Its methods have :class:`PerExampleGradients`' signatures, its row ``k`` being ``rows[k]`` of
+    ``inner``. A program whose data cannot be cut to rows (its rows' weights 0 instead) gives
+    Rob-ULA the rows that count this way.
+
+    Parameters
+    ----------
+    inner : object
+        Gives grad l_i for every row (``n``, ``dimension``, ``gradients_many(thetas, batch)``).
+    rows : array_like of int
+        0-based rows of ``inner`` that are kept.
+    """
+
+    def __init__(self, inner, rows):
+        self.inner = inner
+        self.rows = checked_rows(np.asarray(rows), inner.n)
+        self.n = len(self.rows)
+        self.dimension = inner.dimension
+
+    def gradients(self, theta, batch=None) -> np.ndarray:
+        """(rows, d): grad l_i at one unconstrained point; ``batch`` indexes the kept rows.
+
+        Parameters
+        ----------
+        theta : array_like
+            The point, length d.
+        batch : array_like of int or None, default None
+            0-based positions among the kept rows; None is every kept row.
+
+        Returns
+        -------
+        numpy.ndarray
+            (rows, d).
+        """
+        return self.inner.gradients(theta, self.rows[checked_rows(batch, self.n)])
+
+    def gradients_many(self, thetas: np.ndarray, batch=None) -> np.ndarray:
+        """:meth:`gradients` at each of several points.
+
+        Parameters
+        ----------
+        thetas : numpy.ndarray
+            (points, d).
+        batch : array_like of int or None, default None
+            As for :meth:`gradients`.
+
+        Returns
+        -------
+        numpy.ndarray
+            (points, rows, d).
+        """
+        return self.inner.gradients_many(thetas, self.rows[checked_rows(batch, self.n)])
+
+    def gradients_many_in(self, thetas: np.ndarray, factor: np.ndarray, batch=None) -> np.ndarray:
+        """:meth:`gradients_many` times ``factor`` (d, k).
+
+        Parameters
+        ----------
+        thetas, batch
+            As for :meth:`gradients_many`.
+        factor : numpy.ndarray
+            (d, k).
+
+        Returns
+        -------
+        numpy.ndarray
+            (points, rows, k).
+        """
+        return self.inner.gradients_many_in(thetas, factor, self.rows[checked_rows(batch, self.n)])

@@ -1,4 +1,4 @@
-"""Held-out log predictive density of a fit's draws: the score of influence and of tune_rob_ula."""
+"""Held-out log predictive density of a fit's draws: the score of rs.influence."""
 
 from __future__ import annotations
 
