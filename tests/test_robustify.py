@@ -678,6 +678,38 @@ def test_rob_ula_on_a_robustified_program():
     assert robust_error < plain_error, (robust_error, plain_error)
 
 
+def _regression_twice():
+    """The robustified regression and the built-in glm that states the same model (the same priors,
+    parameters and loss), with data that have gross outliers."""
+    data = _linear_regression(np.random.default_rng(17))
+    data["y"][:4] += 15.0  # a tenth of the rows grossly wrong
+    program = rs.robustify(_program("linear_regression"), engine=ENGINE)
+    built_in = rs.glm("normal", standardize=False, engine=ENGINE,  # the program's priors
+                      priors={"alpha": "normal(0, 5)", "b": "normal(0, 2)", "sigma": "student_t(3, 0, 2)"})
+    return data, program, built_in
+
+
+@pytest.mark.stan
+@pytest.mark.parametrize("divergence", [rs.KL(), rs.BetaD(0.3)])
+def test_the_same_model_built_in_or_robustified_gives_the_same_draws_for_the_same_seed(divergence):
+    """rs.glm("normal", standardize=False) with the program's priors and the robustified regression
+    compute the same log density by the same operations (the library's loss, or the native one under
+    beta), so NUTS (random starts and inits="mode") and robust VI with the same seed give the same
+    draws. Any difference in an operation would send NUTS elsewhere after a few iterations, so the
+    bound is rounding's (the draws were identical here)."""
+    data, program, built_in = _regression_twice()
+    rows = {"X": data["X"], "y": data["y"]}
+    options = dict(divergence=divergence, seed=3, show_progress=False)
+    for inits in (None, "mode"):
+        ours = program.sample(data, chains=2, iter_warmup=300, iter_sampling=300, inits=inits, **options)
+        theirs = built_in.sample(rows, chains=2, iter_warmup=300, iter_sampling=300, inits=inits, **options)
+        np.testing.assert_allclose(ours.draws("beta"), theirs.draws("b"), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(ours.draws("sigma"), theirs.draws("sigma"), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(ours.log_lik, theirs.log_lik, rtol=0, atol=1e-10)
+    ours, theirs = program.variational(data, draws=500, **options), built_in.variational(rows, draws=500, **options)
+    np.testing.assert_allclose(ours.draws("beta"), theirs.draws("b"), rtol=0, atol=1e-12)
+
+
 @pytest.mark.stan
 def test_tune_rob_ula_on_a_robustified_program_is_the_built_in_models_tuning():
     """rs.tune_rob_ula holds rows out of a program by weight 0 (its data are not cut) and Rob-ULA's
@@ -689,11 +721,7 @@ def test_tune_rob_ula_on_a_robustified_program_is_the_built_in_models_tuning():
     agree to 1e-9 relative and the refits' draws to 1e-8 (rounding gave 1e-12 and 1e-10), far below
     what one wrong row in the robust mean would move (the score by O(1)). The refit is the plain
     rs.rob_ula run on every row."""
-    data = _linear_regression(np.random.default_rng(17))
-    data["y"][:4] += 15.0  # a tenth of the rows grossly wrong
-    program = rs.robustify(_program("linear_regression"), engine=ENGINE)
-    built_in = rs.glm("normal", standardize=False, engine=ENGINE,  # the program's priors
-                      priors={"alpha": "normal(0, 5)", "b": "normal(0, 2)", "sigma": "student_t(3, 0, 2)"})
+    data, program, built_in = _regression_twice()
     options = dict(contaminations=[0.0, 0.1], iter_sampling=300, iter_warmup=100, chains=2, seed=4)
     ours = rs.tune_rob_ula(program, data, **options)
     theirs = rs.tune_rob_ula(built_in, {"X": data["X"], "y": data["y"]}, **options)
