@@ -7,6 +7,7 @@ Stan's unconstrained scale: the parameters in declaration order, each matrix col
 constrained parameter mapped as Stan maps it, with the log-Jacobian Stan adds:
 
 - ``<lower=a>``: x = a + exp(u), log-Jacobian u;
+- ``<lower=0, upper=1>``: x = inv_logit(u), log-Jacobian log x + log(1 - x);
 - ``cholesky_factor_corr[2]``: one value u, the canonical partial correlation z = tanh(u),
   L = [[1, 0], [z, sqrt(1 - z^2)]], log-Jacobian log(1 - z^2).
 
@@ -46,6 +47,13 @@ class _Unconstrained:
         u = self._take(1 if size is None else size)
         self.log_jacobian += u.sum()
         x = lower + np.exp(u)
+        return x[0] if size is None else x
+
+    def unit(self, size=None):
+        """``<lower=0, upper=1>``: x = inv_logit(u), log-Jacobian log x + log(1 - x)."""
+        u = self._take(1 if size is None else size)
+        self.log_jacobian += np.sum(log_expit(u) + log_expit(-u))
+        x = 1 / (1 + np.exp(-u))
         return x[0] if size is None else x
 
     def cholesky_factor_corr_2(self):
@@ -155,9 +163,39 @@ def loop_likelihood(data, theta):
                   + _normal(data["y"], alpha + beta * np.asarray(data["x"]), sigma))
 
 
+def eight_schools(data, theta):
+    p = _Unconstrained(theta)
+    mu, tau, theta_tilde = p.real(), p.positive(), p.vector(data["J"])
+    return p.done(_normal(mu, 0, 5) + stats.cauchy.logpdf(tau, 0, 5) + _normal(theta_tilde, 0, 1)
+                  + _normal(data["y"], mu + tau * theta_tilde, data["sigma"]))
+
+
+def target_sum(data, theta):
+    p = _Unconstrained(theta)
+    alpha, beta, sigma = p.real(), p.real(), p.positive()
+    return p.done(_normal(alpha, 0, 5) + _normal(beta, 0, 2) + _exponential(sigma, 1)
+                  + _normal(data["y"], alpha + beta * data["x"], sigma))
+
+
+def if_else_trend(data, theta):
+    p = _Unconstrained(theta)
+    a, b, s = p.real(), p.real(), p.positive()
+    trend = 1 / (1 + np.exp(-data["t"])) if data["logistic"] == 1 else data["t"]
+    return p.done(_normal(a, 0, 5) + _normal(b, 0, 2) + _exponential(s, 1) + _normal(data["y"], a + b * trend, s))
+
+
+def two_binomials(data, theta):
+    p = _Unconstrained(theta)
+    p_control, p_treated = p.unit(), p.unit()
+    return p.done(stats.beta.logpdf(p_control, 2, 2) + stats.beta.logpdf(p_treated, 2, 2)
+                  + stats.binom.logpmf(data["y_control"], data["n_control"], p_control)
+                  + stats.binom.logpmf(data["y_treated"], data["n_treated"], p_treated))
+
+
 REFERENCE_LOG_DENSITIES = {f.__name__: f for f in (
     linear_regression, logistic_regression, poisson_offset, group_intercepts, varying_slopes,
-    multi_normal_location, student_t_regression, two_outcomes, target_lupdf, loop_likelihood)}
+    multi_normal_location, student_t_regression, two_outcomes, target_lupdf, loop_likelihood,
+    eight_schools, target_sum, if_else_trend, two_binomials)}
 
 
 def central_difference_gradient(log_density, theta, step):

@@ -69,6 +69,21 @@ def _normal(rng, n=N):
     return {"N": n, "y": 2 + rng.normal(size=n)}
 
 
+def _schools(rng, n=N):
+    sigma = rng.uniform(1.0, 3.0, size=n)
+    return {"J": n, "y": 5 + 2 * rng.normal(size=n) + sigma * rng.normal(size=n), "sigma": sigma}
+
+
+def _trend(rng, n=N, logistic=0):
+    t = np.linspace(-3, 3, n)
+    return {"N": n, "t": t, "y": 1 + 2 * t + 0.5 * rng.normal(size=n), "logistic": logistic}
+
+
+def _two_counts(rng, n=N):
+    return {"n_control": n, "y_control": int(rng.binomial(n, 0.3)), "n_treated": n,
+            "y_treated": int(rng.binomial(n, 0.5))}
+
+
 # program -> (data, NUTS adapt_delta)
 CASES = {
     "linear_regression": (_linear_regression, 0.8),
@@ -81,6 +96,12 @@ CASES = {
     "two_outcomes": (_two_outcomes, 0.8),
     "target_lupdf": (_normal, 0.8),
     "loop_likelihood": (_simple_regression, 0.8),
+    # idioms: arrays of reals as the outcome and the arguments; priors and likelihood in one target +=;
+    # the outcome in exclusive if/else branches; scalar outcomes
+    "eight_schools": (_schools, 0.95),
+    "target_sum": (_simple_regression, 0.8),
+    "if_else_trend": (_trend, 0.8),
+    "two_binomials": (_two_counts, 0.8),
 }
 
 
@@ -106,7 +127,8 @@ def case(request):
 # the programs as written that rs.from_stan compiles here: one of each shape (log_lik and y_rep in
 # generated quantities, a target += likelihood, two outcomes one of them an int array, an array of
 # vectors as the outcome); the other programs' rewrites are checked against the reference densities
-AS_WRITTEN = ["linear_regression", "multi_normal_location", "target_lupdf", "two_outcomes"]
+AS_WRITTEN = ["linear_regression", "multi_normal_location", "target_lupdf", "two_outcomes",
+              "eight_schools", "target_sum", "if_else_trend", "two_binomials"]  # and each idiom
 
 
 @pytest.fixture(scope="module", params=AS_WRITTEN)
@@ -148,6 +170,25 @@ def test_kl_rewrite_keeps_the_log_density_up_to_one_constant(case):
     _assert_log_density_is_the_reference_plus_a_constant(
         name, data, lambda theta: robust.log_density_gradient(data, theta, divergence=rs.KL()),
         robust.dimension(robust.stan_data(data)))
+
+
+@pytest.mark.stan
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 20 draws: too few for R-hat
+def test_kl_rewrite_of_exclusive_branches_follows_the_branch_the_data_take():
+    """if_else_trend.stan states the outcome's likelihood once in each branch of an if/else on data:
+    the rewrite keeps the branches, so with either value of the switch its log density is the
+    reference's (that branch's) plus a constant, and its log_lik is that branch's density per row."""
+    name, data, _, robust = _compiled_case("if_else_trend", rs.robustify)
+    for logistic in (0, 1):
+        switched = dict(data, logistic=logistic)
+        _assert_log_density_is_the_reference_plus_a_constant(
+            name, switched, lambda theta: robust.log_density_gradient(switched, theta, divergence=rs.KL()),
+            robust.dimension(robust.stan_data(switched)))
+        fit = robust.sample(switched, chains=1, iter_warmup=100, iter_sampling=20, seed=1, show_progress=False)
+        a, b, s = (fit.draws(v).reshape(-1) for v in ("a", "b", "s"))
+        trend = 1 / (1 + np.exp(-switched["t"])) if logistic else switched["t"]
+        expected = stats.norm.logpdf(switched["y"][None, :], a[:, None] + b[:, None] * trend[None, :], s[:, None])
+        np.testing.assert_allclose(fit.log_lik.reshape(20, -1), expected, rtol=1e-10)
 
 
 @pytest.mark.stan
@@ -326,6 +367,10 @@ OUTLIERS = {
     "two_outcomes": (_shift_y(10.0), "a", True),
     "target_lupdf": (_shift_y(10.0), "mu", True),
     "loop_likelihood": (_shift_y(10.0), "alpha", True),
+    "eight_schools": (_shift_y(20.0), "mu", True),
+    "target_sum": (_shift_y(10.0), "alpha", True),
+    "if_else_trend": (_shift_y(10.0), "a", True),
+    # two_binomials: one observation per outcome, nothing to spoil
 }
 # Label flips at leverage: with a tenth of 200 rows flipped at x = (3, -3) the beta loss itself is
 # smallest near b = 0, where the flipped rows are not outlying (total BetaD(0.5) loss -189.1 there
@@ -335,15 +380,21 @@ OUTLIERS = {
 ROBUSTNESS_SETTINGS = {"logistic_regression": dict(n=400, every=20, divergence=rs.BetaD(1.0))}
 
 
+@pytest.fixture(scope="module", params=sorted(OUTLIERS))
+def spoilable_case(request):
+    """Each program robustified whose rows can be spoiled (OUTLIERS)."""
+    return _compiled_case(request.param, rs.robustify)
+
+
 @pytest.mark.stan
 @pytest.mark.statistical_study
-def test_beta_rewrite_of_every_program_resists_planted_outliers(case):
+def test_beta_rewrite_of_every_program_resists_planted_outliers(spoilable_case):
     """Spoiled rows: the KL posterior mean of the watched parameter leaves the clean-data posterior
     mean by more than 5 of the clean posterior's sds, the beta posterior mean stays within 3 of
     them (plus 4 combined MCSEs). The beta posterior is about that of the unspoiled rows, whose mean
     differs from the clean one by about 0.3 sd, and the beta estimate's lower efficiency adds about
     0.5 sd (normal, beta 0.5); a posterior that followed the outliers as KL's does would fail."""
-    name, _, adapt_delta, robust = case
+    name, _, adapt_delta, robust = spoilable_case
     plant, watched, kl_moves = OUTLIERS[name]
     settings = {"n": 200, "every": 10, "divergence": rs.BetaD(0.5), **ROBUSTNESS_SETTINGS.get(name, {})}
     clean = CASES[name][0](np.random.default_rng(17), n=settings["n"])
@@ -500,7 +551,9 @@ REFUSALS = {
     "multi-index": ("y[idx] ~ normal(mu, sigma);", "cannot be told apart"),
     "two statements": ("y ~ normal(mu, sigma);\n  y ~ normal(mu, 2 * sigma);", "several likelihood statements"),
     "expression outcome": ("(y - mu) / sigma ~ std_normal();", "expression of the data variable"),
-    "inside an expression": ("target += normal_lpdf(y | mu, sigma) + 0;", "part of a larger expression"),
+    "inside an expression": ("target += log_mix(0.9, normal_lpdf(y | mu, sigma), normal_lpdf(y | mu, 10 * sigma));",
+                             "part of a larger expression"),
+    "subtracted": ("target += 1 - normal_lpdf(y | mu, sigma);", "part of a larger expression"),
 }
 
 

@@ -21,7 +21,7 @@ from ..building.data import (
     warn_if_the_data_barely_count,
 )
 from ..building.divergences import Divergence, DivergenceCode, as_divergence, refuse_original_gamma
-from ..building.families import FAMILIES
+from ..building.families import family_of_stan_name
 from ..building.robustify import (
     SWITCHES,
     WEIGHT_PARAMETERS,
@@ -49,9 +49,6 @@ from .model_methods import ModelMethods
 _POINTWISE_PREFIXES = ("rs_log_lik_", "rs_robust_loss_", WEIGHT_PARAMETERS)
 
 #: The built-in family of each library family a rewrite uses (Likelihood.family is the library's name).
-_FAMILY_OF_STAN_NAME = {family.stan_name: family for family in FAMILIES.values()}
-
-
 def _read_source(stan_file_or_code) -> tuple[str, str, tuple[str, ...]]:
     """(program text, the name errors use, folders for its #includes)."""
     if isinstance(stan_file_or_code, os.PathLike) or (
@@ -126,7 +123,7 @@ class StanProgramModel(ModelMethods, ProgramSource):
         super().__init__(stan_code, engine)
         self.filename = filename
         self.likelihoods = likelihoods
-        self.outcomes = [lik.outcome for lik in likelihoods]
+        self.outcomes = list(dict.fromkeys(lik.outcome for lik in likelihoods))  # one per outcome, in order
         # the data variables a likelihood statement is on: the robustified outcomes, or for a
         # program as written those found in its model block (its observed_data in ArviZ)
         self.observed = list(observed) if observed is not None else list(self.outcomes)
@@ -189,9 +186,9 @@ class StanProgramModel(ModelMethods, ProgramSource):
         out.update(divergence_switches(divergence), rs_learning_rate=check_learning_rate(learning_rate),
                    rs_pointwise=int(Pointwise.OFF), rs_weights_are_parameters=0)
         out.update(self._weights(out, weights))
-        for likelihood in self.likelihoods:  # as the built-in models warn, from the same pilot fit
+        for likelihood in {lik.outcome: lik for lik in reversed(self.likelihoods)}.values():  # as the built-in models warn
             warn_if_the_data_barely_count(
-                _FAMILY_OF_STAN_NAME[likelihood.family], np.asarray(out[likelihood.outcome], dtype=float),
+                family_of_stan_name(likelihood.family), np.atleast_1d(np.asarray(out[likelihood.outcome], dtype=float)),
                 out[f"rs_weights_{likelihood.outcome}"], out["rs_learning_rate"], divergence, stacklevel=4)
         return out
 
@@ -397,7 +394,7 @@ class StanProgramModel(ModelMethods, ProgramSource):
             return make_oracle(self.stan_code, dict(stan_data, **{f"rs_weights_{y}": every_row}), d, oracle)
 
         per_example = self.weight_derivative_gradients(stan_data)
-        family = next(f for f in FAMILIES.values() if f.stan_name == self.likelihoods[0].family)
+        family = family_of_stan_name(self.likelihoods[0].family)
         return LangevinTarget(
             per_example=per_example if len(rows) == len(row_weights) else RowSubsetGradients(per_example, rows),
             prior=with_weights(np.zeros(len(rows))),
@@ -658,8 +655,8 @@ class StanProgramModel(ModelMethods, ProgramSource):
         """
         out = []
         for y in self.observed:
-            values = np.asarray(prepared.stan_data[y])
-            dims = [f"{y}_obs"] + [f"{y}_dim_{k}" for k in range(1, values.ndim)] if values.ndim else []
+            values = np.atleast_1d(prepared.stan_data[y])  # a scalar outcome is one observation
+            dims = [f"{y}_obs"] + [f"{y}_dim_{k}" for k in range(1, values.ndim)]
             weights = np.asarray(prepared.stan_data[f"rs_weights_{y}"]) if y in self.outcomes else None
             out.append(Outcome(y, values, dims, weights, f"weights_{y}"))
         return out

@@ -420,6 +420,22 @@ _register(
 )
 
 
+def family_of_stan_name(stan_name: str) -> Family:
+    """The family whose library functions are named after ``stan_name`` (``poisson_log``, ...).
+
+    Parameters
+    ----------
+    stan_name : str
+        A family's :attr:`Family.stan_name`.
+
+    Returns
+    -------
+    Family
+        Its record.
+    """
+    return next(family for family in FAMILIES.values() if family.stan_name == stan_name)
+
+
 def get_family(name: str) -> Family:
     """Look a family up by name, with an error listing the known ones."""
     if not isinstance(name, str) or name not in FAMILIES:

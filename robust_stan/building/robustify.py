@@ -13,13 +13,14 @@ name and its arguments).
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..common.errors import RobustStanInputError
 from ..common.resources import LIBRARY_FILE, NATIVE_FILE
-from .families import FAMILIES
+from .families import FAMILIES, family_of_stan_name
 
 #: Names the rewritten program adds; a program that already uses one is refused.
 SWITCHES = ("rs_divergence", "rs_divergence_param", "rs_learning_rate", "rs_pointwise", "rs_weights_are_parameters")
@@ -108,7 +109,7 @@ class RobustifiedProgram:
 
     @property
     def outcomes(self) -> list[str]:
-        return [lik.outcome for lik in self.likelihoods]
+        return list(dict.fromkeys(lik.outcome for lik in self.likelihoods))
 
 
 # -- small text tools --------------------------------------------------------------------------
@@ -224,8 +225,10 @@ def _declarations(lines: list[str], block: tuple[int, int] | None) -> dict[str, 
 
 def _outcome_kind(type_text: str) -> str:
     """The shape class of a data declaration: vector, row_vector, real_array, int_array,
-    vector_array, or other."""
+    vector_array, real or int (a scalar: one observation), or other."""
     text = re.sub(r"<[^<>]*>", "", type_text).strip()
+    if text in ("real", "int"):
+        return text
     if text.startswith("vector"):
         return "vector"
     if text.startswith("row_vector"):
@@ -244,8 +247,9 @@ class _Found:
     distribution: str
     arguments: list[str]
     truncated: bool
-    whole_statement: bool  # False: a *_lpdf call inside a larger expression
+    whole_statement: bool  # False: a *_lpdf call inside a larger expression (not a term added to the target)
     statement: str
+    term: str | None = None  # the call, when it is one added term of a longer `target +=` (the others are kept)
 
 
 def _statements_on(line: str, line_index: int = -1) -> list[_Found]:
@@ -271,6 +275,8 @@ def _statements_on(line: str, line_index: int = -1) -> list[_Found]:
         return found
     if body.startswith("target +="):
         expression = body[len("target +="):].strip()
+        added = {(start, end) for sign, start, end in _additive_terms(expression) if sign == "+"}
+        several = len(_additive_terms(expression)) > 1
         for match in re.finditer(r"\b(\w+)_(lpdf|lupdf|lpmf|lupmf)\s*\(", expression):
             close = _closing(expression, match.end() - 1)
             inside = expression[match.end():close]
@@ -278,9 +284,38 @@ def _statements_on(line: str, line_index: int = -1) -> list[_Found]:
             if len(pieces) != 2:
                 continue
             arguments = [a for a in _split_top(pieces[1], ",") if a]
-            whole = match.start() == 0 and close == len(expression) - 1
-            found.append(_Found(line_index, pieces[0], match.group(1), arguments, False, whole, statement))
+            whole = (match.start(), close + 1) in added
+            term = expression[match.start():close + 1] if whole and several else None
+            found.append(_Found(line_index, pieces[0], match.group(1), arguments, False, whole, statement, term))
     return found
+
+
+def _additive_terms(expression: str) -> list[tuple[str, int, int]]:
+    """(sign, start, end) of each term of ``expression`` that is added or subtracted at the top
+    level (outside brackets; the sign of an exponent, 1e+3, is no operator)."""
+    cuts, depth = [], 0
+    for i, ch in enumerate(expression):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch in "+-" and depth == 0:
+            before = expression[:i].rstrip()
+            exponent = re.search(r"(?<![\w.])\d+(\.\d*)?[eE]$", before) or re.search(r"(?<![\w.])\.\d+[eE]$", before)
+            if not exponent and (not before or before[-1] not in "+-*/^%|&<>=!?:,("):
+                cuts.append(i)
+    terms, start, sign = [], 0, "+"
+    if expression.lstrip().startswith("-"):
+        start, sign = expression.index("-") + 1, "-"
+    for cut in [*cuts, len(expression)]:
+        if cut < start:
+            continue
+        text = expression[start:cut]
+        left = len(text) - len(text.lstrip())
+        terms.append((sign, start + left, start + len(text.rstrip())))
+        if cut < len(expression):
+            sign, start = expression[cut], cut + 1
+    return terms
 
 
 def _user_line(source: str, found: _Found, outcome: str, used: set[int]) -> int:
@@ -345,12 +380,17 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
             if target is not None:
                 found.append((statement, *target))
     outcomes = [outcome for _, outcome, _ in found]
+    branches = _branch_paths(code, model)
     for outcome in sorted(set(outcomes)):
-        if outcomes.count(outcome) > 1:
+        on_it = [(s, index) for s, o, index in found if o == outcome]
+        exclusive = all(_exclusive(branches[a.line_index], branches[b.line_index]) and i == j
+                        for (a, i), (b, j) in itertools.combinations(on_it, 2))
+        if not exclusive:
             used: set[int] = set()
-            where = [_where(source, s, outcome, used, filename) for s, o, _ in found if o == outcome]
+            where = [_where(source, s, outcome, used, filename) for s, _ in on_it]
             raise RobustifyError(f"{'; '.join(where)}: several likelihood statements on the outcome {outcome!r}; "
-                                 "robustify needs all of its likelihood in one statement")
+                                 "robustify needs all of its likelihood in one statement, or in statements on "
+                                 "exclusive branches of one if/else (each with the same indexing)")
     _refuse_other_terms_on(outcomes, found, code, model, source, filename)
     if wanted is not None:
         missing = sorted(set(wanted) - set(outcomes))
@@ -363,16 +403,77 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
                              "whose outcome is a variable of the data block)"
                              + "".join(f"; {where}: {why}" for _, where, why in not_data))
 
-    likelihoods, rewritten, pointwise = [], {}, {}
+    likelihoods: list[Likelihood] = []
+    rewritten: dict[int, list[str]] = {}
+    pointwise: dict[int, list[str]] = {}
+    terms: dict[int, list[str]] = {}
     used_lines: set[int] = set()
+    array_names = _array_names(code)
     for statement, outcome, index in found:
         lik, model_line, gq_lines = _rewrite(statement, outcome, index, data_types[outcome], source, used_lines,
-                                             filename)
+                                             filename, array_names)
         likelihoods.append(lik)
-        rewritten[statement.line_index] = model_line
-        pointwise[statement.line_index] = gq_lines
+        rewritten.setdefault(statement.line_index, []).append(model_line)
+        pointwise.setdefault(statement.line_index, []).extend(gq_lines)
+        if statement.term is not None:
+            terms.setdefault(statement.line_index, []).append(statement.term)
+    for k, rewritten_terms in terms.items():  # the other terms of a `target +=` stay, in a statement of their own
+        rest = _without_terms(code[k].strip(), rewritten_terms)
+        for statement, outcome, _ in found:
+            if statement.line_index == k and re.search(_TARGET_TERM.format(name=re.escape(outcome)), rest):
+                raise RobustifyError(f"{_where(source, statement, outcome, set(), filename)}: another term of this "
+                                     f"statement also reads the outcome {outcome!r} (e.g. a censored row's lccdf); "
+                                     "robustify cannot weight those rows")
+        if rest:
+            rewritten[k].insert(0, rest)
     return RobustifiedProgram(_assemble(lines, code, model, likelihoods, rewritten, pointwise, filename),
                               tuple(likelihoods))
+
+
+def _branch_paths(code: list[str], model: tuple[int, int]) -> dict[int, tuple[tuple[int, int], ...]]:
+    """For each line of the model block, the if/else branches it lies in: ((chain, branch), ...),
+    outermost first, where ``chain`` numbers the `if` statements and ``branch`` counts its
+    `else if` / `else` parts (canonical text: every branch opens a braced block)."""
+    frames: list[tuple[int, int] | None] = []  # None: a block that is no branch (a loop, a plain block)
+    chains, paths = 0, {}
+    for k in range(model[0] + 1, model[1]):
+        line = code[k].strip()
+        if line.startswith("}") and line.endswith("{") and "else" in line:  # `} else {`, `} else if (...) {`
+            chain, branch = frames.pop() or (-1, -1)
+            frames.append((chain, branch + 1))
+        elif line.endswith("{"):
+            if line.startswith(("if (", "if(")):
+                frames.append((chains, 0))
+                chains += 1
+            else:
+                frames.append(None)
+        elif line.startswith("}") and frames:
+            frames.pop()
+        paths[k] = tuple(frame for frame in frames if frame is not None)
+    return paths
+
+
+def _exclusive(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> bool:
+    """Whether two lines lie in different branches of one if/else chain (so at most one runs)."""
+    branch_of = dict(a)
+    return any(chain in branch_of and branch_of[chain] != branch for chain, branch in b)
+
+
+def _without_terms(statement: str, removed: list[str]) -> str:
+    """``target += <expression>;`` without the added terms ``removed``: the statement that keeps the
+    others, or "" when none is left."""
+    expression = statement[len("target +="):statement.rindex(";")].strip()
+    kept = []
+    for sign, start, end in _additive_terms(expression):
+        text = expression[start:end]
+        if sign == "+" and text in removed:
+            removed = [t for t in removed if t != text] if removed.count(text) == 1 else removed[1:]
+            continue
+        kept.append(("- " if sign == "-" else "+ ") + text)
+    if not kept:
+        return ""
+    joined = " ".join(kept)
+    return f"target += {joined[2:] if joined.startswith('+ ') else joined};"
 
 
 def _refuse_other_terms_on(outcomes: list[str], found, code: list[str], model: tuple[int, int], source: str,
@@ -486,8 +587,35 @@ def _classify(statement: _Found, data_names: set[str], transformed_data: set[str
     return base, index
 
 
+def _as_library_arguments(arguments: str, family: str, array_names: set[str]) -> str:
+    """The library's arguments with each real-or-vector one that mentions an array (outside its
+    indexes) wrapped in the library's ``rs_vec``, which makes a one-dimensional array a vector and
+    leaves a real a real (stanc picks the overload, so an indexed element stays a scalar)."""
+    takes = family_of_stan_name(family).args
+    pieces = _split_top(arguments, ",")
+    out = []
+    for k, piece in enumerate(pieces):
+        outside = piece
+        while re.search(r"\[[^\[\]]*\]", outside):
+            outside = re.sub(r"\[[^\[\]]*\]", "", outside)
+        real_or_vector = k < len(takes) and takes[k].shared_type == "real"
+        out.append(f"rs_vec({piece})" if real_or_vector and set(_IDENT.findall(outside)) & array_names else piece)
+    return ", ".join(out)
+
+
+def _array_names(code: list[str]) -> set[str]:
+    """Names declared anywhere in the program as one-dimensional arrays of reals or ints (a name
+    reused as a scalar elsewhere only costs an identity call). Read from the declarations: stanc's
+    --info reports a vector and an array of reals alike."""
+    names = set()
+    for line in code:
+        for match in re.finditer(r"\barray\[[^\[\],]*\]\s*(?:real|int)\b(?:<[^<>]*>)?\s+([A-Za-z]\w*)", line):
+            names.add(match.group(1))
+    return names
+
+
 def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, source: str, used: set[int],
-             filename: str) -> tuple[Likelihood, str, list[str]]:
+             filename: str, array_names: set[str]) -> tuple[Likelihood, str, list[str]]:
     """The likelihood, its model-block line and its generated-quantities lines."""
     line = _user_line(source, statement, outcome, used)
     where = _describe(source, statement, line, filename)
@@ -500,22 +628,28 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
         raise RobustifyError(f"{where}: {statement.distribution} takes {translation.arity} arguments here, found "
                              f"{len(statement.arguments)}")
     kind = _outcome_kind(declared)
+    scalar = kind in ("real", "int")  # one observation
     element = f"{outcome}[{index}:{index}]" if index else outcome
     outcome_expression = {
         ("vector", "vector"): element,
         ("vector", "row_vector"): f"({element})'",
         ("vector", "real_array"): f"to_vector({element})",
+        ("vector", "int_array"): f"to_vector({element})",
+        ("vector", "real"): f"[{outcome}]'",
+        ("vector", "int"): f"[{outcome}]'",
         ("int_array", "int_array"): element,
+        ("int_array", "int"): f"{{{outcome}}}",
         ("vector_array", "vector_array"): element,
     }.get((translation.outcome, kind))
     if outcome_expression is None:
-        wants = {"vector": "a vector, row_vector or one-dimensional real array", "int_array":
-                 "a one-dimensional int array", "vector_array": "an array of vectors"}[translation.outcome]
+        wants = {"vector": "a real or a vector, row_vector or one-dimensional array", "int_array":
+                 "an int or a one-dimensional int array", "vector_array": "an array of vectors"}[translation.outcome]
         raise RobustifyError(f"{where}: the outcome {outcome!r} is declared `{declared}`; the {statement.distribution} "
                              f"likelihood needs {wants}")
     composed = translation.rewrite != ", ".join(f"{{{i}}}" for i in range(translation.arity))
     arguments = translation.rewrite.format(*(map(_atom, statement.arguments) if composed else statement.arguments))
-    if index and translation.family == "binomial_logit":  # the library takes the trials as an array
+    arguments = _as_library_arguments(arguments, translation.family, array_names)
+    if (index or scalar) and translation.family == "binomial_logit":  # the library takes the trials as an array
         trials, *rest = _split_top(arguments, ",")
         arguments = ", ".join([f"{{{trials}}}", *rest])
     suffix = "lpmf" if translation.outcome in _DISCRETE else "lpdf"
@@ -524,16 +658,16 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     table = f", {_table_name(translation.family)}" if translation.family in _TABLED_FAMILIES else ""
     weight_parameters = f"{WEIGHT_PARAMETERS}{outcome}[{index}:{index}]" if index else f"{WEIGHT_PARAMETERS}{outcome}"
     call = (f"rs_learning_rate * {function}_weighted_{suffix}({outcome_expression} | {arguments}, "
-            f"rs_divergence, rs_divergence_param, {{}}{table})")
+            f"rs_divergence, rs_divergence_param, <weights>{table})")
     likelihood = Likelihood(outcome, statement.distribution, translation.family, index, line, statement.statement)
-    with_data_weights = f"target += {call.format(weights)};"
+    with_data_weights = f"target += {call.replace('<weights>', weights)};"
     if likelihood.native:  # beta and gamma by the C++ loss and its closed-form gradient
         with_data_weights = (f"if (rs_divergence == 1 || rs_divergence == 2)\n"
                              f"  target += -rs_learning_rate * rs_native_{translation.family}_total_loss("
                              f"{outcome_expression}, {arguments}, {weights}, rs_divergence, rs_divergence_param{table});\n"
                              f"else\n  {with_data_weights}")
     # the weights as parameters only serve robust-stan's per-example gradients (gradients/weight_derivatives.py)
-    model_line = (f"if (rs_weights_are_parameters) target += {call.format(weight_parameters)};\n"
+    model_line = (f"if (rs_weights_are_parameters) target += {call.replace('<weights>', weight_parameters)};\n"
                   f"else {with_data_weights}  // robustified: {statement.statement}")
     pick = "[1]" if index else ""
     slot = f"[{index}]" if index else ""
@@ -544,7 +678,7 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
 
 
 def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelihoods: list[Likelihood],
-              rewritten: dict[int, str], pointwise: dict[int, list[str]], filename: str) -> str:
+              rewritten: dict[int, list[str]], pointwise: dict[int, list[str]], filename: str) -> str:
     """The whole rewritten program: library include, switches in the data block, the model block's
     likelihood lines replaced, the per-observation quantities first in generated quantities."""
     for k in range(model[0] + 1, model[1]):
@@ -570,7 +704,8 @@ def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelih
             out += _weight_parameters(likelihoods)
         if k in rewritten:
             indent = line[:len(line) - len(line.lstrip())]
-            out.append((indent + rewritten[k].replace("\n", "\n" + indent) + " " + _comment_part(line, code[k])).rstrip())
+            text = "\n".join(rewritten[k])
+            out.append((indent + text.replace("\n", "\n" + indent) + " " + _comment_part(line, code[k])).rstrip())
         else:
             out.append(line)
         if functions and k == functions[0]:
@@ -596,7 +731,7 @@ def _switch_declarations(likelihoods: list[Likelihood]) -> list[str]:
              "  int<lower=0, upper=3> rs_divergence;  // 0 KL, 1 beta, 2 gamma, 3 gamma (original form)",
              "  real<lower=0> rs_divergence_param;    // beta or gamma; ignored for KL",
              "  real<lower=0> rs_learning_rate;       // w"]
-    for lik in likelihoods:
+    for lik in _first_per_outcome(likelihoods):
         lines.append(f"  vector<lower=0>[size({lik.outcome})] rs_weights_{lik.outcome};  // v_i of {lik.outcome}")
     lines.append("  int<lower=0, upper=1> rs_pointwise;     // 1: rs_log_lik_* and rs_robust_loss_* filled")
     lines.append("  int<lower=0, upper=1> rs_weights_are_parameters;  // 1: weights from rs_weight_parameters_* "
@@ -607,7 +742,12 @@ def _switch_declarations(likelihoods: list[Likelihood]) -> list[str]:
 def _weight_parameters(likelihoods: list[Likelihood]) -> list[str]:
     return ["  // added by robustify: the weights as parameters, for robust-stan's per-example gradients only",
             *(f"  vector[rs_weights_are_parameters ? size({lik.outcome}) : 0] {WEIGHT_PARAMETERS}{lik.outcome};"
-              for lik in likelihoods)]
+              for lik in _first_per_outcome(likelihoods))]
+
+
+def _first_per_outcome(likelihoods: list[Likelihood]) -> list[Likelihood]:
+    """One likelihood per outcome (an outcome's statements on exclusive branches share its switches)."""
+    return list({lik.outcome: lik for lik in reversed(likelihoods)}.values())[::-1]
 
 
 def _table_name(family: str) -> str:
@@ -637,7 +777,7 @@ def _pointwise_block(lines: list[str], code: list[str], model: tuple[int, int], 
     (priors and target increments left out, their comments kept), inside its own scope so its
     names end there."""
     out = ["  // robust-stan (added by robustify): per observation, filled when rs_pointwise = 1"]
-    for lik in likelihoods:
+    for lik in _first_per_outcome(likelihoods):
         size = f"rs_pointwise ? size({lik.outcome}) : 0"
         out += [f"  vector[{size}] rs_log_lik_{lik.outcome};      // log p({lik.outcome}_i | theta)",
                 f"  vector[{size}] rs_robust_loss_{lik.outcome};  // l_i(theta) under the chosen divergence"]
