@@ -192,10 +192,17 @@ def two_binomials(data, theta):
                   + stats.binom.logpmf(data["y_treated"], data["n_treated"], p_treated))
 
 
+def log_outcome(data, theta):
+    p = _Unconstrained(theta)
+    alpha, beta, sigma = p.real(), p.real(), p.positive()
+    return p.done(_normal(alpha, 0, 5) + _normal(beta, 0, 2) + _exponential(sigma, 1)
+                  + _normal(np.log(data["y"]), alpha + beta * data["x"], sigma))
+
+
 REFERENCE_LOG_DENSITIES = {f.__name__: f for f in (
     linear_regression, logistic_regression, poisson_offset, group_intercepts, varying_slopes,
     multi_normal_location, student_t_regression, two_outcomes, target_lupdf, loop_likelihood,
-    eight_schools, target_sum, if_else_trend, two_binomials)}
+    eight_schools, target_sum, if_else_trend, two_binomials, log_outcome)}
 
 
 def central_difference_gradient(log_density, theta, step):

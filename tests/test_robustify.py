@@ -79,6 +79,19 @@ def _trend(rng, n=N, logistic=0):
     return {"N": n, "t": t, "y": 1 + 2 * t + 0.5 * rng.normal(size=n), "logistic": logistic}
 
 
+def _positive(rng, n=N):
+    x = rng.normal(size=n)
+    return {"N": n, "x": x, "y": np.exp(1 + 0.5 * x + 0.5 * rng.normal(size=n))}
+
+
+def _scale_y(by):
+    def plant(data, rows):
+        y = np.array(data["y"], dtype=float)
+        y[rows] *= by
+        return {**data, "y": y}
+    return plant
+
+
 def _two_counts(rng, n=N):
     return {"n_control": n, "y_control": int(rng.binomial(n, 0.3)), "n_treated": n,
             "y_treated": int(rng.binomial(n, 0.5))}
@@ -102,6 +115,7 @@ CASES = {
     "target_sum": (_simple_regression, 0.8),
     "if_else_trend": (_trend, 0.8),
     "two_binomials": (_two_counts, 0.8),
+    "log_outcome": (_positive, 0.8),  # the outcome computed in transformed data
 }
 
 
@@ -128,7 +142,7 @@ def case(request):
 # generated quantities, a target += likelihood, two outcomes one of them an int array, an array of
 # vectors as the outcome); the other programs' rewrites are checked against the reference densities
 AS_WRITTEN = ["linear_regression", "multi_normal_location", "target_lupdf", "two_outcomes",
-              "eight_schools", "target_sum", "if_else_trend", "two_binomials"]  # and each idiom
+              "eight_schools", "target_sum", "if_else_trend", "two_binomials", "log_outcome"]  # and each idiom
 
 
 @pytest.fixture(scope="module", params=AS_WRITTEN)
@@ -269,7 +283,8 @@ def test_fit_object_and_arviz_groups():
 def test_from_stan_gives_every_program_the_fit_object_and_groups_of_the_built_in_models(as_written):
     """Each program as written (one of each shape, AS_WRITTEN): an rs.Fit (the built-in models'
     and the robustified programs' class) whose ArviZ groups are the built-in models' where the program has the
-    quantity: observed_data from the data variables of its likelihood statements, log_likelihood
+    quantity: observed_data from the data variables of its likelihood statements (not those computed in
+    transformed data, whose values robust-stan does not have), log_likelihood
     from a log_lik, posterior_predictive from a <outcome>_rep."""
     name, data, adapt_delta, original = as_written
     robust = rs.robustify(_program(name), engine=ENGINE)
@@ -277,15 +292,16 @@ def test_from_stan_gives_every_program_the_fit_object_and_groups_of_the_built_in
                             show_progress=False)
     assert type(plain) is rs.Fit
     assert original.observed == robust.outcomes   # found as written, and as robustify found them
-    expected = {"posterior", "sample_stats", "observed_data"}
+    given = [y for y in original.observed if y in data]  # not those computed in transformed data
+    expected = {"posterior", "sample_stats"} | ({"observed_data"} if given else set())
     if "log_lik" in plain.posterior:
         expected.add("log_likelihood")
     if any(f"{y}_rep" in plain.posterior for y in original.observed):
         expected.add("posterior_predictive")
     idata = plain.to_arviz()
     assert set(group_names(idata)) == expected
-    for y in original.observed:
-        np.testing.assert_array_equal(idata["observed_data"][y], np.asarray(data[y]))
+    for y in given:
+        np.testing.assert_array_equal(idata["observed_data"][y], np.atleast_1d(data[y]))
         if "posterior_predictive" in expected:
             assert idata["posterior_predictive"][y].shape[2:] == np.shape(data[y])
     robust_groups = set(group_names(robust.sample(data, divergence=rs.BetaD(0.3), chains=1, iter_warmup=200,
@@ -371,6 +387,7 @@ OUTLIERS = {
     "target_sum": (_shift_y(10.0), "alpha", True),
     "if_else_trend": (_shift_y(10.0), "a", True),
     # two_binomials: one observation per outcome, nothing to spoil
+    "log_outcome": (_scale_y(np.exp(10.0)), "alpha", True),
 }
 # Label flips at leverage: with a tenth of 200 rows flipped at x = (3, -3) the beta loss itself is
 # smallest near b = 0, where the flipped rows are not outlying (total BetaD(0.5) loss -189.1 there

@@ -30,6 +30,7 @@ from ..building.robustify import (
     divergence_switches,
     likelihood_outcomes,
     robustify_program,
+    transformed_outcome_size,
 )
 from ..building.stanc import canonical_program, program_info
 from ..common.digest import digest
@@ -187,6 +188,8 @@ class StanProgramModel(ModelMethods, ProgramSource):
                    rs_pointwise=int(Pointwise.OFF), rs_weights_are_parameters=0)
         out.update(self._weights(out, weights))
         for likelihood in {lik.outcome: lik for lik in reversed(self.likelihoods)}.values():  # as the built-in models warn
+            if likelihood.rows:  # computed in transformed data: its values are not here
+                continue
             warn_if_the_data_barely_count(
                 family_of_stan_name(likelihood.family), np.atleast_1d(np.asarray(out[likelihood.outcome], dtype=float)),
                 out[f"rs_weights_{likelihood.outcome}"], out["rs_learning_rate"], divergence, stacklevel=4)
@@ -209,8 +212,14 @@ class StanProgramModel(ModelMethods, ProgramSource):
         return ProgramData(data, self.stan_data(data, divergence, learning_rate, weights), Scaling(),
                            as_divergence(divergence))
 
+    def _size_of(self, y: str, data: Mapping) -> int:
+        """The number of observations of outcome ``y`` in these data (an outcome declared in transformed
+        data: its declared size, computed from the data)."""
+        rows = next(lik.rows for lik in self.likelihoods if lik.outcome == y)
+        return transformed_outcome_size(rows, data) if rows else len(np.atleast_1d(data[y]))
+
     def _weights(self, data: dict, weights) -> dict:
-        sizes = {y: len(np.atleast_1d(data[y])) for y in self.outcomes}
+        sizes = {y: self._size_of(y, data) for y in self.outcomes}
         if weights is None:
             given = {}
         elif isinstance(weights, Mapping):
@@ -655,6 +664,11 @@ class StanProgramModel(ModelMethods, ProgramSource):
         """
         out = []
         for y in self.observed:
+            if y not in prepared.stan_data:  # computed in transformed data: no values here
+                weights = prepared.stan_data.get(f"rs_weights_{y}")
+                out.append(Outcome(y, None, [f"{y}_obs"], None if weights is None else np.asarray(weights),
+                                   f"weights_{y}"))
+                continue
             values = np.atleast_1d(prepared.stan_data[y])  # a scalar outcome is one observation
             dims = [f"{y}_obs"] + [f"{y}_dim_{k}" for k in range(1, values.ndim)]
             weights = np.asarray(prepared.stan_data[f"rs_weights_{y}"]) if y in self.outcomes else None
@@ -728,8 +742,8 @@ class StanProgramModel(ModelMethods, ProgramSource):
                                   stacklevel=5)
         elif "log_lik" in posterior:
             pointwise["log_lik"] = {self._log_lik_name(posterior["log_lik"], prepared.stan_data): posterior["log_lik"]}
-        shapes = {y: np.shape(prepared.stan_data[y]) for y in self.observed}
-        pointwise["y_rep"] = {y: posterior[f"{y}_rep"] for y in self.observed
+        shapes = {y: np.shape(prepared.stan_data[y]) for y in self.observed if y in prepared.stan_data}
+        pointwise["y_rep"] = {y: posterior[f"{y}_rep"] for y in shapes
                               if f"{y}_rep" in posterior and posterior[f"{y}_rep"].shape[2:] == shapes[y]}
         return pointwise
 
@@ -760,7 +774,8 @@ class StanProgramModel(ModelMethods, ProgramSource):
     def _log_lik_name(self, log_lik: np.ndarray, stan_data: dict) -> str:
         """A program's own ``log_lik`` is named after its outcome when there is one outcome with
         as many rows (as the built-in models' log_likelihood is, and ArviZ's LOO-PIT expects)."""
-        if len(self.observed) == 1 and log_lik.shape[2:] == np.shape(stan_data[self.observed[0]])[:1]:
+        y = self.observed[0] if len(self.observed) == 1 else None
+        if y in stan_data and log_lik.shape[2:] == np.shape(stan_data[y])[:1]:
             return self.observed[0]
         return "log_lik"
 

@@ -12,11 +12,15 @@ name and its arguments).
 
 from __future__ import annotations
 
+import ast
 import functools
 import itertools
+import operator
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from ..common.errors import RobustStanInputError
 from ..common.resources import LIBRARY_FILE, NATIVE_FILE
@@ -89,6 +93,7 @@ class Likelihood:
     index: str | None   # the loop variable of a per-observation statement; None when vectorised
     line: int           # line in the user's program (1-based; 0 when it could not be located)
     statement: str      # the statement, canonical form
+    rows: str | None = None  # an outcome declared in transformed data: its size, a data-block expression
 
     @property
     def vectorised(self) -> bool:
@@ -332,16 +337,17 @@ def _user_line(source: str, found: _Found, outcome: str, used: set[int]) -> int:
 
 
 def likelihood_outcomes(canonical: str, info: dict) -> list[str]:
-    """The data variables that are the outcome of a distribution statement of the model block
-    (``y ~ ...``, ``y[n] ~ ...``, ``target += *_lpdf(y | ...)``), in order of appearance: what
-    :func:`robust_stan.from_stan` reports as observed data. Nothing is refused here."""
+    """The data and transformed data variables that are the outcome of a distribution statement of
+    the model block (``y ~ ...``, ``y[n] ~ ...``, ``target += *_lpdf(y | ...)``), in order of
+    appearance: what :func:`robust_stan.from_stan` reports as observed data. Nothing is refused here."""
     code = _without_comments(canonical.splitlines())
     model = _block(code, "model")
+    data = set(info["inputs"]) | set(_declarations(code, _block(code, "transformed data")))
     outcomes: list[str] = []
     for k in range(model[0] + 1, model[1]) if model else ():
         for statement in _statements_on(code[k], k):
             match = re.fullmatch(r"([A-Za-z]\w*)\s*(\[.*\])?", statement.outcome_text.strip())
-            if match and match.group(1) in info["inputs"] and match.group(1) not in outcomes:
+            if match and match.group(1) in data and match.group(1) not in outcomes:
                 outcomes.append(match.group(1))
     return outcomes
 
@@ -361,8 +367,9 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
     model = _block(code, "model")
     if model is None:
         raise RobustifyError(f"{filename}: the program has no model block, so there is no likelihood to robustify")
-    data_types = _declarations(code, _block(code, "data"))
-    transformed_data = set(_declarations(code, _block(code, "transformed data")))
+    transformed_types = _declarations(code, _block(code, "transformed data"))
+    data_types = {**_declarations(code, _block(code, "data")), **transformed_types}
+    transformed_data = set(transformed_types)
     used_names = data_names | transformed_data | set(info["parameters"]) | set(info["transformed parameters"]) \
         | set(info["generated quantities"])
     clash = sorted(n for n in used_names if n in SWITCHES or n.startswith(("rs_weights_", "rs_log_lik_",
@@ -370,7 +377,7 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
     if clash:
         raise RobustifyError(f"{filename}: the program already uses the name(s) {clash}, which robustify adds; "
                              "rename them")
-    wanted = _wanted_outcomes(likelihood, data_names, filename,
+    wanted = _wanted_outcomes(likelihood, data_names | transformed_data, filename,
                               lambda: _statements_on_non_data(code, model, info, source, filename))
 
     found: list[tuple[_Found, str, str | None]] = []
@@ -412,6 +419,8 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
     for statement, outcome, index in found:
         lik, model_line, gq_lines = _rewrite(statement, outcome, index, data_types[outcome], source, used_lines,
                                              filename, array_names)
+        if outcome in transformed_data:
+            lik = replace(lik, rows=_transformed_outcome_rows(lik, data_types[outcome], data_names, source, filename))
         likelihoods.append(lik)
         rewritten.setdefault(statement.line_index, []).append(model_line)
         pointwise.setdefault(statement.line_index, []).extend(gq_lines)
@@ -553,11 +562,8 @@ def _classify(statement: _Found, data_names: set[str], transformed_data: set[str
     unindexed = text
     while re.search(r"\[[^\[\]]*\]", unindexed):  # names inside indexes (x[2:T]) are not the outcome
         unindexed = re.sub(r"\[[^\[\]]*\]", "", unindexed)
+    data_names = data_names | transformed_data  # an outcome computed in transformed data is data too
     on_data = [n for n in _IDENT.findall(unindexed) if n in data_names]
-    if match and base in transformed_data and (wanted is None or base in wanted):
-        raise RobustifyError(f"{_where(source, statement, base, set(), filename)}: the outcome {base!r} is a "
-                             "transformed data variable; robustify rewrites likelihoods of data-block variables "
-                             "(declare it in the data block, or write the likelihood on the original data)")
     if not on_data:
         return None
     if not match or base not in data_names:
@@ -601,6 +607,75 @@ def _as_library_arguments(arguments: str, family: str, array_names: set[str]) ->
         real_or_vector = k < len(takes) and takes[k].shared_type == "real"
         out.append(f"rs_vec({piece})" if real_or_vector and set(_IDENT.findall(outside)) & array_names else piece)
     return ", ".join(out)
+
+
+#: Stan functions a transformed-data outcome's size may call, and how Python computes them.
+_SIZE_FUNCTIONS: dict[str, Callable[..., int]] = {
+    "size": lambda x: int(np.shape(x)[0]) if np.ndim(x) else 1, "num_elements": lambda x: int(np.size(x)),
+    "rows": lambda x: int(np.shape(x)[0]), "cols": lambda x: int(np.shape(x)[1]), "max": max, "min": min}
+
+
+def _transformed_outcome_rows(lik: Likelihood, declared: str, data_names: set[str], source: str, filename: str) -> str:
+    """The size of an outcome declared in transformed data, read from its declaration: the number
+    of its rows, which robustify's weights (declared in the data block) take. It must be an
+    expression of the data block."""
+    text = re.sub(r"<[^<>]*>", "", declared).strip()
+    if text in ("real", "int"):
+        return "1"
+    match = re.match(r"(?:vector|row_vector|array)\[([^\[\]]*)\]", text)
+    names = set(_IDENT.findall(match.group(1))) if match else set()
+    if match is None or "," in match.group(1) or not names <= data_names | set(_SIZE_FUNCTIONS):
+        where = f"{filename}, line {lik.line}" if lik.line else filename
+        raise RobustifyError(f"{where}: the outcome {lik.outcome!r} is declared in transformed data as `{declared}`; "
+                             "robustify needs a one-dimensional outcome whose size is an expression of the data block "
+                             f"(such as vector[N]), to declare its weights there (rs_weights_{lik.outcome})")
+    return match.group(1).strip()
+
+
+def transformed_outcome_size(rows: str, data: Mapping) -> int:
+    """The number of rows of an outcome declared in transformed data, from its size expression
+    (:attr:`Likelihood.rows`) and the data.
+
+    Parameters
+    ----------
+    rows : str
+        The size in Stan: integers, data-block names, ``+ - * / %/%`` and ``size``, ``num_elements``,
+        ``rows``, ``cols``, ``max``, ``min``.
+    data : mapping
+        The data block's values by name.
+
+    Returns
+    -------
+    int
+        The size.
+
+    Raises
+    ------
+    RobustStanInputError
+        If the expression is not of that form or names a value ``data`` lacks.
+    """
+    operators = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.floordiv,
+                 ast.FloorDiv: operator.floordiv}
+
+    def value(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in data:
+            return data[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in operators:
+            return operators[type(node.op)](int(value(node.left)), int(value(node.right)))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -int(value(node.operand))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SIZE_FUNCTIONS:
+            return _SIZE_FUNCTIONS[node.func.id](*(value(a) for a in node.args))
+        raise RobustStanInputError(f"data: cannot compute the size `{rows}` of an outcome declared in transformed data "
+                                   "from the data (is a variable missing?)")
+
+    try:
+        return int(value(ast.parse(rows.replace("%/%", "//"), mode="eval").body))
+    except SyntaxError:
+        raise RobustStanInputError(f"data: cannot read the size `{rows}` of an outcome declared in transformed "
+                                   "data") from None
 
 
 def _array_names(code: list[str]) -> set[str]:
@@ -732,7 +807,8 @@ def _switch_declarations(likelihoods: list[Likelihood]) -> list[str]:
              "  real<lower=0> rs_divergence_param;    // beta or gamma; ignored for KL",
              "  real<lower=0> rs_learning_rate;       // w"]
     for lik in _first_per_outcome(likelihoods):
-        lines.append(f"  vector<lower=0>[size({lik.outcome})] rs_weights_{lik.outcome};  // v_i of {lik.outcome}")
+        size = lik.rows or f"size({lik.outcome})"  # an outcome of transformed data is not declared yet here
+        lines.append(f"  vector<lower=0>[{size}] rs_weights_{lik.outcome};  // v_i of {lik.outcome}")
     lines.append("  int<lower=0, upper=1> rs_pointwise;     // 1: rs_log_lik_* and rs_robust_loss_* filled")
     lines.append("  int<lower=0, upper=1> rs_weights_are_parameters;  // 1: weights from rs_weight_parameters_* "
                  "(per-example gradients)")

@@ -356,9 +356,9 @@ class Fit:
                                                              {**attrs, "note": MODEL_LOG_LIKELIHOOD_NOTE})
         if pointwise["y_rep"]:
             groups["posterior_predictive"] = draws_dataset(pointwise["y_rep"], value_dims, attrs)
-        if outcomes:
-            groups["observed_data"] = draws_dataset({name: o.values for name, o in outcomes.items()}, value_dims,
-                                                    attrs, sample_dims=())
+        observed = {name: o.values for name, o in outcomes.items() if o.values is not None}
+        if observed:
+            groups["observed_data"] = draws_dataset(observed, value_dims, attrs, sample_dims=())
         if weights:
             groups["constant_data"] = draws_dataset({outcomes[name].weights_name: v for name, v in weights.items()},
                                                     {outcomes[name].weights_name: row_dims[name] for name in weights},

@@ -22,8 +22,9 @@ class Outcome:
     name : str
         The variable's name in log_likelihood, observed_data, posterior_predictive and
         robust_loss, and in :meth:`Fit.draws` (``"log_lik_<name>"``).
-    values : numpy.ndarray
-        The observed values, in the outcome's own units.
+    values : numpy.ndarray or None
+        The observed values, in the outcome's own units; None for an outcome a program computes in
+        its transformed data (robust-stan does not run them), which observed_data then leaves out.
     dims : list of str
         Names of the axes of ``values``; the first is the row (observation) axis.
     weights : numpy.ndarray or None, default None
@@ -33,7 +34,7 @@ class Outcome:
     """
 
     name: str
-    values: np.ndarray
+    values: np.ndarray | None
     dims: list[str]
     weights: np.ndarray | None = None
     weights_name: str = "weights"
