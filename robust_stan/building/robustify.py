@@ -420,7 +420,8 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
         lik, model_line, gq_lines = _rewrite(statement, outcome, index, data_types[outcome], source, used_lines,
                                              filename, array_names)
         if outcome in transformed_data:
-            lik = replace(lik, rows=_transformed_outcome_rows(lik, data_types[outcome], data_names, source, filename))
+            where = _describe(source, statement, lik.line, filename)
+            lik = replace(lik, rows=_transformed_outcome_rows(outcome, data_types[outcome], data_names, where))
         likelihoods.append(lik)
         rewritten.setdefault(statement.line_index, []).append(model_line)
         pointwise.setdefault(statement.line_index, []).extend(gq_lines)
@@ -615,7 +616,7 @@ _SIZE_FUNCTIONS: dict[str, Callable[..., int]] = {
     "rows": lambda x: int(np.shape(x)[0]), "cols": lambda x: int(np.shape(x)[1]), "max": max, "min": min}
 
 
-def _transformed_outcome_rows(lik: Likelihood, declared: str, data_names: set[str], source: str, filename: str) -> str:
+def _transformed_outcome_rows(outcome: str, declared: str, data_names: set[str], where: str) -> str:
     """The size of an outcome declared in transformed data, read from its declaration: the number
     of its rows, which robustify's weights (declared in the data block) take. It must be an
     expression of the data block."""
@@ -625,10 +626,9 @@ def _transformed_outcome_rows(lik: Likelihood, declared: str, data_names: set[st
     match = re.match(r"(?:vector|row_vector|array)\[([^\[\]]*)\]", text)
     names = set(_IDENT.findall(match.group(1))) if match else set()
     if match is None or "," in match.group(1) or not names <= data_names | set(_SIZE_FUNCTIONS):
-        where = f"{filename}, line {lik.line}" if lik.line else filename
-        raise RobustifyError(f"{where}: the outcome {lik.outcome!r} is declared in transformed data as `{declared}`; "
+        raise RobustifyError(f"{where}: the outcome {outcome!r} is declared in transformed data as `{declared}`; "
                              "robustify needs a one-dimensional outcome whose size is an expression of the data block "
-                             f"(such as vector[N]), to declare its weights there (rs_weights_{lik.outcome})")
+                             f"(such as vector[N]), to declare its weights there (rs_weights_{outcome})")
     return match.group(1).strip()
 
 
