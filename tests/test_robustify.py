@@ -589,6 +589,38 @@ def test_refusals_name_the_statement_and_its_line(what):
         assert f"line {18 + k}: `{line.strip()}`" in message, message
 
 
+def test_parameters_with_a_flat_prior_on_an_unbounded_support_are_named():
+    """A bounded loss cannot make an improper prior's posterior proper: robustify warns by name about
+    each parameter that no statement gives a density and whose support is unbounded (one bound only,
+    or none), and not about bounded ones, compact types, or parameters with a prior statement in any
+    form (a loop over elements, a target += lpdf, a hierarchical statement)."""
+    code = """data {
+  int N;
+  vector[N] y;
+}
+parameters {
+  real mu;
+  real<lower=0> sigma;
+  real<lower=-20, upper=20> alpha;
+  simplex[3] shares;
+  vector[3] b;
+  real<lower=0> tau;
+  array[2] real z;
+  real free_intercept;
+}
+model {
+  for (k in 1:3) b[k] ~ normal(0, tau);
+  target += normal_lpdf(z | 0, 1);
+  tau ~ exponential(1);
+  y ~ normal(mu + alpha + free_intercept + b[1] + z[1] + shares[1], sigma);
+}
+"""
+    with pytest.warns(rs.RobustStanWarning) as caught:
+        rs.robustify(code, engine=ENGINE)
+    messages = [str(w.message) for w in caught if "no prior statement" in str(w.message)]
+    assert len(messages) == 1 and "the parameter(s) mu, sigma, free_intercept get no prior" in messages[0]
+
+
 _NOT_DATA = """data {
   int N;
   vector[N] y;
@@ -979,6 +1011,7 @@ def test_coreset_needs_one_robustified_outcome():
         rs.coreset(model, _two_outcomes(np.random.default_rng(1)), size=3, divergence=rs.BetaD(0.3))
 
 
+@pytest.mark.filterwarnings("ignore:.*no prior statement")  # its programs are fragments without priors
 def test_tricky_programs_found_in_review():
     """Programs a user may well write (each checked through stanc, no compile)."""
     # a commented-out likelihood is not code; a data size inside a prior's index is not an outcome;

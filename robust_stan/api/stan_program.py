@@ -967,4 +967,11 @@ def robustify(stan_file_or_code, likelihood="auto", engine: str = "auto") -> Sta
                              "may have a type the robust-stan library does not take (a real or a vector per "
                              "argument; binomial trials as an int array). stanc's message below refers to lines of "
                              f"the rewritten program:\n{exc}") from None
+    if rewritten.without_prior:
+        names = ", ".join(rewritten.without_prior)
+        warnings.warn(f"{filename}: the parameter(s) {names} get no prior statement and have an unbounded support, so "
+                      "their prior is flat and improper. Under KL the likelihood may still make the posterior "
+                      "proper, but a beta or gamma loss is bounded and cannot: the posterior is then improper and "
+                      "the draws wander off. Give each a prior (e.g. `sigma ~ exponential(1);`) or bounds "
+                      "(`real<lower=-20, upper=20> alpha;`).", RobustStanWarning, stacklevel=2)
     return StanProgramModel(rewritten.stan_code, rewritten_info, filename, engine, rewritten.likelihoods)

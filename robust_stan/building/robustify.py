@@ -111,6 +111,9 @@ class RobustifiedProgram:
 
     stan_code: str
     likelihoods: tuple[Likelihood, ...]
+    #: parameters with no prior statement and an unbounded support (an improper prior, which a bounded
+    #: loss cannot make proper)
+    without_prior: tuple[str, ...] = ()
 
     @property
     def outcomes(self) -> list[str]:
@@ -437,7 +440,35 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
         if rest:
             rewritten[k].insert(0, rest)
     return RobustifiedProgram(_assemble(lines, code, model, likelihoods, rewritten, pointwise, filename),
-                              tuple(likelihoods))
+                              tuple(likelihoods), _without_prior(code, model))
+
+
+#: Parameter types whose support is bounded whatever their constraints.
+_COMPACT_TYPES = ("simplex", "unit_vector", "corr_matrix", "cholesky_factor_corr")
+
+
+def _without_prior(code: list[str], model: tuple[int, int]) -> tuple[str, ...]:
+    """Parameters that no statement of the model block gives a density (no ``~`` or ``target +=
+    *_lpdf`` with the parameter in its outcome) and whose support is unbounded (not both a lower and
+    an upper bound, nor a compact type such as a simplex): their prior is improper (flat)."""
+    block = _block(code, "parameters")
+    if block is None:
+        return ()
+    unbounded = []
+    for line in code[block[0] + 1:block[1]]:
+        match = re.match(r"\s*(?P<type>[a-z_]+)\s*(?P<constraint><[^;]*>)?\s*(\[[^\]]*\])?\s*(?P<name>[A-Za-z]\w*)\s*;",
+                         re.sub(r"^\s*array\[[^\]]*\]\s*", "", line))
+        if match is None or match.group("name").startswith(WEIGHT_PARAMETERS):
+            continue
+        constraint = match.group("constraint") or ""
+        bounded = "lower" in constraint and "upper" in constraint
+        if not bounded and not match.group("type").startswith(_COMPACT_TYPES):
+            unbounded.append(match.group("name"))
+    with_density = set()
+    for k in range(model[0] + 1, model[1]):
+        for statement in _statements_on(code[k], k):
+            with_density |= set(_IDENT.findall(statement.outcome_text))
+    return tuple(name for name in unbounded if name not in with_density)
 
 
 def _branch_paths(code: list[str], model: tuple[int, int]) -> dict[int, tuple[tuple[int, int], ...]]:
