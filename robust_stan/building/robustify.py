@@ -423,8 +423,8 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
         lik, model_line, gq_lines = _rewrite(statement, outcome, index, data_types[outcome], source, used_lines,
                                              filename, array_names)
         if outcome in transformed_data:
-            where = _describe(source, statement, lik.line, filename)
-            lik = replace(lik, rows=_transformed_outcome_rows(outcome, data_types[outcome], data_names, where))
+            described = _describe(source, statement, lik.line, filename)
+            lik = replace(lik, rows=_transformed_outcome_rows(outcome, data_types[outcome], data_names, described))
         likelihoods.append(lik)
         rewritten.setdefault(statement.line_index, []).append(model_line)
         pointwise.setdefault(statement.line_index, []).extend(gq_lines)
