@@ -199,10 +199,22 @@ def log_outcome(data, theta):
                   + _normal(np.log(data["y"]), alpha + beta * data["x"], sigma))
 
 
+def irt_by_element(data, theta):
+    p = _Unconstrained(theta)
+    ability, difficulty, sigma = p.vector(data["I"]), p.vector(data["J"]), p.positive()
+    eta = ability[:, None] - difficulty[None, :]
+    return p.done(_normal(ability, 0, sigma) + _normal(difficulty, 0, 2) + _exponential(sigma, 1)
+                  + _bernoulli_logit(np.asarray(data["y"]), eta))
+
+
+irt_by_person = irt_by_element  # the same density, written by row
+
+
 REFERENCE_LOG_DENSITIES = {f.__name__: f for f in (
     linear_regression, logistic_regression, poisson_offset, group_intercepts, varying_slopes,
     multi_normal_location, student_t_regression, two_outcomes, target_lupdf, loop_likelihood,
-    eight_schools, target_sum, if_else_trend, two_binomials, log_outcome)}
+    eight_schools, target_sum, if_else_trend, two_binomials, log_outcome, irt_by_element)}
+REFERENCE_LOG_DENSITIES["irt_by_person"] = irt_by_person
 
 
 def central_difference_gradient(log_density, theta, step):

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
-from scipy.special import expit
+from scipy.special import expit, log_expit
 
 import robust_stan as rs
 from robust_stan.api.stan_program import _read_source
@@ -92,6 +92,13 @@ def _scale_y(by):
     return plant
 
 
+def _responses(rng, n=N):
+    persons, items = max(n // 4, 2), 4
+    ability, difficulty = rng.normal(size=persons), np.linspace(-1, 1, items)
+    p = expit(ability[:, None] - difficulty[None, :])
+    return {"I": persons, "J": items, "y": rng.binomial(1, p)}
+
+
 def _two_counts(rng, n=N):
     return {"n_control": n, "y_control": int(rng.binomial(n, 0.3)), "n_treated": n,
             "y_treated": int(rng.binomial(n, 0.5))}
@@ -116,6 +123,8 @@ CASES = {
     "if_else_trend": (_trend, 0.8),
     "two_binomials": (_two_counts, 0.8),
     "log_outcome": (_positive, 0.8),  # the outcome computed in transformed data
+    "irt_by_element": (_responses, 0.8),  # a two-dimensional outcome, y[i, j] inside two loops
+    "irt_by_person": (_responses, 0.8),  # ... and by row, y[i]
 }
 
 
@@ -142,7 +151,8 @@ def case(request):
 # generated quantities, a target += likelihood, two outcomes one of them an int array, an array of
 # vectors as the outcome); the other programs' rewrites are checked against the reference densities
 AS_WRITTEN = ["linear_regression", "multi_normal_location", "target_lupdf", "two_outcomes",
-              "eight_schools", "target_sum", "if_else_trend", "two_binomials", "log_outcome"]  # and each idiom
+              "eight_schools", "target_sum", "if_else_trend", "two_binomials", "log_outcome",  # and each idiom
+              "irt_by_element", "irt_by_person"]
 
 
 @pytest.fixture(scope="module", params=AS_WRITTEN)
@@ -203,6 +213,29 @@ def test_kl_rewrite_of_exclusive_branches_follows_the_branch_the_data_take():
         trend = 1 / (1 + np.exp(-switched["t"])) if logistic else switched["t"]
         expected = stats.norm.logpdf(switched["y"][None, :], a[:, None] + b[:, None] * trend[None, :], s[:, None])
         np.testing.assert_allclose(fit.log_lik.reshape(20, -1), expected, rtol=1e-10)
+
+
+@pytest.mark.stan
+@pytest.mark.parametrize("name", ["irt_by_element", "irt_by_person"])
+def test_a_two_dimensional_outcome_is_weighted_element_by_element_row_after_row(name):
+    """y[i, j] (and row y[i]) of a two-dimensional outcome: its weights and log_lik are flattened row
+    after row, as NumPy's reshape(-1). Weight 0 on flat row r = i J + j (0-based) takes exactly
+    log p(y[i, j]) out of the KL log density, and log_lik[r] is log p(y[i, j])."""
+    _, data, _, robust = _compiled_case(name, rs.robustify)
+    rng = np.random.default_rng(5)
+    theta = 0.3 * rng.normal(size=robust.dimension(robust.stan_data(data)))
+    ability, difficulty = theta[:data["I"]], theta[data["I"]:data["I"] + data["J"]]
+    eta = ability[:, None] - difficulty[None, :]
+    log_p = np.where(data["y"] == 1, log_expit(eta), log_expit(-eta)).reshape(-1)
+    full = robust.log_density(data, theta, divergence=rs.KL())
+    for r in (1, data["J"] + 2, log_p.size - 1):
+        weights = np.ones(log_p.size)
+        weights[r] = 0.0
+        assert robust.log_density(data, theta, divergence=rs.KL(), weights=weights) == pytest.approx(
+            full - log_p[r], abs=1e-10)
+    fit = robust.sample(data, chains=1, iter_warmup=200, iter_sampling=20, seed=1, show_progress=False)
+    assert fit.log_lik.shape == (1, 20, log_p.size)
+    assert fit.to_arviz()["observed_data"]["y"].shape == (log_p.size,)
 
 
 @pytest.mark.stan

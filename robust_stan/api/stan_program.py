@@ -650,7 +650,8 @@ class StanProgramModel(ModelMethods, ProgramSource):
 
     def observed_outcomes(self, prepared: PreparedData) -> list[Outcome]:
         """The data variables of the likelihood statements, dims ``<y>_obs`` (and ``<y>_dim_<k>``),
-        with the weights of the robustified ones.
+        with the weights of the robustified ones. A two-dimensional outcome whose elements are its
+        observations is flattened row after row, as its weights and log_lik are.
 
         Parameters
         ----------
@@ -670,6 +671,8 @@ class StanProgramModel(ModelMethods, ProgramSource):
                                    f"weights_{y}"))
                 continue
             values = np.atleast_1d(prepared.stan_data[y])  # a scalar outcome is one observation
+            if any(lik.outcome == y and lik.rows == f"num_elements({y})" for lik in self.likelihoods):
+                values = values.reshape(-1)  # each element an observation, rows one after another
             dims = [f"{y}_obs"] + [f"{y}_dim_{k}" for k in range(1, values.ndim)]
             weights = np.asarray(prepared.stan_data[f"rs_weights_{y}"]) if y in self.outcomes else None
             out.append(Outcome(y, values, dims, weights, f"weights_{y}"))

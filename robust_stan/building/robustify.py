@@ -93,7 +93,7 @@ class Likelihood:
     index: str | None   # the loop variable of a per-observation statement; None when vectorised
     line: int           # line in the user's program (1-based; 0 when it could not be located)
     statement: str      # the statement, canonical form
-    rows: str | None = None  # an outcome declared in transformed data: its size, a data-block expression
+    rows: str | None = None  # its number of rows when that is not size(outcome): a data-block expression
 
     @property
     def vectorised(self) -> bool:
@@ -233,7 +233,8 @@ def _declarations(lines: list[str], block: tuple[int, int] | None) -> dict[str, 
 
 def _outcome_kind(type_text: str) -> str:
     """The shape class of a data declaration: vector, row_vector, real_array, int_array,
-    vector_array, real or int (a scalar: one observation), or other."""
+    vector_array, real or int (a scalar: one observation), real_array2, int_array2 or matrix
+    (two-dimensional: each element an observation, rows flattened one after another), or other."""
     text = re.sub(r"<[^<>]*>", "", type_text).strip()
     if text in ("real", "int"):
         return text
@@ -241,9 +242,13 @@ def _outcome_kind(type_text: str) -> str:
         return "vector"
     if text.startswith("row_vector"):
         return "row_vector"
+    if text.startswith("matrix"):
+        return "matrix"
     match = re.match(r"array\[([^\]]*)\]\s*(\w+)", text)
     if match and "," not in match.group(1):
         return {"real": "real_array", "int": "int_array", "vector": "vector_array"}.get(match.group(2), "other")
+    if match and match.group(1).count(",") == 1:
+        return {"real": "real_array2", "int": "int_array2"}.get(match.group(2), "other")
     return "other"
 
 
@@ -617,17 +622,20 @@ def _classify(statement: _Found, data_names: set[str], transformed_data: set[str
                              "distribution needs its own integral term)")
     index = match.group("index")
     if index is not None:
-        index = index.strip()
-        if not re.fullmatch(r"[A-Za-z]\w*", index) or index in data_names or index in transformed_data:
+        index = ", ".join(_split_top(index, ","))
+        loop_variables = _split_top(index, ",")
+        if len(loop_variables) > 2 or not all(re.fullmatch(r"[A-Za-z]\w*", i) and i not in data_names
+                                              for i in loop_variables):
             raise RobustifyError(f"{where}: {base!r} is indexed by `{index}`, so its observations cannot be told "
-                                 "apart (robustify takes the whole variable, or one element per loop iteration, "
-                                 "y[n] inside `for (n in ...)`)")
+                                 "apart (robustify takes the whole variable, one element per loop iteration, "
+                                 "y[n] inside `for (n in ...)`, y[i, j] inside two loops, or one row y[i] of a "
+                                 "two-dimensional outcome)")
     return base, index
 
 
 def _as_library_arguments(arguments: str, family: str, array_names: set[str]) -> str:
-    """The library's arguments with each real-or-vector one that mentions an array (outside its
-    indexes) wrapped in the library's ``rs_vec``, which makes a one-dimensional array a vector and
+    """The library's arguments with each real-or-vector one that mentions an array or a row vector
+    (outside its indexes), or transposes, wrapped in the library's ``rs_vec``, which makes a one-dimensional array a vector and
     leaves a real a real (stanc picks the overload, so an indexed element stays a scalar)."""
     takes = family_of_stan_name(family).args
     pieces = _split_top(arguments, ",")
@@ -637,7 +645,8 @@ def _as_library_arguments(arguments: str, family: str, array_names: set[str]) ->
         while re.search(r"\[[^\[\]]*\]", outside):
             outside = re.sub(r"\[[^\[\]]*\]", "", outside)
         real_or_vector = k < len(takes) and takes[k].shared_type == "real"
-        out.append(f"rs_vec({piece})" if real_or_vector and set(_IDENT.findall(outside)) & array_names else piece)
+        needs = set(_IDENT.findall(outside)) & array_names or "'" in outside  # an array, a row_vector, a transpose
+        out.append(f"rs_vec({piece})" if real_or_vector and needs else piece)
     return ", ".join(out)
 
 
@@ -710,14 +719,44 @@ def transformed_outcome_size(rows: str, data: Mapping) -> int:
 
 
 def _array_names(code: list[str]) -> set[str]:
-    """Names declared anywhere in the program as one-dimensional arrays of reals or ints (a name
-    reused as a scalar elsewhere only costs an identity call). Read from the declarations: stanc's
+    """Names declared anywhere in the program as one-dimensional arrays of reals or ints, or as row
+    vectors (a name reused as a scalar elsewhere only costs an identity call). Read from the declarations: stanc's
     --info reports a vector and an array of reals alike."""
     names = set()
     for line in code:
-        for match in re.finditer(r"\barray\[[^\[\],]*\]\s*(?:real|int)\b(?:<[^<>]*>)?\s+([A-Za-z]\w*)", line):
+        for match in re.finditer(r"\b(?:array\[[^\[\],]*\]\s*(?:real|int)\b(?:<[^<>]*>)?|row_vector(?:<[^<>]*>)?"
+                                 r"\[[^\[\]]*\])\s+([A-Za-z]\w*)", line):
             names.add(match.group(1))
     return names
+
+
+def _selection(outcome: str, kind: str, index: str | None):
+    """How a statement on ``outcome`` (of declared ``kind``) indexed by ``index`` picks its rows:
+    (kind of the picked value, the picked value, weights -> the same rows of a weight vector, the
+    slot of those rows in the per-observation vectors, what picks them from a pointwise loss), or
+    None when the indexing is not one of robustify's. A two-dimensional outcome's rows are
+    flattened one after another (row-major, as NumPy's ``reshape(-1)``): element (i, j) is row
+    (i - 1) * J + j."""
+    loop = _split_top(index, ",") if index else []
+    two_dimensional = kind in ("real_array2", "int_array2", "matrix")
+    if not loop and not two_dimensional:
+        return kind, outcome, (lambda w: w), "", ""
+    if len(loop) == 1 and not two_dimensional:
+        i = loop[0]
+        return kind, f"{outcome}[{i}:{i}]", (lambda w: f"{w}[{i}:{i}]"), f"[{i}]", "[1]"
+    if not two_dimensional or not loop:
+        return None
+    width = f"dims({outcome})[2]"
+    if len(loop) == 2:
+        i, j = loop
+        flat = f"({i} - 1) * {width} + {j}"
+        element_kind = "int" if kind == "int_array2" else "real"
+        return element_kind, f"{outcome}[{i}, {j}]", (lambda w: f"{w}[{flat}:{flat}]"), f"[{flat}]", "[1]"
+    i = loop[0]
+    row_kind = {"real_array2": "real_array", "int_array2": "int_array", "matrix": "row_vector"}[kind]
+    first = f"({i} - 1) * {width} + 1"
+    return (row_kind, f"{outcome}[{i}]", (lambda w: f"segment({w}, {first}, {width})"),
+            f"[{first}:{i} * {width}]", "")
 
 
 def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, source: str, used: set[int],
@@ -733,18 +772,23 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     if len(statement.arguments) != translation.arity:
         raise RobustifyError(f"{where}: {statement.distribution} takes {translation.arity} arguments here, found "
                              f"{len(statement.arguments)}")
-    kind = _outcome_kind(declared)
+    selection = _selection(outcome, _outcome_kind(declared), index)
+    if selection is None:
+        raise RobustifyError(f"{where}: the outcome {outcome!r} is declared `{declared}` and indexed "
+                             f"{'by `' + index + '`' if index else 'not at all'}; robustify takes a one-dimensional "
+                             "outcome whole or one element per loop iteration, and a two-dimensional one by element "
+                             "y[i, j] or by row y[i] (it is not a density's outcome whole)")
+    kind, element, weights_of, slot, pick = selection
     scalar = kind in ("real", "int")  # one observation
-    element = f"{outcome}[{index}:{index}]" if index else outcome
     outcome_expression = {
         ("vector", "vector"): element,
         ("vector", "row_vector"): f"({element})'",
         ("vector", "real_array"): f"to_vector({element})",
         ("vector", "int_array"): f"to_vector({element})",
-        ("vector", "real"): f"[{outcome}]'",
-        ("vector", "int"): f"[{outcome}]'",
+        ("vector", "real"): f"[{element}]'",
+        ("vector", "int"): f"[{element}]'",
         ("int_array", "int_array"): element,
-        ("int_array", "int"): f"{{{outcome}}}",
+        ("int_array", "int"): f"{{{element}}}",
         ("vector_array", "vector_array"): element,
     }.get((translation.outcome, kind))
     if outcome_expression is None:
@@ -759,13 +803,16 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
         trials, *rest = _split_top(arguments, ",")
         arguments = ", ".join([f"{{{trials}}}", *rest])
     suffix = "lpmf" if translation.outcome in _DISCRETE else "lpdf"
-    weights = f"rs_weights_{outcome}[{index}:{index}]" if index else f"rs_weights_{outcome}"
+    weights = weights_of(f"rs_weights_{outcome}")
     function = f"robust_{translation.family}"
     table = f", {_table_name(translation.family)}" if translation.family in _TABLED_FAMILIES else ""
-    weight_parameters = f"{WEIGHT_PARAMETERS}{outcome}[{index}:{index}]" if index else f"{WEIGHT_PARAMETERS}{outcome}"
+    weight_parameters = weights_of(f"{WEIGHT_PARAMETERS}{outcome}")
     call = (f"rs_learning_rate * {function}_weighted_{suffix}({outcome_expression} | {arguments}, "
             f"rs_divergence, rs_divergence_param, <weights>{table})")
-    likelihood = Likelihood(outcome, statement.distribution, translation.family, index, line, statement.statement)
+    # a two-dimensional outcome's rows are its elements
+    rows = f"num_elements({outcome})" if _outcome_kind(declared) in ("real_array2", "int_array2", "matrix") else None
+    likelihood = Likelihood(outcome, statement.distribution, translation.family, index, line, statement.statement,
+                            rows)
     with_data_weights = f"target += {call.replace('<weights>', weights)};"
     if likelihood.native:  # beta and gamma by the C++ loss and its closed-form gradient
         with_data_weights = (f"if (rs_divergence == 1 || rs_divergence == 2)\n"
@@ -775,8 +822,6 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     # the weights as parameters only serve robust-stan's per-example gradients (gradients/weight_derivatives.py)
     model_line = (f"if (rs_weights_are_parameters) target += {call.replace('<weights>', weight_parameters)};\n"
                   f"else {with_data_weights}  // robustified: {statement.statement}")
-    pick = "[1]" if index else ""
-    slot = f"[{index}]" if index else ""
     gq_lines = [f"rs_log_lik_{outcome}{slot} = -{function}_pointwise_loss({outcome_expression}, {arguments}, 0, 1){pick};",
                 f"rs_robust_loss_{outcome}{slot} = {function}_pointwise_loss({outcome_expression}, {arguments}, "
                 f"rs_divergence, rs_divergence_param{table}){pick};"]
@@ -848,7 +893,8 @@ def _switch_declarations(likelihoods: list[Likelihood]) -> list[str]:
 
 def _weight_parameters(likelihoods: list[Likelihood]) -> list[str]:
     return ["  // added by robustify: the weights as parameters, for robust-stan's per-example gradients only",
-            *(f"  vector[rs_weights_are_parameters ? size({lik.outcome}) : 0] {WEIGHT_PARAMETERS}{lik.outcome};"
+            *(f"  vector[rs_weights_are_parameters ? {lik.rows or f'size({lik.outcome})'} : 0] "
+              f"{WEIGHT_PARAMETERS}{lik.outcome};"
               for lik in _first_per_outcome(likelihoods))]
 
 
@@ -885,7 +931,7 @@ def _pointwise_block(lines: list[str], code: list[str], model: tuple[int, int], 
     names end there."""
     out = ["  // robust-stan (added by robustify): per observation, filled when rs_pointwise = 1"]
     for lik in _first_per_outcome(likelihoods):
-        size = f"rs_pointwise ? size({lik.outcome}) : 0"
+        size = f"rs_pointwise ? {lik.rows or f'size({lik.outcome})'} : 0"
         out += [f"  vector[{size}] rs_log_lik_{lik.outcome};      // log p({lik.outcome}_i | theta)",
                 f"  vector[{size}] rs_robust_loss_{lik.outcome};  // l_i(theta) under the chosen divergence"]
     out.append("  if (rs_pointwise) {")
