@@ -210,10 +210,17 @@ def irt_by_element(data, theta):
 irt_by_person = irt_by_element  # the same density, written by row
 
 
+def ragged_groups(data, theta):
+    p = _Unconstrained(theta)
+    mu, sigma = p.vector(data["K"]), p.positive()
+    group = np.repeat(np.arange(data["K"]), data["s"])
+    return p.done(_normal(mu, 0, 5) + _exponential(sigma, 1) + _normal(data["y"], mu[group], sigma))
+
+
 REFERENCE_LOG_DENSITIES = {f.__name__: f for f in (
     linear_regression, logistic_regression, poisson_offset, group_intercepts, varying_slopes,
     multi_normal_location, student_t_regression, two_outcomes, target_lupdf, loop_likelihood,
-    eight_schools, target_sum, if_else_trend, two_binomials, log_outcome, irt_by_element)}
+    eight_schools, target_sum, if_else_trend, two_binomials, log_outcome, irt_by_element, ragged_groups)}
 REFERENCE_LOG_DENSITIES["irt_by_person"] = irt_by_person
 
 

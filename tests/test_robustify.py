@@ -99,6 +99,12 @@ def _responses(rng, n=N):
     return {"I": persons, "J": items, "y": rng.binomial(1, p)}
 
 
+def _ragged(rng, n=N):
+    sizes = np.array([n // 4, n // 4, n // 2 - 3, n - n // 4 - n // 4 - (n // 2 - 3)])  # groups of unequal sizes
+    group = np.repeat(np.arange(4), sizes)
+    return {"N": n, "K": 4, "s": sizes, "y": np.array([-1.0, 0.0, 1.0, 2.0])[group] + 0.5 * rng.normal(size=n)}
+
+
 def _two_counts(rng, n=N):
     return {"n_control": n, "y_control": int(rng.binomial(n, 0.3)), "n_treated": n,
             "y_treated": int(rng.binomial(n, 0.5))}
@@ -125,6 +131,7 @@ CASES = {
     "log_outcome": (_positive, 0.8),  # the outcome computed in transformed data
     "irt_by_element": (_responses, 0.8),  # a two-dimensional outcome, y[i, j] inside two loops
     "irt_by_person": (_responses, 0.8),  # ... and by row, y[i]
+    "ragged_groups": (_ragged, 0.8),  # slices segment(y, pos, n) that partition the rows
 }
 
 
@@ -152,7 +159,7 @@ def case(request):
 # vectors as the outcome); the other programs' rewrites are checked against the reference densities
 AS_WRITTEN = ["linear_regression", "multi_normal_location", "target_lupdf", "two_outcomes",
               "eight_schools", "target_sum", "if_else_trend", "two_binomials", "log_outcome",  # and each idiom
-              "irt_by_element", "irt_by_person"]
+              "irt_by_element", "irt_by_person", "ragged_groups"]
 
 
 @pytest.fixture(scope="module", params=AS_WRITTEN)
@@ -236,6 +243,39 @@ def test_a_two_dimensional_outcome_is_weighted_element_by_element_row_after_row(
     fit = robust.sample(data, chains=1, iter_warmup=200, iter_sampling=20, seed=1, show_progress=False)
     assert fit.log_lik.shape == (1, 20, log_p.size)
     assert fit.to_arviz()["observed_data"]["y"].shape == (log_p.size,)
+
+
+@pytest.mark.stan
+def test_slices_that_overlap_are_refused_when_the_program_runs():
+    """Slices y[first[m]:last[m]] inside a loop must take each row once: the rewrite counts each row's
+    statements, so bounds that make two slices share a row stop the run with a message naming the
+    outcome and the row (rows no slice reaches are the other mistake, which the NaN log_lik warning
+    reports). Bounds that partition the rows give the density of every row once."""
+    code = """data {
+  int<lower=0> N;
+  int<lower=1> M;
+  array[M] int first;
+  array[M] int last;
+  vector[N] y;
+}
+parameters {
+  vector[M] mu;
+}
+model {
+  mu ~ normal(0, 5);
+  for (m in 1:M) y[first[m]:last[m]] ~ normal(mu[m], 1);
+}
+"""
+    robust = rs.robustify(code, engine=ENGINE)
+    y = np.linspace(-1, 1, 6)
+    partition = {"N": 6, "M": 2, "first": [1, 4], "last": [3, 6], "y": y}
+    mu = np.array([0.3, -0.2])
+    expected = stats.norm.logpdf(y, np.repeat(mu, 3), 1).sum() + stats.norm.logpdf(mu, 0, 5).sum()
+    shift = robust.log_density(partition, mu, divergence=rs.KL()) - expected
+    assert robust.log_density(partition, mu + 0.1, divergence=rs.KL()) - shift == pytest.approx(
+        stats.norm.logpdf(y, np.repeat(mu + 0.1, 3), 1).sum() + stats.norm.logpdf(mu + 0.1, 0, 5).sum(), abs=1e-10)
+    with pytest.raises(Exception, match="the slices of y overlap"):
+        robust.log_density(dict(partition, last=[4, 6]), mu, divergence=rs.KL())
 
 
 @pytest.mark.stan
@@ -421,6 +461,7 @@ OUTLIERS = {
     "if_else_trend": (_shift_y(10.0), "a", True),
     # two_binomials: one observation per outcome, nothing to spoil
     "log_outcome": (_scale_y(np.exp(10.0)), "alpha", True),
+    "ragged_groups": (_shift_y(10.0), "sigma", True),
 }
 # Label flips at leverage: with a tenth of 200 rows flipped at x = (3, -3) the beta loss itself is
 # smallest near b = 0, where the flipped rows are not outlying (total BetaD(0.5) loss -189.1 there

@@ -100,6 +100,11 @@ class Likelihood:
         return self.index is None
 
     @property
+    def sliced(self) -> bool:
+        """Whether the statement takes a slice y[lo:hi] (or segment) of the outcome."""
+        return self.index is not None and bool(_top_level(self.index, ":"))
+
+    @property
     def native(self) -> bool:
         """Whether its beta and gamma losses go through the native loss (robust_stan_native.hpp)."""
         return self.vectorised and self.family in _NATIVE_FAMILIES
@@ -354,7 +359,7 @@ def likelihood_outcomes(canonical: str, info: dict) -> list[str]:
     outcomes: list[str] = []
     for k in range(model[0] + 1, model[1]) if model else ():
         for statement in _statements_on(code[k], k):
-            match = re.fullmatch(r"([A-Za-z]\w*)\s*(\[.*\])?", statement.outcome_text.strip())
+            match = re.fullmatch(r"([A-Za-z]\w*)\s*(\[.*\])?", _as_indexed(statement.outcome_text).strip())
             if match and match.group(1) in data and match.group(1) not in outcomes:
                 outcomes.append(match.group(1))
     return outcomes
@@ -380,8 +385,9 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
     transformed_data = set(transformed_types)
     used_names = data_names | transformed_data | set(info["parameters"]) | set(info["transformed parameters"]) \
         | set(info["generated quantities"])
-    clash = sorted(n for n in used_names if n in SWITCHES or n.startswith(("rs_weights_", "rs_log_lik_",
-                                                                            "rs_robust_loss_", WEIGHT_PARAMETERS)))
+    clash = sorted(n for n in used_names | set(_IDENT.findall("\n".join(code)))
+                   if n in SWITCHES or n == "rs_row" or n.startswith(("rs_weights_", "rs_log_lik_", "rs_robust_loss_",
+                                                                       "rs_times_counted_", WEIGHT_PARAMETERS)))
     if clash:
         raise RobustifyError(f"{filename}: the program already uses the name(s) {clash}, which robustify adds; "
                              "rename them")
@@ -589,10 +595,19 @@ def _describe(source: str, statement: _Found, line: int, filename: str) -> str:
     return f"{filename}, line {line}: `{source.splitlines()[line - 1].split('//')[0].strip()}`"
 
 
+def _as_indexed(outcome_text: str) -> str:
+    """A statement's outcome, ``segment(y, pos, n)`` written as the slice ``y[pos:(pos + n - 1)]``."""
+    segment = re.fullmatch(r"segment\s*\((.*)\)", outcome_text.strip())
+    if segment and len(_split_top(segment.group(1), ",")) == 3:
+        name, first, count = _split_top(segment.group(1), ",")
+        return f"{name}[{first}:({first} + {count} - 1)]"
+    return outcome_text
+
+
 def _classify(statement: _Found, data_names: set[str], transformed_data: set[str], wanted: list[str] | None,
               source: str, filename: str) -> tuple[str, str | None] | None:
     """(outcome, loop index) for a likelihood statement, None for any other statement, or an error."""
-    text = statement.outcome_text
+    text = _as_indexed(statement.outcome_text)
     identifiers = _IDENT.findall(text)
     base = identifiers[0] if identifiers else ""
     match = re.fullmatch(r"([A-Za-z]\w*)\s*(\[(?P<index>.*)\])?", text)
@@ -621,6 +636,8 @@ def _classify(statement: _Found, data_names: set[str], transformed_data: set[str
         raise RobustifyError(f"{where}: truncation T[,] is not supported (the robust loss of a truncated "
                              "distribution needs its own integral term)")
     index = match.group("index")
+    if index is not None and len(_split_top(index, ",")) == 1 and _top_level(index, ":"):
+        return base, index.strip()  # a slice y[lo:hi]: its rows are counted at run time (_slice_counting)
     if index is not None:
         index = ", ".join(_split_top(index, ","))
         loop_variables = _split_top(index, ",")
@@ -628,8 +645,8 @@ def _classify(statement: _Found, data_names: set[str], transformed_data: set[str
                                               for i in loop_variables):
             raise RobustifyError(f"{where}: {base!r} is indexed by `{index}`, so its observations cannot be told "
                                  "apart (robustify takes the whole variable, one element per loop iteration, "
-                                 "y[n] inside `for (n in ...)`, y[i, j] inside two loops, or one row y[i] of a "
-                                 "two-dimensional outcome)")
+                                 "y[n] inside `for (n in ...)`, a slice y[lo:hi] or segment(y, pos, n), y[i, j] "
+                                 "inside two loops, or one row y[i] of a two-dimensional outcome)")
     return base, index
 
 
@@ -741,6 +758,9 @@ def _selection(outcome: str, kind: str, index: str | None):
     two_dimensional = kind in ("real_array2", "int_array2", "matrix")
     if not loop and not two_dimensional:
         return kind, outcome, (lambda w: w), "", ""
+    if len(loop) == 1 and not two_dimensional and _top_level(loop[0], ":"):  # a slice
+        rows = loop[0]
+        return kind, f"{outcome}[{rows}]", (lambda w: f"{w}[{rows}]"), f"[{rows}]", ""
     if len(loop) == 1 and not two_dimensional:
         i = loop[0]
         return kind, f"{outcome}[{i}:{i}]", (lambda w: f"{w}[{i}:{i}]"), f"[{i}]", "[1]"
@@ -822,6 +842,8 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     # the weights as parameters only serve robust-stan's per-example gradients (gradients/weight_derivatives.py)
     model_line = (f"if (rs_weights_are_parameters) target += {call.replace('<weights>', weight_parameters)};\n"
                   f"else {with_data_weights}  // robustified: {statement.statement}")
+    if likelihood.sliced:
+        model_line = f"for (rs_row in {index}) {_counter(outcome)}[rs_row] += 1;\n" + model_line
     gq_lines = [f"rs_log_lik_{outcome}{slot} = -{function}_pointwise_loss({outcome_expression}, {arguments}, 0, 1){pick};",
                 f"rs_robust_loss_{outcome}{slot} = {function}_pointwise_loss({outcome_expression}, {arguments}, "
                 f"rs_divergence, rs_divergence_param{table}){pick};"]
@@ -845,8 +867,11 @@ def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelih
     replay = _pointwise_block(lines, code, model, likelihoods, pointwise)
     includes = [f"  #include {LIBRARY_FILE}"] + ([f"  #include {NATIVE_FILE}"] if any(lik.native for lik in likelihoods)
                                                  else [])
+    counting = _slice_counting(likelihoods)
     out = []
     for k, line in enumerate(lines):
+        if k == model[1] and counting:
+            out += counting[1]
         if k == first_block and not functions:
             out += ["functions {", *includes, "}"]
         if k == data[1]:
@@ -861,6 +886,8 @@ def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelih
             out.append(line)
         if functions and k == functions[0]:
             out += includes
+        if k == model[0] and counting:
+            out += counting[0]
         if added_transformed_data and transformed_data and k == transformed_data[1] - 1:
             out += added_transformed_data
         if added_transformed_data and not transformed_data and k == data[1]:
@@ -896,6 +923,23 @@ def _weight_parameters(likelihoods: list[Likelihood]) -> list[str]:
             *(f"  vector[rs_weights_are_parameters ? {lik.rows or f'size({lik.outcome})'} : 0] "
               f"{WEIGHT_PARAMETERS}{lik.outcome};"
               for lik in _first_per_outcome(likelihoods))]
+
+
+def _counter(outcome: str) -> str:
+    return f"rs_times_counted_{outcome}"
+
+
+def _slice_counting(likelihoods: list[Likelihood]) -> tuple[list[str], list[str]]:
+    """(first lines, last lines) of the model block that count how often each row of an outcome
+    taken by slices enters the likelihood, and reject the data when a row enters twice (the slices
+    must partition the rows, or the row's weight would count twice)."""
+    sliced = [lik.outcome for lik in _first_per_outcome(likelihoods) if lik.sliced]
+    first = [f"  array[size({y})] int {_counter(y)} = rep_array(0, size({y}));  // added by robustify: rows counted"
+             for y in sliced]
+    last = [f"  if (max({_counter(y)}) > 1) reject(\"robust-stan: the slices of {y} overlap (row \", "
+            f"sort_indices_desc({_counter(y)})[1], \" is taken twice); robustify needs slices that take each row "
+            f"once\");" for y in sliced]
+    return first, last
 
 
 def _first_per_outcome(likelihoods: list[Likelihood]) -> list[Likelihood]:
