@@ -640,7 +640,6 @@ REFUSALS = {
     "unsupported family": ("y ~ gumbel(mu, sigma);", "'gumbel' has no robust loss"),
     "truncation": ("y ~ normal(mu, sigma) T[0, ];", "truncation"),
     "transformed data outcome": ("first_half ~ normal(mu, sigma);", "size is an expression of the data block"),
-    "slice": ("y[1:3] ~ normal(mu, sigma);", "cannot be told apart"),
     "multi-index": ("y[idx] ~ normal(mu, sigma);", "cannot be told apart"),
     "two statements": ("y ~ normal(mu, sigma);\n  y ~ normal(mu, 2 * sigma);", "several likelihood statements"),
     "expression outcome": ("(y - mu) / sigma ~ std_normal();", "expression of the data variable"),
