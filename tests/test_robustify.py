@@ -274,7 +274,7 @@ model {
     shift = robust.log_density(partition, mu, divergence=rs.KL()) - expected
     assert robust.log_density(partition, mu + 0.1, divergence=rs.KL()) - shift == pytest.approx(
         stats.norm.logpdf(y, np.repeat(mu + 0.1, 3), 1).sum() + stats.norm.logpdf(mu + 0.1, 0, 5).sum(), abs=1e-10)
-    with pytest.raises(Exception, match="the slices of y overlap"):
+    with pytest.raises(Exception, match="the likelihood statements take row 4 of y more than once"):
         robust.log_density(dict(partition, last=[4, 6]), mu, divergence=rs.KL())
 
 

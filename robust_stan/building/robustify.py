@@ -100,11 +100,6 @@ class Likelihood:
         return self.index is None
 
     @property
-    def sliced(self) -> bool:
-        """Whether the statement takes a slice y[lo:hi] (or segment) of the outcome."""
-        return self.index is not None and bool(_top_level(self.index, ":"))
-
-    @property
     def native(self) -> bool:
         """Whether its beta and gamma losses go through the native loss (robust_stan_native.hpp)."""
         return self.vectorised and self.family in _NATIVE_FAMILIES
@@ -176,6 +171,34 @@ def _without_comments(lines: list[str]) -> list[str]:
             i += 1
         out.append("".join(chars))
     return out
+
+
+def _one_statement_per_line(canonical: str) -> tuple[list[str], list[str]]:
+    """(lines, the same lines with comments blanked) of canonical text, each statement on one line.
+
+    stanc's canonical printing breaks a statement where a comment sits inside it
+    (``target += log_sum_exp(a // why`` then ``+ b, c);``) and writes ``} else // why`` above
+    the branch's ``{``. Such a line, whose code does not end a statement or open or close a block,
+    is joined with the lines after it until one does; the comments go to the end of the joined line.
+    """
+    lines, code = canonical.splitlines(), _without_comments(canonical.splitlines())
+    out_lines: list[str] = []
+    out_code: list[str] = []
+    k = 0
+    while k < len(lines):
+        text, comments = code[k].rstrip(), [_comment_part(lines[k], code[k])]
+        while text.strip() and not text.endswith(("{", "}", ";")) and not text.lstrip().startswith("#") \
+                and k + 1 < len(lines):
+            k += 1
+            if code[k].strip():
+                text = f"{text} {code[k].strip()}"
+            comments.append(_comment_part(lines[k], code[k]))
+        comment = " ".join(c for c in comments if c)
+        out_code.append(text)
+        out_lines.append(f"{text}  {comment}" if comment and len(comments) > 1 else lines[k] if len(comments) == 1
+                         else text)
+        k += 1
+    return out_lines, out_code
 
 
 @functools.lru_cache(maxsize=4)
@@ -353,7 +376,7 @@ def likelihood_outcomes(canonical: str, info: dict) -> list[str]:
     """The data and transformed data variables that are the outcome of a distribution statement of
     the model block (``y ~ ...``, ``y[n] ~ ...``, ``target += *_lpdf(y | ...)``), in order of
     appearance: what :func:`robust_stan.from_stan` reports as observed data. Nothing is refused here."""
-    code = _without_comments(canonical.splitlines())
+    _, code = _one_statement_per_line(canonical)
     model = _block(code, "model")
     data = set(info["inputs"]) | set(_declarations(code, _block(code, "transformed data")))
     outcomes: list[str] = []
@@ -374,8 +397,7 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
     data variable) or a list of data variable names. Raises :class:`RobustifyError` naming the
     statement and its line for what cannot be rewritten.
     """
-    lines = canonical.splitlines()
-    code = _without_comments(lines)
+    lines, code = _one_statement_per_line(canonical)
     data_names = set(info["inputs"])
     model = _block(code, "model")
     if model is None:
@@ -402,16 +424,20 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
                 found.append((statement, *target))
     outcomes = [outcome for _, outcome, _ in found]
     branches = _branch_paths(code, model)
+    counted = set()  # outcomes whose rows are counted at run time, so that none enters twice
     for outcome in sorted(set(outcomes)):
         on_it = [(s, index) for s, o, index in found if o == outcome]
         exclusive = all(_exclusive(branches[a.line_index], branches[b.line_index]) and i == j
                         for (a, i), (b, j) in itertools.combinations(on_it, 2))
-        if not exclusive:
+        if not exclusive and any(index is None for _, index in on_it):
             used: set[int] = set()
             where = [_where(source, s, outcome, used, filename) for s, _ in on_it]
-            raise RobustifyError(f"{'; '.join(where)}: several likelihood statements on the outcome {outcome!r}; "
-                                 "robustify needs all of its likelihood in one statement, or in statements on "
-                                 "exclusive branches of one if/else (each with the same indexing)")
+            raise RobustifyError(f"{'; '.join(where)}: several likelihood statements on the outcome {outcome!r}, one "
+                                 "of them on all its rows; robustify needs each row in one statement (all of the "
+                                 "likelihood in one statement, statements on parts of the rows, or statements on "
+                                 "exclusive branches of one if/else)")
+        if any(index is not None for _, index in on_it) or not exclusive:
+            counted.add(outcome)
     _refuse_other_terms_on(outcomes, found, code, model, source, filename)
     if wanted is not None:
         missing = sorted(set(wanted) - set(outcomes))
@@ -421,8 +447,14 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
     if not found:
         not_data = _statements_on_non_data(code, model, info, source, filename)
         raise RobustifyError(f"{filename}: found no likelihood statement (a `~` or `target += *_lpdf(...)` statement "
-                             "whose outcome is a variable of the data block)"
-                             + "".join(f"; {where}: {why}" for _, where, why in not_data))
+                             "whose outcome is a variable of the data or transformed data block)"
+                             + "".join(f"; {where}: {why}" for _, where, why in not_data)
+                             + ". A likelihood accumulated by hand (an HMM's forward algorithm, a mixture marginalised "
+                             "with log_sum_exp or log_mix, your own _lpdf function, `target += -0.5 * ...`) is not a "
+                             "sum over observations of a family robust-stan has a loss for, so there is no "
+                             "per-observation term to replace. Where the model allows, write the likelihood as "
+                             "statements on the observations (`y[n] ~ normal(...)`); otherwise fit the program as "
+                             "written (rs.from_stan)")
 
     likelihoods: list[Likelihood] = []
     rewritten: dict[int, list[str]] = {}
@@ -432,7 +464,7 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
     array_names = _array_names(code)
     for statement, outcome, index in found:
         lik, model_line, gq_lines = _rewrite(statement, outcome, index, data_types[outcome], source, used_lines,
-                                             filename, array_names)
+                                             filename, array_names, outcome in counted)
         if outcome in transformed_data:
             described = _describe(source, statement, lik.line, filename)
             lik = replace(lik, rows=_transformed_outcome_rows(outcome, data_types[outcome], data_names, described))
@@ -450,7 +482,7 @@ def robustify_program(source: str, canonical: str, info: dict, likelihood="auto"
                                      "robustify cannot weight those rows")
         if rest:
             rewritten[k].insert(0, rest)
-    return RobustifiedProgram(_assemble(lines, code, model, likelihoods, rewritten, pointwise, filename),
+    return RobustifiedProgram(_assemble(lines, code, model, likelihoods, rewritten, pointwise, filename, counted),
                               tuple(likelihoods), _without_prior(code, model))
 
 
@@ -629,24 +661,26 @@ def _classify(statement: _Found, data_names: set[str], transformed_data: set[str
     where = _where(source, statement, base, set(), filename)
     if not statement.whole_statement:
         raise RobustifyError(f"{where}: the likelihood term of {base!r} is part of a larger expression; robustify "
-                             "rewrites a term only when it is the whole statement, "
-                             f"`target += {statement.distribution}_lpdf({base} | ...);` (a mixture such as log_mix "
-                             "has no robust loss in robust-stan)")
+                             "rewrites a term that is added to the target, "
+                             f"`target += {statement.distribution}_lpdf({base} | ...) + ...;`. Inside log_mix or "
+                             "log_sum_exp it is one component of a mixture, and the robust loss of a mixture needs "
+                             "the integral of the whole mixture density to the power 1 + a, which robust-stan does "
+                             "not have (each component's integral alone would give a different loss); fit the "
+                             "program as written (rs.from_stan), or, if the mixture is over a latent label you can "
+                             "observe, state each row's component density directly")
     if statement.truncated:
         raise RobustifyError(f"{where}: truncation T[,] is not supported (the robust loss of a truncated "
                              "distribution needs its own integral term)")
     index = match.group("index")
-    if index is not None and len(_split_top(index, ",")) == 1 and _top_level(index, ":"):
-        return base, index.strip()  # a slice y[lo:hi]: its rows are counted at run time (_slice_counting)
     if index is not None:
         index = ", ".join(_split_top(index, ","))
-        loop_variables = _split_top(index, ",")
-        if len(loop_variables) > 2 or not all(re.fullmatch(r"[A-Za-z]\w*", i) and i not in data_names
-                                              for i in loop_variables):
+        parts = _split_top(index, ",")
+        ranges = [part for part in parts if _top_level(part, ":")]
+        if len(parts) > 2 or len(ranges) > 1 or any(part in data_names for part in parts):
             raise RobustifyError(f"{where}: {base!r} is indexed by `{index}`, so its observations cannot be told "
-                                 "apart (robustify takes the whole variable, one element per loop iteration, "
-                                 "y[n] inside `for (n in ...)`, a slice y[lo:hi] or segment(y, pos, n), y[i, j] "
-                                 "inside two loops, or one row y[i] of a two-dimensional outcome)")
+                                 "apart (robustify takes the whole variable, one element y[n] or y[i, j] per "
+                                 "statement, a slice y[lo:hi], segment(y, pos, n), y[lo:hi, j] or y[i, lo:hi], or one "
+                                 "row y[i] of a two-dimensional outcome; an array of indexes, y[idx], may repeat rows)")
     return base, index
 
 
@@ -658,13 +692,27 @@ def _as_library_arguments(arguments: str, family: str, array_names: set[str]) ->
     pieces = _split_top(arguments, ",")
     out = []
     for k, piece in enumerate(pieces):
-        outside = piece
-        while re.search(r"\[[^\[\]]*\]", outside):
-            outside = re.sub(r"\[[^\[\]]*\]", "", outside)
         real_or_vector = k < len(takes) and takes[k].shared_type == "real"
-        needs = set(_IDENT.findall(outside)) & array_names or "'" in outside  # an array, a row_vector, a transpose
-        out.append(f"rs_vec({piece})" if real_or_vector and needs else piece)
+        out.append(f"rs_vec({piece})" if real_or_vector and _may_be_an_array(piece, array_names) else piece)
     return ", ".join(out)
+
+
+def _may_be_an_array(expression: str, array_names: set[str]) -> bool:
+    """Whether ``expression`` may be a one-dimensional array or a row vector: it transposes, or names
+    one of ``array_names`` unindexed, sliced (``theta[1:3]``) or indexed by an array (``theta[g]``);
+    ``theta[n]`` is one element."""
+    if "'" in expression:
+        return True
+    for match in _IDENT.finditer(expression):
+        if match.group(0) not in array_names or expression[:match.start()].rstrip().endswith("."):
+            continue
+        rest = expression[match.end():].lstrip()
+        if not rest.startswith("["):
+            return True
+        index = rest[1:_closing(rest, 0)]
+        if _top_level(index, ":") or index.strip() in array_names:
+            return True
+    return False
 
 
 #: Stan functions a transformed-data outcome's size may call, and how Python computes them.
@@ -750,37 +798,51 @@ def _array_names(code: list[str]) -> set[str]:
 def _selection(outcome: str, kind: str, index: str | None):
     """How a statement on ``outcome`` (of declared ``kind``) indexed by ``index`` picks its rows:
     (kind of the picked value, the picked value, weights -> the same rows of a weight vector, the
-    slot of those rows in the per-observation vectors, what picks them from a pointwise loss), or
-    None when the indexing is not one of robustify's. A two-dimensional outcome's rows are
-    flattened one after another (row-major, as NumPy's ``reshape(-1)``): element (i, j) is row
-    (i - 1) * J + j."""
-    loop = _split_top(index, ",") if index else []
+    slot of those rows in the per-observation vectors, what picks them from a pointwise loss, the
+    rows as a Stan range or int array), or None when the indexing is not one of robustify's. A
+    two-dimensional outcome's rows are flattened one after another (row-major, as NumPy's
+    ``reshape(-1)``): element (i, j) is row (i - 1) * J + j."""
+    parts = _split_top(index, ",") if index else []
     two_dimensional = kind in ("real_array2", "int_array2", "matrix")
-    if not loop and not two_dimensional:
-        return kind, outcome, (lambda w: w), "", ""
-    if len(loop) == 1 and not two_dimensional and _top_level(loop[0], ":"):  # a slice
-        rows = loop[0]
-        return kind, f"{outcome}[{rows}]", (lambda w: f"{w}[{rows}]"), f"[{rows}]", ""
-    if len(loop) == 1 and not two_dimensional:
-        i = loop[0]
-        return kind, f"{outcome}[{i}:{i}]", (lambda w: f"{w}[{i}:{i}]"), f"[{i}]", "[1]"
-    if not two_dimensional or not loop:
-        return None
-    width = f"dims({outcome})[2]"
-    if len(loop) == 2:
-        i, j = loop
-        flat = f"({i} - 1) * {width} + {j}"
+    if not parts:
+        return None if two_dimensional else (kind, outcome, (lambda w: w), "", "", f"1:size({outcome})")
+    if not two_dimensional:
+        if len(parts) == 2:
+            return None
+        (part,) = parts
+        first, last = _bounds(part, f"size({outcome})")
+        rows = f"{first}:{last}"
+        if not _top_level(part, ":"):  # one element, kept a container of one
+            return kind, f"{outcome}[{rows}]", (lambda w: f"{w}[{rows}]"), f"[{first}]", "[1]", rows
+        return kind, f"{outcome}[{rows}]", (lambda w: f"{w}[{rows}]"), f"[{rows}]", "", rows
+    width, height = f"dims({outcome})[2]", f"dims({outcome})[1]"
+    if len(parts) == 1:
+        parts = [parts[0], ":"]  # y[i]: row i
+    (row_first, row_last), (column_first, column_last) = _bounds(parts[0], height), _bounds(parts[1], width)
+    if not any(_top_level(part, ":") for part in parts):
+        flat = f"({row_first} - 1) * {width} + {column_first}"
         element_kind = "int" if kind == "int_array2" else "real"
-        return element_kind, f"{outcome}[{i}, {j}]", (lambda w: f"{w}[{flat}:{flat}]"), f"[{flat}]", "[1]"
-    i = loop[0]
-    row_kind = {"real_array2": "real_array", "int_array2": "int_array", "matrix": "row_vector"}[kind]
-    first = f"({i} - 1) * {width} + 1"
-    return (row_kind, f"{outcome}[{i}]", (lambda w: f"segment({w}, {first}, {width})"),
-            f"[{first}:{i} * {width}]", "")
+        return (element_kind, f"{outcome}[{parts[0]}, {parts[1]}]", (lambda w: f"{w}[{flat}:{flat}]"), f"[{flat}]",
+                "[1]", f"{flat}:{flat}")
+    flat_rows = f"rs_flat_rows({row_first}, {row_last}, {column_first}, {column_last}, {width})"
+    along_rows = _top_level(parts[0], ":")
+    element_kind = {"real_array2": "real_array", "int_array2": "int_array",
+                    "matrix": "vector" if along_rows else "row_vector"}[kind]
+    element = f"{outcome}[{parts[0]}, {parts[1]}]" if parts[1] != ":" else f"{outcome}[{parts[0]}]"
+    return element_kind, element, (lambda w: f"{w}[{flat_rows}]"), f"[{flat_rows}]", "", flat_rows
+
+
+def _bounds(part: str, size: str) -> tuple[str, str]:
+    """(first, last) of one index: an element ``e`` (e, e) or a range ``lo:hi`` whose omitted
+    bounds are 1 and ``size``."""
+    if not _top_level(part, ":"):
+        return part, part
+    first, last = (piece.strip() for piece in part.split(":", 1)) if part.count(":") == 1 else ("", "")
+    return first or "1", last or size
 
 
 def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, source: str, used: set[int],
-             filename: str, array_names: set[str]) -> tuple[Likelihood, str, list[str]]:
+             filename: str, array_names: set[str], counted: bool) -> tuple[Likelihood, str, list[str]]:
     """The likelihood, its model-block line and its generated-quantities lines."""
     line = _user_line(source, statement, outcome, used)
     where = _describe(source, statement, line, filename)
@@ -798,7 +860,7 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
                              f"{'by `' + index + '`' if index else 'not at all'}; robustify takes a one-dimensional "
                              "outcome whole or one element per loop iteration, and a two-dimensional one by element "
                              "y[i, j] or by row y[i] (it is not a density's outcome whole)")
-    kind, element, weights_of, slot, pick = selection
+    kind, element, weights_of, slot, pick, rows_taken = selection
     scalar = kind in ("real", "int")  # one observation
     outcome_expression = {
         ("vector", "vector"): element,
@@ -842,8 +904,11 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     # the weights as parameters only serve robust-stan's per-example gradients (gradients/weight_derivatives.py)
     model_line = (f"if (rs_weights_are_parameters) target += {call.replace('<weights>', weight_parameters)};\n"
                   f"else {with_data_weights}  // robustified: {statement.statement}")
-    if likelihood.sliced:
-        model_line = f"for (rs_row in {index}) {_counter(outcome)}[rs_row] += 1;\n" + model_line
+    if counted:
+        first, _, last = rows_taken.partition(":")
+        count = (f"{_counter(outcome)}[{first}] += 1;" if first == last and "rs_flat_rows" not in rows_taken
+                 else f"for (rs_row in {rows_taken}) {_counter(outcome)}[rs_row] += 1;")
+        model_line = f"{count}\n{model_line}"
     gq_lines = [f"rs_log_lik_{outcome}{slot} = -{function}_pointwise_loss({outcome_expression}, {arguments}, 0, 1){pick};",
                 f"rs_robust_loss_{outcome}{slot} = {function}_pointwise_loss({outcome_expression}, {arguments}, "
                 f"rs_divergence, rs_divergence_param{table}){pick};"]
@@ -851,7 +916,8 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
 
 
 def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelihoods: list[Likelihood],
-              rewritten: dict[int, list[str]], pointwise: dict[int, list[str]], filename: str) -> str:
+              rewritten: dict[int, list[str]], pointwise: dict[int, list[str]], filename: str,
+              counted: set[str]) -> str:
     """The whole rewritten program: library include, switches in the data block, the model block's
     likelihood lines replaced, the per-observation quantities first in generated quantities."""
     for k in range(model[0] + 1, model[1]):
@@ -867,7 +933,8 @@ def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelih
     replay = _pointwise_block(lines, code, model, likelihoods, pointwise)
     includes = [f"  #include {LIBRARY_FILE}"] + ([f"  #include {NATIVE_FILE}"] if any(lik.native for lik in likelihoods)
                                                  else [])
-    counting = _slice_counting(likelihoods)
+    counting = _row_counting([(lik.outcome, lik.rows or f"size({lik.outcome})")
+                              for lik in _first_per_outcome(likelihoods) if lik.outcome in counted])
     out = []
     for k, line in enumerate(lines):
         if k == model[1] and counting:
@@ -929,16 +996,15 @@ def _counter(outcome: str) -> str:
     return f"rs_times_counted_{outcome}"
 
 
-def _slice_counting(likelihoods: list[Likelihood]) -> tuple[list[str], list[str]]:
-    """(first lines, last lines) of the model block that count how often each row of an outcome
-    taken by slices enters the likelihood, and reject the data when a row enters twice (the slices
-    must partition the rows, or the row's weight would count twice)."""
-    sliced = [lik.outcome for lik in _first_per_outcome(likelihoods) if lik.sliced]
-    first = [f"  array[size({y})] int {_counter(y)} = rep_array(0, size({y}));  // added by robustify: rows counted"
-             for y in sliced]
-    last = [f"  if (max({_counter(y)}) > 1) reject(\"robust-stan: the slices of {y} overlap (row \", "
-            f"sort_indices_desc({_counter(y)})[1], \" is taken twice); robustify needs slices that take each row "
-            f"once\");" for y in sliced]
+def _row_counting(outcomes: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """(first lines, last lines) of the model block that count how often each row of these outcomes
+    (taken by indexes, slices or several statements) enters the likelihood, and reject the data when a
+    row enters twice (its weight would count twice)."""
+    first = [f"  array[{size}] int {_counter(y)} = rep_array(0, {size});  // added by robustify: rows counted"
+             for y, size in outcomes]
+    last = [f"  if (max({_counter(y)}) > 1) reject(\"robust-stan: the likelihood statements take row \", "
+            f"sort_indices_desc({_counter(y)})[1], \" of {y} more than once; robustify needs each row in one "
+            f"statement\");" for y, _ in outcomes]
     return first, last
 
 
