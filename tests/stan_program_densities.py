@@ -217,10 +217,21 @@ def ragged_groups(data, theta):
     return p.done(_normal(mu, 0, 5) + _exponential(sigma, 1) + _normal(data["y"], mu[group], sigma))
 
 
+def regional_counts(data, theta):
+    p = _Unconstrained(theta)
+    log_rate = p.vector(data["R"])
+    cases, total = np.asarray(data["cases"]), _normal(log_rate, 0, 3)
+    for r, first in enumerate(np.asarray(data["start"]) - 1):
+        total += stats.poisson.logpmf(cases[first, r], np.exp(log_rate[r] - 1))
+        total += np.sum(stats.poisson.logpmf(cases[first + 1:, r], np.exp(log_rate[r])))
+    return p.done(total)
+
+
 REFERENCE_LOG_DENSITIES = {f.__name__: f for f in (
     linear_regression, logistic_regression, poisson_offset, group_intercepts, varying_slopes,
     multi_normal_location, student_t_regression, two_outcomes, target_lupdf, loop_likelihood,
-    eight_schools, target_sum, if_else_trend, two_binomials, log_outcome, irt_by_element, ragged_groups)}
+    eight_schools, target_sum, if_else_trend, two_binomials, log_outcome, irt_by_element, ragged_groups,
+    regional_counts)}
 REFERENCE_LOG_DENSITIES["irt_by_person"] = irt_by_person
 
 

@@ -105,6 +105,14 @@ def _ragged(rng, n=N):
     return {"N": n, "K": 4, "s": sizes, "y": np.array([-1.0, 0.0, 1.0, 2.0])[group] + 0.5 * rng.normal(size=n)}
 
 
+def _regional_counts(rng, n=N):
+    days, regions = max(n // 4, 4), 4
+    start = np.array([1, 2, days // 2, days - 1])
+    cases = rng.poisson(5.0, size=(days, regions))
+    cases[np.arange(days)[:, None] < start[None, :] - 1] = 0
+    return {"T": days, "R": regions, "start": start, "cases": cases}
+
+
 def _two_counts(rng, n=N):
     return {"n_control": n, "y_control": int(rng.binomial(n, 0.3)), "n_treated": n,
             "y_treated": int(rng.binomial(n, 0.5))}
@@ -132,6 +140,7 @@ CASES = {
     "irt_by_element": (_responses, 0.8),  # a two-dimensional outcome, y[i, j] inside two loops
     "irt_by_person": (_responses, 0.8),  # ... and by row, y[i]
     "ragged_groups": (_ragged, 0.8),  # slices segment(y, pos, n) that partition the rows
+    "regional_counts": (_regional_counts, 0.8),  # parts of columns y[lo:hi, r], two statements on y
 }
 
 
@@ -159,7 +168,7 @@ def case(request):
 # vectors as the outcome); the other programs' rewrites are checked against the reference densities
 AS_WRITTEN = ["linear_regression", "multi_normal_location", "target_lupdf", "two_outcomes",
               "eight_schools", "target_sum", "if_else_trend", "two_binomials", "log_outcome",  # and each idiom
-              "irt_by_element", "irt_by_person", "ragged_groups"]
+              "irt_by_element", "irt_by_person", "ragged_groups", "regional_counts"]
 
 
 @pytest.fixture(scope="module", params=AS_WRITTEN)
@@ -243,6 +252,28 @@ def test_a_two_dimensional_outcome_is_weighted_element_by_element_row_after_row(
     fit = robust.sample(data, chains=1, iter_warmup=200, iter_sampling=20, seed=1, show_progress=False)
     assert fit.log_lik.shape == (1, 20, log_p.size)
     assert fit.to_arviz()["observed_data"]["y"].shape == (log_p.size,)
+
+
+@pytest.mark.stan
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # rows never reached; 20 draws
+def test_parts_of_columns_are_weighted_at_their_own_rows():
+    """regional_counts.stan takes cases[start[r], r] and cases[(start[r] + 1):T, r]: parts of column r of
+    a two-dimensional outcome, in two statements. Weight 0 on flat row (t - 1) R + r takes exactly
+    log p(cases[t, r]) out of the KL log density (rows flattened row after row), and the days before
+    a region's first case, which no statement reaches, have NaN log_lik."""
+    _, data, _, robust = _compiled_case("regional_counts", rs.robustify)
+    theta = np.array([1.2, 1.6, 1.5, 1.7])
+    cases, R = np.asarray(data["cases"]), data["R"]
+    full = robust.log_density(data, theta, divergence=rs.KL())
+    for t, r in ((data["start"][1], 1), (data["T"], 3), (data["start"][2], 2)):  # 1-based day, 0-based region
+        rate = np.exp(theta[r] - (1 if t == data["start"][r] else 0))
+        weights = np.ones(cases.size)
+        weights[(t - 1) * R + r] = 0.0
+        assert robust.log_density(data, theta, divergence=rs.KL(), weights=weights) == pytest.approx(
+            full - stats.poisson.logpmf(cases[t - 1, r], rate), abs=1e-10)
+    fit = robust.sample(data, chains=1, iter_warmup=200, iter_sampling=20, seed=1, show_progress=False)
+    reached = np.arange(data["T"])[:, None] >= np.asarray(data["start"])[None, :] - 1
+    assert np.array_equal(np.isfinite(fit.log_lik[0, 0]), reached.reshape(-1))
 
 
 @pytest.mark.stan
