@@ -227,11 +227,21 @@ def regional_counts(data, theta):
     return p.done(total)
 
 
+def gp_one_observation(data, theta):
+    p = _Unconstrained(theta)
+    rho, alpha, sigma = p.positive(), p.positive(), p.positive()
+    x = np.asarray(data["x"])
+    covariance = alpha**2 * np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2 / rho**2) + sigma * np.eye(x.size)
+    return p.done(stats.gamma.logpdf(rho, 25, scale=1 / 4) + stats.norm.logpdf(alpha, 0, 2)
+                  + stats.norm.logpdf(sigma, 0, 1)
+                  + stats.multivariate_normal.logpdf(data["y"], np.zeros(x.size), covariance))
+
+
 REFERENCE_LOG_DENSITIES = {f.__name__: f for f in (
     linear_regression, logistic_regression, poisson_offset, group_intercepts, varying_slopes,
     multi_normal_location, student_t_regression, two_outcomes, target_lupdf, loop_likelihood,
     eight_schools, target_sum, if_else_trend, two_binomials, log_outcome, irt_by_element, ragged_groups,
-    regional_counts)}
+    regional_counts, gp_one_observation)}
 REFERENCE_LOG_DENSITIES["irt_by_person"] = irt_by_person
 
 

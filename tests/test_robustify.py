@@ -113,6 +113,11 @@ def _regional_counts(rng, n=N):
     return {"T": days, "R": regions, "start": start, "cases": cases}
 
 
+def _gp_points(rng, n=N):
+    x = np.linspace(0, 5, 10)
+    return {"N": 10, "x": x, "y": np.sin(x) + 0.2 * rng.normal(size=10)}
+
+
 def _two_counts(rng, n=N):
     return {"n_control": n, "y_control": int(rng.binomial(n, 0.3)), "n_treated": n,
             "y_treated": int(rng.binomial(n, 0.5))}
@@ -141,6 +146,7 @@ CASES = {
     "irt_by_person": (_responses, 0.8),  # ... and by row, y[i]
     "ragged_groups": (_ragged, 0.8),  # slices segment(y, pos, n) that partition the rows
     "regional_counts": (_regional_counts, 0.8),  # parts of columns y[lo:hi, r], two statements on y
+    "gp_one_observation": (_gp_points, 0.8),  # a vector that is one multivariate observation
 }
 
 

@@ -673,6 +673,8 @@ class StanProgramModel(ModelMethods, ProgramSource):
             values = np.atleast_1d(prepared.stan_data[y])  # a scalar outcome is one observation
             if any(lik.outcome == y and lik.rows == f"num_elements({y})" for lik in self.likelihoods):
                 values = values.reshape(-1)  # each element an observation, rows one after another
+            elif any(lik.outcome == y and lik.rows == "1" for lik in self.likelihoods):
+                values = values.reshape(1, *values.shape)  # one multivariate observation
             dims = [f"{y}_obs"] + [f"{y}_dim_{k}" for k in range(1, values.ndim)]
             weights = np.asarray(prepared.stan_data[f"rs_weights_{y}"]) if y in self.outcomes else None
             out.append(Outcome(y, values, dims, weights, f"weights_{y}"))

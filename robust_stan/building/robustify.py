@@ -872,6 +872,7 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
         ("int_array", "int_array"): element,
         ("int_array", "int"): f"{{{element}}}",
         ("vector_array", "vector_array"): element,
+        ("vector_array", "vector"): f"{{{element}}}",  # one multivariate observation
     }.get((translation.outcome, kind))
     if outcome_expression is None:
         wants = {"vector": "a real or a vector, row_vector or one-dimensional array", "int_array":
@@ -891,8 +892,13 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     weight_parameters = weights_of(f"{WEIGHT_PARAMETERS}{outcome}")
     call = (f"rs_learning_rate * {function}_weighted_{suffix}({outcome_expression} | {arguments}, "
             f"rs_divergence, rs_divergence_param, <weights>{table})")
-    # a two-dimensional outcome's rows are its elements
+    # a two-dimensional outcome's rows are its elements; a vector of a multivariate family is one row
     rows = f"num_elements({outcome})" if _outcome_kind(declared) in ("real_array2", "int_array2", "matrix") else None
+    if translation.outcome == "vector_array" and kind == "vector":
+        if index:
+            raise RobustifyError(f"{where}: a multivariate outcome declared `{declared}` is one observation; "
+                                 "robustify takes it whole")
+        rows = "1"
     likelihood = Likelihood(outcome, statement.distribution, translation.family, index, line, statement.statement,
                             rows)
     with_data_weights = f"target += {call.replace('<weights>', weights)};"
