@@ -676,7 +676,7 @@ model {
 REFUSALS = {
     "unsupported family": ("y ~ gumbel(mu, sigma);", "'gumbel' has no robust loss"),
     "truncation": ("y ~ normal(mu, sigma) T[0, ];", "truncation"),
-    "transformed data outcome": ("first_half ~ normal(mu, sigma);", "size is an expression of the data block"),
+    "transformed data outcome": ("first_half ~ normal(mu, sigma);", "sizes are expressions of the data block"),
     "multi-index": ("y[idx] ~ normal(mu, sigma);", "cannot be told apart"),
     "two statements": ("y ~ normal(mu, sigma);\n  y ~ normal(mu, 2 * sigma);", "several likelihood statements"),
     "expression outcome": ("(y - mu) / sigma ~ std_normal();", "expression of the data variable"),
@@ -697,6 +697,38 @@ def test_refusals_name_the_statement_and_its_line(what):
     # every refused statement, whole and as written, with its own line (the model block starts at 17)
     for k, line in enumerate(statement.splitlines()):
         assert f"line {18 + k}: `{line.strip()}`" in message, message
+
+
+def test_a_two_dimensional_outcome_computed_in_transformed_data_is_sized_from_the_data():
+    """Responses rearranged in transformed data (array[T, N] int r, as posteriordb's LSAT model has
+    them): the weights are declared in the data block with the declared sizes' product, which Python
+    computes from the data; the rows are taken by person, flattened row after row."""
+    code = """data {
+  int<lower=1> N;
+  int<lower=1> T;
+  array[N, T] int<lower=0, upper=1> responses;
+}
+transformed data {
+  array[T, N] int r;
+  for (t in 1:T) for (n in 1:N) r[t, n] = responses[n, t];
+}
+parameters {
+  vector[N] theta;
+  vector[T] alpha;
+}
+model {
+  theta ~ normal(0, 1);
+  alpha ~ normal(0, 2);
+  for (t in 1:T) r[t] ~ bernoulli_logit(theta - alpha[t]);
+}
+"""
+    robust = rs.robustify(code, engine=ENGINE)
+    assert "vector<lower=0>[(T) * (N)] rs_weights_r;" in robust.stan_code
+    assert "segment(rs_weights_r, (t - 1) * dims(r)[2] + 1, dims(r)[2])" in robust.stan_code
+    data = {"N": 5, "T": 3, "responses": np.zeros((5, 3), dtype=int)}
+    assert len(robust.stan_data(data)["rs_weights_r"]) == 15
+    with pytest.raises(rs.RobustStanInputError, match="^weights: "):
+        robust.stan_data(data, weights=np.ones(5))
 
 
 def test_parameters_with_a_flat_prior_on_an_unbounded_support_are_named():

@@ -728,13 +728,14 @@ def _transformed_outcome_rows(outcome: str, declared: str, data_names: set[str],
     text = re.sub(r"<[^<>]*>", "", declared).strip()
     if text in ("real", "int"):
         return "1"
-    match = re.match(r"(?:vector|row_vector|array)\[([^\[\]]*)\]", text)
+    match = re.match(r"(?:vector|row_vector|array|matrix)\[([^\[\]]*)\]", text)
     names = set(_IDENT.findall(match.group(1))) if match else set()
-    if match is None or "," in match.group(1) or not names <= data_names | set(_SIZE_FUNCTIONS):
+    if match is None or match.group(1).count(",") > 1 or not names <= data_names | set(_SIZE_FUNCTIONS):
         raise RobustifyError(f"{where}: the outcome {outcome!r} is declared in transformed data as `{declared}`; "
-                             "robustify needs a one-dimensional outcome whose size is an expression of the data block "
-                             f"(such as vector[N]), to declare its weights there (rs_weights_{outcome})")
-    return match.group(1).strip()
+                             "robustify needs an outcome of one or two dimensions whose sizes are expressions of the "
+                             f"data block (such as vector[N]), to declare its weights there (rs_weights_{outcome})")
+    sizes = _split_top(match.group(1), ",")
+    return sizes[0] if len(sizes) == 1 else f"({sizes[0]}) * ({sizes[1]})"
 
 
 def transformed_outcome_size(rows: str, data: Mapping) -> int:
@@ -824,6 +825,11 @@ def _selection(outcome: str, kind: str, index: str | None):
         element_kind = "int" if kind == "int_array2" else "real"
         return (element_kind, f"{outcome}[{parts[0]}, {parts[1]}]", (lambda w: f"{w}[{flat}:{flat}]"), f"[{flat}]",
                 "[1]", f"{flat}:{flat}")
+    if not _top_level(parts[0], ":") and parts[1] == ":":  # a whole row: contiguous
+        first, last = f"({row_first} - 1) * {width} + 1", f"{row_first} * {width}"
+        row_kind = {"real_array2": "real_array", "int_array2": "int_array", "matrix": "row_vector"}[kind]
+        return (row_kind, f"{outcome}[{parts[0]}]", (lambda w: f"segment({w}, {first}, {width})"),
+                f"[{first}:{last}]", "", f"{first}:{last}")
     flat_rows = f"rs_flat_rows({row_first}, {row_last}, {column_first}, {column_last}, {width})"
     along_rows = _top_level(parts[0], ":")
     element_kind = {"real_array2": "real_array", "int_array2": "int_array",
