@@ -237,11 +237,60 @@ def gp_one_observation(data, theta):
                   + stats.multivariate_normal.logpdf(data["y"], np.zeros(x.size), covariance))
 
 
+def _regression_on_x(data, theta, lower_third=0.0):
+    """alpha, beta and a positive third parameter (the programs of the families below), with alpha + beta x."""
+    p = _Unconstrained(theta)
+    alpha, beta, third = p.real(), p.real(), p.positive(lower=lower_third)
+    return p, alpha, beta, third, alpha + beta * np.asarray(data["x"])
+
+
+def lognormal_regression(data, theta):
+    p, alpha, beta, sigma, eta = _regression_on_x(data, theta)
+    return p.done(_normal(alpha, 0, 5) + _normal(beta, 0, 2) + _exponential(sigma, 1)
+                  + np.sum(stats.lognorm.logpdf(data["y"], sigma, scale=np.exp(eta))))
+
+
+def gamma_regression(data, theta):
+    p, alpha, beta, shape, eta = _regression_on_x(data, theta)
+    return p.done(_normal(alpha, 0, 5) + _normal(beta, 0, 2) + stats.gamma.logpdf(shape, 2, scale=2.0)
+                  + np.sum(stats.gamma.logpdf(data["y"], shape, scale=np.exp(eta) / shape)))
+
+
+def weibull_survival(data, theta):
+    p, alpha, beta, k, eta = _regression_on_x(data, theta)
+    return p.done(_normal(alpha, 0, 5) + _normal(beta, 0, 2) + stats.gamma.logpdf(k, 2, scale=1.0)
+                  + np.sum(stats.weibull_min.logpdf(data["y"], k, scale=np.exp(eta))))
+
+
+def beta_proportions(data, theta):
+    p, alpha, beta, kappa, eta = _regression_on_x(data, theta)
+    mu = 1 / (1 + np.exp(-eta))
+    return p.done(_normal(alpha, 0, 2.5) + _normal(beta, 0, 2) + stats.gamma.logpdf(kappa, 2, scale=10.0)
+                  + np.sum(stats.beta.logpdf(data["y"], mu * kappa, (1 - mu) * kappa)))
+
+
+def _neg_binomial_2(y, mu, phi):
+    return np.sum(stats.nbinom.logpmf(y, phi, phi / (mu + phi)))
+
+
+def negative_binomial(data, theta):
+    p, alpha, beta, phi, eta = _regression_on_x(data, theta)
+    return p.done(_normal(alpha, 0, 2) + _normal(beta, 0, 1) + stats.gamma.logpdf(phi, 2, scale=2.0)
+                  + _neg_binomial_2(data["y"], np.exp(eta), phi))
+
+
+def neg_binomial_2_counts(data, theta):
+    p, alpha, beta, phi, eta = _regression_on_x(data, theta)
+    return p.done(_normal(alpha, 0, 2) + _normal(beta, 0, 1) + _exponential(phi, 0.1)
+                  + _neg_binomial_2(data["y"], data["exposure"] * np.exp(eta), phi))
+
+
 REFERENCE_LOG_DENSITIES = {f.__name__: f for f in (
     linear_regression, logistic_regression, poisson_offset, group_intercepts, varying_slopes,
     multi_normal_location, student_t_regression, two_outcomes, target_lupdf, loop_likelihood,
     eight_schools, target_sum, if_else_trend, two_binomials, log_outcome, irt_by_element, ragged_groups,
-    regional_counts, gp_one_observation)}
+    regional_counts, gp_one_observation, lognormal_regression, gamma_regression, weibull_survival,
+    beta_proportions, negative_binomial, neg_binomial_2_counts)}
 REFERENCE_LOG_DENSITIES["irt_by_person"] = irt_by_person
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import mpmath
 import numpy as np
 import pytest
-from scipy import integrate, special, stats
+from scipy import integrate, optimize, special, stats
 from scipy.special import logsumexp
 
 from robust_stan.building.families import FAMILIES
@@ -125,6 +125,12 @@ def _family_table() -> list[HarnessFamily]:
         fam(6, "categorical_logit", "lpmf", "y_int", "eta_mat", "eta_row"),
         fam(7, "multi_normal_cholesky", "lpdf", "y_mv", "mu_mv, L", "mu_mv_s, L"),
         fam(8, "exponential", "lpdf", "y_real", "scale", "scale_s"),
+        # two-argument families: the first argument in loc / loc_s, the second in scale / scale_s
+        fam(9, "lognormal", "lpdf", "y_real", "loc, scale", "loc_s, scale_s", "loc_s, scale"),
+        fam(10, "gamma", "lpdf", "y_real", "loc, scale", "loc_s, scale_s", "loc, scale_s"),
+        fam(11, "weibull", "lpdf", "y_real", "loc, scale", "loc_s, scale_s"),
+        fam(12, "beta", "lpdf", "y_real", "loc, scale", "loc_s, scale_s"),
+        fam(13, "neg_binomial_2_log", "lpmf", "y_int", "eta, scale", "eta_s, scale_s", "eta_s, scale"),
     ]
 
 
@@ -147,8 +153,9 @@ functions {
 #include robust_stan.stanfunctions
 }
 data {
-  int<lower=1, upper=8> family;  // 1 normal, 2 student_t, 3 bernoulli_logit, 4 binomial_logit,
-                                 // 5 poisson_log, 6 categorical_logit, 7 multi_normal_cholesky, 8 exponential
+  int<lower=1, upper=13> family;  // 1 normal, 2 student_t, 3 bernoulli_logit, 4 binomial_logit,
+                                  // 5 poisson_log, 6 categorical_logit, 7 multi_normal_cholesky, 8 exponential,
+                                  // 9 lognormal, 10 gamma, 11 weibull, 12 beta, 13 neg_binomial_2_log
   int<lower=0> variant;          // which overload (argument list) of the public functions
   int<lower=0, upper=6> tilde;   // model-block statement (0: none)
   int<lower=0, upper=3> divergence;  // divergence code of the tilde = 4 statement
@@ -361,7 +368,142 @@ def ref_log_integral(family: str, a: float, *params) -> float:
         sds = np.sqrt(np.diag(cov))
         # mean +- 14 marginal sds: the mass of p^(1+a) outside is below 1e-40
         return dblquad_log_integral(f, a, [(-14 * sds[0], 14 * sds[0]), (-14 * sds[1], 14 * sds[1])])
+    if family in CONTINUOUS_ON_A_LINE:
+        return mp_log_integral(*CONTINUOUS_ON_A_LINE[family](a, *params))
+    if family == "neg_binomial_2_log":
+        return neg_binomial_2_log_integral(a, *params)
     raise KeyError(family)
+
+
+def mp_log_integral(f_mp, f_float) -> float:
+    """log of the integral over the real line of exp(f(z)), f concave (a log density of y in a variable
+    z on the whole line, times 1 + a, plus the log-Jacobian): the peak and its width h from the float64
+    f_float, then 25-digit tanh-sinh quadrature (mpmath) of the 25-digit f_mp between the points where
+    f is 90 below its peak (a concave f's tails beyond them hold less than e^-90 of the mass per unit of
+    its slope there), split at the peak and 1, 5 and 20 widths either side."""
+    grid = np.linspace(-80, 80, 1601)
+    values = np.array([f_float(z) for z in grid])
+    i = int(np.nanargmax(values))
+    z0 = optimize.minimize_scalar(lambda z: -f_float(z), bounds=(grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]),
+                                  method="bounded", options={"xatol": 1e-12}).x
+    f0, h = f_float(z0), 1e-3
+    for _ in range(3):  # the width from the curvature, with a step that follows the width
+        curvature = -(f_float(z0 + 0.01 * h) - 2 * f0 + f_float(z0 - 0.01 * h)) / (0.01 * h) ** 2
+        h = 1 / math.sqrt(curvature) if curvature > 0 else 1.0
+    ends = []
+    for sign in (-1, 1):
+        step = h
+        while f_float(z0 + sign * step) - f0 > -90:
+            step *= 2
+        ends.append(z0 + sign * step)
+    points = sorted({z0 + h * m for m in (-20, -5, -1, 0, 1, 5, 20) if ends[0] < z0 + h * m < ends[1]})
+    with mpmath.workdps(25):
+        peak = f_mp(mpmath.mpf(z0))
+        total = mpmath.quad(lambda z: mpmath.exp(f_mp(z) - peak), [mpmath.mpf(x) for x in [ends[0], *points, ends[1]]])
+        return float(peak + mpmath.log(total))
+
+
+def _float_or_minus_inf(f):
+    def safe(z):
+        try:
+            return f(z)
+        except OverflowError:
+            return -math.inf
+    return safe
+
+
+def _log_integrand(a, log_density_mp, log_density, scale, check_points, frozen, size=1.0):
+    """(f_mp, f_float) for mp_log_integral: (1 + a) log p(y) + log |dy/dz| as functions of z (z = log y
+    for ``scale`` "log", logit y for "logit"); the log densities take z too, so that no y under- or
+    overflows. Both are first checked at z in ``check_points`` against scipy.stats' ``frozen.logpdf``:
+    to 1e-12 relative, or 1e-13 of ``size``, the magnitude of the terms a float64 log density adds
+    (shape * log y, lgamma(shape), ...), since each side rounds at that size."""
+    ys = [math.exp(z) if scale == "log" else float(special.expit(z)) for z in check_points]
+    expected = frozen.logpdf(ys)
+    tolerance = dict(rtol=1e-12, atol=1e-13 * max(1.0, size))
+    np.testing.assert_allclose([log_density(z) for z in check_points], expected, **tolerance)
+    with mpmath.workdps(25):
+        np.testing.assert_allclose([float(log_density_mp(mpmath.mpf(z))) for z in check_points], expected, **tolerance)
+    s, s_mp = 1.0 + a, 1 + mpmath.mpf(a)
+    if scale == "log":
+        return (lambda z: s_mp * log_density_mp(z) + z,
+                _float_or_minus_inf(lambda z: s * log_density(z) + z))
+    return (lambda z: s_mp * log_density_mp(z) - mpmath.log1p(mpmath.exp(-z)) - mpmath.log1p(mpmath.exp(z)),
+            _float_or_minus_inf(lambda z: s * log_density(z) - np.logaddexp(0, -z) - np.logaddexp(0, z)))
+
+
+def _float_or_minus_inf(f):
+    def safe(z):
+        try:
+            return float(f(z))
+        except OverflowError:
+            return -math.inf
+    return safe
+
+
+def _lognormal_integrand(a, m, sd):
+    with mpmath.workdps(30):
+        c_mp = -mpmath.log(sd) - mpmath.log(2 * mpmath.pi) / 2
+    c = -math.log(sd) - 0.5 * math.log(2 * math.pi)
+    return _log_integrand(
+        a, lambda z: c_mp - z - (z - m) ** 2 / (2 * mpmath.mpf(sd) ** 2),
+        lambda z: c - z - (z - m) ** 2 / (2 * sd * sd),
+        "log", m + sd * np.array([-3.0, 0.0, 2.0]), stats.lognorm(sd, scale=math.exp(m)), size=abs(m) + 1)
+
+
+def _gamma_integrand(a, shape, rate):
+    with mpmath.workdps(30):
+        c_mp = shape * mpmath.log(rate) - mpmath.loggamma(shape)
+    c = shape * math.log(rate) - math.lgamma(shape)
+    mean = shape / rate
+    return _log_integrand(
+        a, lambda z: c_mp + (shape - 1) * z - rate * mpmath.exp(z),
+        lambda z: c + (shape - 1) * z - rate * math.exp(z),
+        "log", np.log(mean * np.array([0.5, 1.0, 2.0])), stats.gamma(shape, scale=1 / rate),
+        size=abs(c) + shape * (abs(math.log(mean)) + 3))
+
+
+def _weibull_integrand(a, shape, scale):
+    with mpmath.workdps(30):
+        c_mp = mpmath.log(shape) - mpmath.log(scale)
+        log_scale_mp = mpmath.log(scale)
+    c, log_scale = math.log(shape) - math.log(scale), math.log(scale)
+    return _log_integrand(
+        a, lambda z: c_mp + (shape - 1) * (z - log_scale_mp) - mpmath.exp(shape * (z - log_scale_mp)),
+        lambda z: c + (shape - 1) * (z - log_scale) - math.exp(shape * (z - log_scale)),
+        "log", log_scale + np.array([-0.3, 0.0, 0.2]) / max(1.0, shape), stats.weibull_min(shape, scale=scale),
+        size=abs(c) + shape * (abs(log_scale) + 1))
+
+
+def _beta_integrand(a, s1, s2):
+    with mpmath.workdps(30):
+        c_mp = -mpmath.log(mpmath.beta(s1, s2))
+    c = -float(special.betaln(s1, s2))
+    mean_logit = math.log(s1 / s2)
+    return _log_integrand(
+        a, lambda z: c_mp - (s1 - 1) * mpmath.log1p(mpmath.exp(-z)) - (s2 - 1) * mpmath.log1p(mpmath.exp(z)),
+        lambda z: c - (s1 - 1) * np.logaddexp(0, -z) - (s2 - 1) * np.logaddexp(0, z),
+        "logit", mean_logit + np.array([-0.5, 0.0, 0.5]) / max(1.0, math.sqrt(min(s1, s2))), stats.beta(s1, s2),
+        size=abs(c) + (s1 + s2) * (abs(mean_logit) + 2))
+
+
+CONTINUOUS_ON_A_LINE = {"lognormal": _lognormal_integrand, "gamma": _gamma_integrand,
+                        "weibull": _weibull_integrand, "beta": _beta_integrand}
+
+
+def neg_binomial_2_log_integral(a: float, mu: float, phi: float) -> float:
+    """log sum_k p_k^(1+a) for neg_binomial_2(mu, phi) by a direct float64 sum of scipy.stats' log pmf
+    over k = 0 .. K, K where the terms have fallen below e^-80 of the largest and, beyond it, by a ratio
+    of at most rho^(1+a) per step (rho = mu / (mu + phi)) whose geometric tail is also below e^-80."""
+    s, rho = 1.0 + a, mu / (mu + phi)
+    dist = stats.nbinom(phi, phi / (mu + phi))
+    log_ratio = s * math.log(rho)   # the terms' ratio tends to rho^s from either side
+    tail = int(100 / -log_ratio) if log_ratio < 0 else 0
+    upper = int(mu + 40 * math.sqrt(mu + mu * mu / phi) + 100 + tail)
+    k = np.arange(0, upper + 1)
+    log_terms = s * dist.logpmf(k)
+    assert log_terms[-1] < log_terms.max() - 80, (mu, phi, a)
+    return float(logsumexp(log_terms))
 
 
 def poisson_log_integral_mp(lam: float, a: float) -> float:
@@ -488,6 +630,26 @@ def random_case(family: str, a: float, seed: int, n: int = 9, D: int = 2, K: int
         data = base_data(n, a, family=code, y_real=y, scale=rate, scale_s=rate_s)
         return Case(family, data, [stats.expon.logpdf(y, scale=1 / r) for r in (rate, rate_s)],
                     [_rows(n, r) for r in (rate, rate_s)])
+    if family in TWO_ARGUMENT_CONTINUOUS:
+        first, second, draw, outlier, frozen = TWO_ARGUMENT_CONTINUOUS[family]
+        p1, p2 = first(rng, n), second(rng, n)
+        p1_s, p2_s = float(first(rng, 1)[0]), float(second(rng, 1)[0])
+        y = np.clip(draw(rng, p1, p2), 1e-300, None)
+        y[0] = outlier(p1[0], p2[0])
+        if family == "beta":
+            y = np.clip(y, 1e-6, 1 - 1e-6)
+        data = base_data(n, a, family=code, y_real=y, loc=p1, scale=p2, loc_s=p1_s, scale_s=p2_s)
+        combos = [(p1, p2), (p1_s, p2_s), (p1, p2_s) if family == "gamma" else (p1_s, p2)][:len(FAMILY_TABLE[family].overloads)]
+        return Case(family, data, [frozen(u, v).logpdf(y) for u, v in combos], [_rows(n, u, v) for u, v in combos])
+    if family == "neg_binomial_2_log":
+        mu, phi = np.exp(rng.uniform(np.log(0.05), np.log(300), n)), rng.uniform(0.3, 20, n)
+        eta_s, phi_s = 1.3, 2.5
+        y = rng.negative_binomial(phi, phi / (mu + phi))
+        y[0] = int(mu[0] + 8 * np.sqrt(mu[0] + mu[0] ** 2 / phi[0]) + 5)
+        data = base_data(n, a, family=code, y_int=y, eta=np.log(mu), scale=phi, eta_s=eta_s, scale_s=phi_s)
+        combos = [(np.log(mu), phi), (eta_s, phi_s), (eta_s, phi)]
+        log_p = [stats.nbinom.logpmf(y, f, f / (np.exp(e) + f)) for e, f in combos]
+        return Case(family, data, log_p, [_rows(n, np.exp(e), f) for e, f in combos])
     if family in ("bernoulli_logit", "binomial_logit", "poisson_log"):
         if family == "bernoulli_logit":
             eta, eta_s = rng.normal(0, 2.5, n), -0.8
@@ -538,6 +700,22 @@ def random_case(family: str, a: float, seed: int, n: int = 9, D: int = 2, K: int
         return Case(family, data, log_p, [[sigma] * n, [sigma] * n])
     raise KeyError(family)
 
+
+# family -> (draw of the first argument, of the second, of y, the outlier y of row 0, the scipy.stats law)
+TWO_ARGUMENT_CONTINUOUS = {
+    "lognormal": (lambda rng, n: rng.normal(0, 1.5, n), lambda rng, n: rng.uniform(0.3, 2.0, n),
+                  lambda rng, m, sd: np.exp(m + sd * rng.standard_t(5, m.size)), lambda m, sd: math.exp(m + 8 * sd),
+                  lambda m, sd: stats.lognorm(sd, scale=np.exp(m))),
+    "gamma": (lambda rng, n: rng.uniform(0.6, 8.0, n), lambda rng, n: rng.uniform(0.3, 3.0, n),
+              lambda rng, k, r: rng.gamma(k, 1 / r), lambda k, r: 25 * k / r,
+              lambda k, r: stats.gamma(k, scale=1 / r)),
+    "weibull": (lambda rng, n: rng.uniform(0.7, 4.0, n), lambda rng, n: rng.uniform(0.5, 3.0, n),
+                lambda rng, k, sc: sc * rng.weibull(k), lambda k, sc: 6 * sc,
+                lambda k, sc: stats.weibull_min(k, scale=sc)),
+    "beta": (lambda rng, n: rng.uniform(0.8, 6.0, n), lambda rng, n: rng.uniform(0.8, 6.0, n),
+             lambda rng, u, v: rng.beta(u, v), lambda u, v: 0.999 if u < v else 0.001,
+             lambda u, v: stats.beta(u, v)),
+}
 
 FAMILY_NAMES = list(FAMILY_TABLE)
 
@@ -799,6 +977,90 @@ def test_multi_normal_integral_d2(harness, a):
                         [tuple(cov.ravel())] * 2)
 
 
+# The new families' grids: every a from 1e-4 to 4, parameters out to the edges (tiny and huge locations,
+# scales and shapes; shapes just above the finiteness bound a / (1 + a) and both sides of the library's
+# switch to Stirling's form at 100). References: 25-digit quadrature (mp_log_integral) and direct sums.
+EDGE_A = (1e-4, 0.05, 0.3, 1.0, 2.0, 4.0)
+
+
+def _shapes_near_the_bound(a):
+    bound = a / (1 + a)
+    return [bound + 1e-3, bound + 0.05]
+
+
+def _new_family_grid(family: str, a: float) -> list[tuple[float, float]]:
+    if family == "lognormal":
+        return [(m, sd) for m in (-30.0, -2.0, 0.0, 3.0, 30.0) for sd in (1e-3, 0.1, 1.0, 4.0)]
+    shapes = _shapes_near_the_bound(a) + [0.9, 1.0, 3.0, 99.9, 100.0, 150.0, 1e4, 1e6]
+    if family == "gamma":
+        return [(k, r) for k in (*shapes, 1e8) for r in (1e-6, 1.0, 1e6)]
+    if family == "weibull":
+        # (the weibull formula has no cancellation at any shape; beyond 1e6 the density's width in log y,
+        # 1 / shape, is too narrow for the float64 peak search of the quadrature reference)
+        return [(k, sc) for k in shapes for sc in (1e-6, 1.0, 1e6)]
+    if family == "beta":
+        small = _shapes_near_the_bound(a) + [0.9, 1.0, 3.0, 99.9]
+        return ([(u, v) for u in small for v in small]
+                + [(u, v) for u in (100.0, 150.0, 1e4, 1e6, 1e8) for v in (*small, 100.0, 1e4, 1e8)])
+    # neg_binomial_2_log: (mu, phi); the sum runs about 30 mu / ((1 + a) phi) terms where mu >> phi,
+    # and the library caps it at 10^5, so mu / phi stays within 3e3 here (the cap is checked below)
+    return [(m, f) for m in (1e-6, 0.1, 3.0, 50.0, 300.0, 1e3, 1e5) for f in (0.1, 1.0, 30.0, 1e6) if m / f <= 3e3]
+
+
+@pytest.mark.stan
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the reference's peak search meets exp overflow (-inf)
+@pytest.mark.parametrize("a", EDGE_A)
+@pytest.mark.parametrize("family", ["lognormal", "gamma", "weibull", "beta", "neg_binomial_2_log"])
+def test_new_family_integrals_over_a_grid_with_edges(harness, family, a):
+    grid = _new_family_grid(family, a)
+    first, second = (np.array(column) for column in zip(*grid))
+    n = len(grid)
+    if family == "neg_binomial_2_log":
+        inputs = {"eta": np.log(first), "scale": second, "y_int": np.zeros(n)}
+    else:
+        inputs = {"loc": first, "scale": second, "y_real": np.full(n, 0.5)}
+    check_integrals(harness, family, a, inputs, grid)
+
+
+@pytest.mark.stan
+@pytest.mark.parametrize("family", ["gamma", "weibull", "beta"])
+def test_an_infinite_integral_makes_every_robust_loss_infinite(harness, family):
+    """I_a = +inf where a shape is at or below a / (1 + a) (here a = 1: shape 0.5 on the bound, 0.3 below):
+    log I_a is +inf, that row's beta, gamma and original-gamma losses are +inf, so the target is -inf (the
+    point is rejected as one of zero density); KL is untouched, the other rows keep finite losses (gamma
+    original: its integral term is 0 there, I_i / sum_j I_j), and a row of weight 0 does not count."""
+    a = 1.0
+    shape = np.array([0.5, 0.3, 2.0, 3.0])
+    other = np.array([2.0, 1.5, 1.0, 4.0])
+    if family == "beta":
+        inputs = {"loc": other, "scale": shape, "y_real": np.array([0.3, 0.6, 0.5, 0.2])}
+    else:
+        inputs = {"loc": shape, "scale": other, "y_real": np.array([0.3, 1.6, 0.5, 2.0])}
+    data = base_data(4, a, family=FAMILY_TABLE[family].code, w=np.ones(4), **inputs)
+    out = run(harness, data)
+    assert np.all(out["log_integral"][:2] == np.inf) and np.all(np.isfinite(out["log_integral"][2:]))
+    assert np.all(out["pointwise"][:, :2] == np.inf), out["pointwise"]
+    assert np.all(np.isfinite(out["pointwise"][:, 2:])), out["pointwise"]
+    assert np.all(out["total"] == -np.inf) and np.all(out["weighted"] == -np.inf)
+    assert np.all(out["dispatch_pointwise"][1:, :2] == np.inf) and np.isfinite(out["dispatch_weighted"][0])
+    assert np.all(np.isfinite(out["dispatch_pointwise"][0]))
+    # weights 0 on the two rows with I_a = +inf: the weighted losses are those of the other rows alone
+    w = np.array([0.0, 0.0, 1.0, 1.0])
+    dropped = run(harness, dict(data, w=w))
+    kept = run(harness, base_data(2, a, family=FAMILY_TABLE[family].code, **{k: v[2:] for k, v in inputs.items()}))
+    np.testing.assert_allclose(dropped["weighted"], kept["weighted"], rtol=1e-14)
+
+
+@pytest.mark.stan
+def test_neg_binomial_sum_that_would_run_away_is_rejected(harness):
+    """mu / phi = 1e8: the geometric tail bound would need far more than the cap of 10^5 terms, and the
+    row is rejected naming mu and phi instead of summing forever or returning a truncated sum."""
+    data = base_data(1, 0.5, family=FAMILY_TABLE["neg_binomial_2_log"].code, eta=np.array([math.log(1e6)]),
+                     scale=np.array([0.01]))
+    with pytest.raises(Exception, match=r"neg_binomial_2 integral I_a needs more than 100000 terms at mu = 1e\+06"):
+        _in_a_forked_child(run, harness, data)
+
+
 @pytest.mark.stan
 @pytest.mark.parametrize("family", ["poisson_log", "normal"])
 @pytest.mark.parametrize("a", [0.0, -0.5, float("nan")])
@@ -811,19 +1073,23 @@ def test_nonpositive_divergence_parameter_is_rejected(harness, family, a):
 
 BAD_OUTCOMES = {"bernoulli_logit": ("y_int", 2), "binomial_logit": ("y_int", 10**6), "poisson_log": ("y_int", -1),
                 "categorical_logit": ("y_int", 0), "normal": ("y_real", float("inf")),
-                "student_t": ("y_real", float("nan")), "exponential": ("y_real", -1.0)}
+                "student_t": ("y_real", float("nan")), "exponential": ("y_real", -1.0),
+                "lognormal": ("y_real", 0.0), "gamma": ("y_real", -1.0), "weibull": ("y_real", float("inf")),
+                "beta": ("y_real", 1.0), "neg_binomial_2_log": ("y_int", -1)}
 
 
 @pytest.mark.stan
 @pytest.mark.parametrize("family", sorted(BAD_OUTCOMES))
 def test_outcome_outside_the_support_is_rejected(harness, family):
     """An outcome outside the family's support is a Stan error naming the row, not a wrong loss (the
-    binomial and categorical harness rows meet Stan's own checks of the internal density first)."""
+    binomial, categorical and neg_binomial_2_log harness rows meet Stan's own checks of the internal density
+    first)."""
     case = random_case(family, 0.5, seed=1)
     key, value = BAD_OUTCOMES[family]
     y = np.array(case.data[key], dtype=float if key == "y_real" else np.int64)
     y[1] = value
-    with pytest.raises(Exception, match=r"robust_stan: outcome 2|Successes variable is 1000000|index 0 out of range"):
+    with pytest.raises(Exception, match=r"robust_stan: outcome 2|Successes variable is 1000000|index 0 out of range|"
+                                        r"Failures variable is -1"):
         run(harness, dict(case.data, **{key: y}))
 
 
@@ -1048,6 +1314,12 @@ def entropy(case: Case) -> np.ndarray:
         return np.array([stats.poisson(lam).entropy() for lam in np.exp(d["eta"])])
     if fam == "categorical_logit":
         return np.array([stats.entropy(special.softmax(row)) for row in d["eta_mat"]])
+    if fam in TWO_ARGUMENT_CONTINUOUS:
+        return np.array([TWO_ARGUMENT_CONTINUOUS[fam][4](u, v).entropy() for u, v in zip(d["loc"], d["scale"])])
+    if fam == "neg_binomial_2_log":
+        mu, phi = np.exp(d["eta"]), d["scale"]
+        return np.array([-stats.nbinom(f, f / (m + f)).expect(lambda k, f=f, m=m: stats.nbinom.logpmf(k, f, f / (m + f)))
+                         for m, f in zip(mu, phi)])
     return np.full(d["N"], stats.multivariate_normal(np.zeros(d["D"]), d["L"] @ d["L"].T).entropy())
 
 

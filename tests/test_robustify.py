@@ -79,19 +79,6 @@ def _trend(rng, n=N, logistic=0):
     return {"N": n, "t": t, "y": 1 + 2 * t + 0.5 * rng.normal(size=n), "logistic": logistic}
 
 
-def _positive(rng, n=N):
-    x = rng.normal(size=n)
-    return {"N": n, "x": x, "y": np.exp(1 + 0.5 * x + 0.5 * rng.normal(size=n))}
-
-
-def _scale_y(by):
-    def plant(data, rows):
-        y = np.array(data["y"], dtype=float)
-        y[rows] *= by
-        return {**data, "y": y}
-    return plant
-
-
 def _responses(rng, n=N):
     persons, items = max(n // 4, 2), 4
     ability, difficulty = rng.normal(size=persons), np.linspace(-1, 1, items)
@@ -123,6 +110,33 @@ def _two_counts(rng, n=N):
             "y_treated": int(rng.binomial(n, 0.5))}
 
 
+def _positive(rng, n=N, family="lognormal"):
+    """x and a positive y with log-mean 0.5 + 0.8 x (lognormal, gamma or weibull noise)."""
+    x = rng.normal(size=n)
+    mean = np.exp(0.5 + 0.8 * x)
+    noise = {"lognormal": lambda: np.exp(0.4 * rng.normal(size=n)),
+             "gamma": lambda: rng.gamma(4.0, 1 / 4.0, size=n),
+             "weibull": lambda: rng.weibull(2.5, size=n)}[family]()
+    return {"N": n, "x": x, "y": mean * noise}
+
+
+def _proportions(rng, n=N):
+    x = rng.normal(size=n)
+    mu = expit(-0.5 + 0.8 * x)
+    return {"N": n, "x": x, "y": np.clip(rng.beta(mu * 20, (1 - mu) * 20), 1e-9, 1 - 1e-9)}
+
+
+def _overdispersed(rng, n=N, exposure=False):
+    x = rng.normal(size=n)
+    data = {"N": n, "x": x}
+    mu = np.exp(1.0 + 0.5 * x)
+    if exposure:
+        data["exposure"] = rng.uniform(0.5, 2.0, size=n)
+        mu = data["exposure"] * mu
+    phi = 5.0
+    return {**data, "y": rng.negative_binomial(phi, phi / (mu + phi))}
+
+
 # program -> (data, NUTS adapt_delta)
 CASES = {
     "linear_regression": (_linear_regression, 0.8),
@@ -147,6 +161,12 @@ CASES = {
     "ragged_groups": (_ragged, 0.8),  # slices segment(y, pos, n) that partition the rows
     "regional_counts": (_regional_counts, 0.8),  # parts of columns y[lo:hi, r], two statements on y
     "gp_one_observation": (_gp_points, 0.8),  # a vector that is one multivariate observation
+    "lognormal_regression": (_positive, 0.8),
+    "gamma_regression": (lambda rng, n=N: _positive(rng, n, "gamma"), 0.8),
+    "weibull_survival": (lambda rng, n=N: _positive(rng, n, "weibull"), 0.8),
+    "beta_proportions": (_proportions, 0.8),
+    "negative_binomial": (_overdispersed, 0.8),
+    "neg_binomial_2_counts": (lambda rng, n=N: _overdispersed(rng, n, exposure=True), 0.8),
 }
 
 
@@ -480,6 +500,26 @@ def _inflate_counts(data, rows):
     return {**data, "y": y}
 
 
+def _scale_y(by):
+    def plant(data, rows):
+        y = np.array(data["y"], dtype=float)
+        y[rows] *= by
+        return {**data, "y": y}
+    return plant
+
+
+def _proportions_at_one(data, rows):
+    y = np.array(data["y"], dtype=float)
+    y[rows] = 0.999
+    return {**data, "y": y}
+
+
+def _multiply_counts(data, rows):
+    y = np.array(data["y"])
+    y[rows] = 20 * y[rows] + 100
+    return {**data, "y": y}
+
+
 # program -> (how the rows are spoiled, the parameter watched, whether KL is moved by it); a tenth of
 # 200 rows and BetaD(0.5) unless ROBUSTNESS_SETTINGS says otherwise
 OUTLIERS = {
@@ -499,6 +539,12 @@ OUTLIERS = {
     # two_binomials: one observation per outcome, nothing to spoil
     "log_outcome": (_scale_y(np.exp(10.0)), "alpha", True),
     "ragged_groups": (_shift_y(10.0), "sigma", True),
+    "lognormal_regression": (_scale_y(np.exp(5.0)), "alpha", True),
+    "gamma_regression": (_scale_y(30.0), "alpha", True),
+    "weibull_survival": (_scale_y(30.0), "alpha", True),
+    "beta_proportions": (_proportions_at_one, "alpha", True),
+    "negative_binomial": (_multiply_counts, "alpha", True),
+    "neg_binomial_2_counts": (_multiply_counts, "alpha", True),
 }
 # Label flips at leverage: with a tenth of 200 rows flipped at x = (3, -3) the beta loss itself is
 # smallest near b = 0, where the flipped rows are not outlying (total BetaD(0.5) loss -189.1 there
@@ -568,11 +614,12 @@ def test_per_example_gradients_are_exact(method):
 
 
 @pytest.mark.stan
-@pytest.mark.parametrize("name", ["linear_regression", "poisson_offset"])
+@pytest.mark.parametrize("name", ["linear_regression", "poisson_offset", "gamma_regression"])
 def test_per_example_gradients_from_mixed_derivatives_equal_the_differences(name):
     """The two exact methods agree: d sweeps of forward over reverse mode with the weights as
-    parameters (a vectorised normal likelihood, and a poisson likelihood on the library's integral
-    table) against one gradient call per row, for KL, beta and gamma. Both are sums of the same
+    parameters (a vectorised normal likelihood, a poisson likelihood on the library's integral
+    table, and a gamma likelihood, whose closed-form integral has lgamma of a parameter) against one
+    gradient call per row, for KL, beta and gamma. Both are sums of the same
     float64 terms, so they agree to rounding. (The row-by-row rewrite, loop_likelihood, is checked
     against its program as written elsewhere in this file; it is not also built with second
     derivatives here, to keep the suite's compiles few.) On 12 rows: the differences build one model
@@ -806,14 +853,30 @@ def test_refusals_of_target_reads_and_name_clashes():
 def test_refusals_of_arguments_and_programs(tmp_path):
     with pytest.raises(RobustifyError, match="not in the data block"):
         rs.robustify(_BASE % "y ~ normal(mu, sigma);", likelihood=["mu"], engine=ENGINE)
-    with pytest.raises(RobustifyError, match=r"negative_binomial.stan, line 16: .*neg_binomial_2_log"):
-        rs.robustify(_program("negative_binomial"), engine=ENGINE)
+    with pytest.raises(RobustifyError, match=r"stan_code, line 18: .*the family 'skew_normal' has no robust loss"):
+        rs.robustify(_BASE % "y ~ skew_normal(mu, sigma, 2);", engine=ENGINE)
     with pytest.raises(rs.RobustStanInputError, match="no such Stan file"):
         rs.from_stan(tmp_path / "missing.stan")
     broken = tmp_path / "broken.stan"
     broken.write_text("parameters {\n  real mu;\n}\nmodel {\n  mu ~ normal(0, 1)\n}\n")
     with pytest.raises(rs.StanCompileError, match=r"broken.stan', line 6"):
         rs.from_stan(broken, engine=ENGINE)
+
+
+def test_new_families_are_rewritten_and_kept_out_of_the_built_in_models():
+    """neg_binomial_2_log_glm and neg_binomial_2 become the library's neg_binomial_2_log (the mean's log
+    and the glm's linear predictor); lognormal, gamma, weibull, beta and neg_binomial_2 are for robustify
+    and the library only: the built-in models refuse them naming the argument."""
+    glm = (_BASE.replace("vector[N] y;", "vector[N] y;\n  matrix[N, 2] X;").replace("real mu;", "real mu;\n  vector[2] b;")
+           % "k ~ neg_binomial_2_log_glm(X, mu, b, sigma);")
+    rewritten = rs.robustify(glm, engine=ENGINE).stan_code
+    assert "robust_neg_binomial_2_log_weighted_lpmf(k | mu + X * b, sigma," in rewritten
+    mean = rs.robustify(_BASE % "k ~ neg_binomial_2(exp(mu) * y, sigma);", engine=ENGINE).stan_code
+    assert "robust_neg_binomial_2_log_weighted_lpmf(k | log((exp(mu) * y)), sigma," in mean
+    for family in ("lognormal", "gamma", "weibull", "beta", "neg_binomial_2"):
+        for build in (rs.glm, rs.location):
+            with pytest.raises(rs.RobustStanInputError, match=rf"family: rs\.(glm|location) does not offer the '{family}'"):
+                build(family, engine=ENGINE)
 
 
 def test_likelihood_argument_picks_the_outcomes():

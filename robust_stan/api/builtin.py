@@ -102,7 +102,7 @@ def location(
     RobustStanInputError
         If the family is unknown or ``known`` names a parameter the family does not have.
     """
-    fam = get_family(family)
+    fam = get_family(family, built_in="rs.location")
     known = _checked_known(known)
     data_lines: list[str] = []
     transformed_data = ""
@@ -228,7 +228,7 @@ def glm(
         If the family, link or a prior's name is unknown, or ``mislabel`` is asked of another
         family.
     """
-    fam = get_family(family)
+    fam = get_family(family, built_in="rs.glm")
     link = link or fam.default_link
     if link not in fam.links:
         raise RobustStanInputError(f"link: the {fam.name} family supports {list(fam.links)}, not {link!r}")
@@ -362,7 +362,7 @@ def custom(
     RobustStanInputError
         If the family is unknown or an argument it needs is missing.
     """
-    fam = get_family(family)
+    fam = get_family(family, built_in="rs.custom")
     vectorised = dict(vectorised or {})
     unknown = sorted(set(vectorised) - set(args))
     if unknown:

@@ -184,10 +184,11 @@ def beta_loss_effective_sample_size(family, y: np.ndarray, beta: float, weights:
     the integral term, which does not depend on y_i), so p_i^beta is the weight row i keeps.
     p_i comes from a pilot fit on the scale the model is fitted on: normal with the median
     and 1.4826 x MAD (normal, student_t), exponential with the median (exponential), the
-    observed frequencies (discrete families). None for multi_normal (no pilot here).
+    observed frequencies (discrete families). None for multi_normal and for continuous families
+    that the built-in models do not standardise (lognormal, gamma, weibull, beta): no pilot here.
     """
     y = np.asarray(y)
-    if family.multivariate or y.size == 0:
+    if family.multivariate or y.size == 0 or (family.continuous and family.standardize is None):
         return None
     if family.standardize == "affine":
         scale = robust_scale(y)

@@ -93,6 +93,10 @@ class Family:
         The built-in models' parameter is a positive rate (exponential): :func:`robust_stan.location`
         declares ``real<lower=0> rate``, :func:`robust_stan.glm` models the mean exp(eta), so the
         rate exp(-eta).
+    built_in : bool, default True
+        The built-in models (:func:`robust_stan.glm`, :func:`robust_stan.location`,
+        :func:`robust_stan.custom`) offer the family; False: only :func:`robust_stan.robustify` and
+        the Stan function library do.
     """
 
     name: str
@@ -133,6 +137,9 @@ class Family:
     # the default prior of rs.location's intercept alpha on the family's linear-predictor scale
     intercept_prior: str = "normal(0, 2.5)"
     positive_rate: bool = False
+    # False: the library and rs.robustify have the family, rs.glm / rs.location / rs.custom refuse it
+    # (they would need its links, priors, standardisation and replicates, which it does not define)
+    built_in: bool = True
 
     @property
     def multivariate(self) -> bool:
@@ -420,6 +427,89 @@ _register(
 )
 
 
+# Families for rs.robustify and the Stan function library only (built_in=False).
+_register(
+    Family(
+        name="lognormal",
+        stan_name="lognormal",
+        suffix="lpdf",
+        y_library_type="vector",
+        args=(_real_vector("mu"), _real_vector("sigma")),
+        y_data_decl="vector<lower=0>[N] y;",
+        y_rep_decl="array[N] real y_rep;",
+        rng="lognormal_rng({mu}, {sigma})",
+        default_link="identity",
+        links=("identity",),
+        continuous=True,
+        built_in=False,
+    )
+)
+_register(
+    Family(
+        name="gamma",
+        stan_name="gamma",
+        suffix="lpdf",
+        y_library_type="vector",
+        args=(_real_vector("shape"), _real_vector("rate")),
+        y_data_decl="vector<lower=0>[N] y;",
+        y_rep_decl="array[N] real y_rep;",
+        rng="gamma_rng({shape}, {rate})",
+        default_link="log",
+        links=("log",),
+        continuous=True,
+        built_in=False,
+    )
+)
+_register(
+    Family(
+        name="weibull",
+        stan_name="weibull",
+        suffix="lpdf",
+        y_library_type="vector",
+        args=(_real_vector("shape"), _real_vector("scale")),
+        y_data_decl="vector<lower=0>[N] y;",
+        y_rep_decl="array[N] real y_rep;",
+        rng="weibull_rng({shape}, {scale})",
+        default_link="log",
+        links=("log",),
+        continuous=True,
+        built_in=False,
+    )
+)
+_register(
+    Family(
+        name="beta",
+        stan_name="beta",
+        suffix="lpdf",
+        y_library_type="vector",
+        args=(_real_vector("shape1"), _real_vector("shape2")),
+        y_data_decl="vector<lower=0, upper=1>[N] y;",
+        y_rep_decl="array[N] real y_rep;",
+        rng="beta_rng({shape1}, {shape2})",
+        default_link="logit",
+        links=("logit",),
+        continuous=True,
+        built_in=False,
+    )
+)
+_register(
+    Family(
+        name="neg_binomial_2",
+        stan_name="neg_binomial_2_log",
+        suffix="lpmf",
+        y_library_type="array[] int",
+        args=(_real_vector("eta"), _real_vector("phi")),
+        y_data_decl="array[N] int<lower=0> y;",
+        y_rep_decl="array[N] int y_rep;",
+        rng="neg_binomial_2_log_rng({eta}, {phi})",
+        default_link="log",
+        links=("log",),
+        continuous=False,
+        built_in=False,
+    )
+)
+
+
 def family_of_stan_name(stan_name: str) -> Family:
     """The family whose library functions are named after ``stan_name`` (``poisson_log``, ...).
 
@@ -436,13 +526,33 @@ def family_of_stan_name(stan_name: str) -> Family:
     return next(family for family in FAMILIES.values() if family.stan_name == stan_name)
 
 
-def get_family(name: str) -> Family:
-    """Look a family up by name, with an error listing the known ones."""
+def get_family(name: str, built_in: str | None = None) -> Family:
+    """Look a family up by name, with an error listing the known ones.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`FAMILIES`.
+    built_in : str or None, default None
+        The built-in model asking (``"rs.glm"``, ...): then a family it does not offer
+        (``Family.built_in`` False) is refused, naming the argument and where the family is offered.
+
+    Returns
+    -------
+    Family
+        The family's record.
+    """
     if not isinstance(name, str) or name not in FAMILIES:
         raise RobustStanInputError(
             f"family: unknown family {name!r}; choose one of {', '.join(sorted(FAMILIES))}"
         )
-    return FAMILIES[name]
+    family = FAMILIES[name]
+    if built_in and not family.built_in:
+        offered = sorted(n for n, f in FAMILIES.items() if f.built_in)
+        raise RobustStanInputError(
+            f"family: {built_in} does not offer the {name!r} family (it has a robust loss for rs.robustify and in "
+            f"the Stan function library only); {built_in} offers {', '.join(offered)}")
+    return family
 
 
 # --- outcome checks ---------------------------------------------------------
@@ -491,6 +601,21 @@ def _check_exponential(y, data):
     arr = _check_univariate(y, data)
     if np.any(arr < 0):
         raise RobustStanInputError(f"y: exponential outcomes must be >= 0 (row {_first_bad(arr < 0)} is {arr[arr < 0][0]})")
+    return arr
+
+
+def _check_positive(y, data):
+    arr = _check_univariate(y, data)
+    if np.any(arr <= 0):
+        raise RobustStanInputError(f"y: outcomes of this family must be > 0 (row {_first_bad(arr <= 0)} is {arr[arr <= 0][0]})")
+    return arr
+
+
+def _check_unit_interval(y, data):
+    arr = _check_univariate(y, data)
+    bad = (arr <= 0) | (arr >= 1)
+    if bad.any():
+        raise RobustStanInputError(f"y: beta outcomes must lie in (0, 1) (row {_first_bad(bad)} is {arr[bad][0]})")
     return arr
 
 
@@ -555,4 +680,9 @@ _OUTCOME_CHECKS = {
     "poisson": _check_counts,
     "categorical": _check_categorical,
     "multi_normal": _check_multi_normal,
+    "lognormal": _check_positive,
+    "gamma": _check_positive,
+    "weibull": _check_positive,
+    "beta": _check_unit_interval,
+    "neg_binomial_2": _check_counts,
 }

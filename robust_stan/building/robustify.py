@@ -69,6 +69,13 @@ _TRANSLATIONS = {
     "categorical": _Translation("categorical_logit", "int_array", 1, "log({0})'"),
     "multi_normal_cholesky": _Translation("multi_normal_cholesky", "vector_array", 2, "{0}, {1}"),
     "multi_normal": _Translation("multi_normal_cholesky", "vector_array", 2, "{0}, cholesky_decompose({1})"),
+    "lognormal": _Translation("lognormal", "vector", 2, "{0}, {1}"),
+    "gamma": _Translation("gamma", "vector", 2, "{0}, {1}"),
+    "weibull": _Translation("weibull", "vector", 2, "{0}, {1}"),
+    "beta": _Translation("beta", "vector", 2, "{0}, {1}"),
+    "neg_binomial_2_log": _Translation("neg_binomial_2_log", "int_array", 2, "{0}, {1}"),
+    "neg_binomial_2": _Translation("neg_binomial_2_log", "int_array", 2, "log({0}), {1}"),
+    "neg_binomial_2_log_glm": _Translation("neg_binomial_2_log", "int_array", 4, "{1} + {0} * {2}, {3}"),
 }
 _DISCRETE = {"int_array"}
 _TABLED_FAMILIES = {family.stan_name for family in FAMILIES.values() if family.integral_table}
