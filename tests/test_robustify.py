@@ -553,7 +553,7 @@ model {
 """
 
 REFUSALS = {
-    "unsupported family": ("y ~ lognormal(mu, sigma);", "'lognormal' has no robust loss"),
+    "unsupported family": ("y ~ skew_normal(mu, sigma, 2);", "'skew_normal' has no robust loss"),
     "truncation": ("y ~ normal(mu, sigma) T[0, ];", "truncation"),
     "transformed data outcome": ("log_y ~ normal(mu, sigma);", "transformed data variable"),
     "slice": ("y[1:3] ~ normal(mu, sigma);", "cannot be told apart"),
