@@ -173,6 +173,8 @@ def test_unknown_family_and_link():
         rs.glm("poisson", link="identity")
     with pytest.raises(rs.RobustStanInputError, match=r"^family: unknown family"):
         rs.location("gumbel")
+    with pytest.raises(rs.RobustStanInputError, match=r"^family: rs.location does not offer the 'weibull' family"):
+        rs.location("weibull")
     with pytest.raises(rs.RobustStanInputError, match=r"^engine: unknown engine 'stan'"):
         rs.glm("normal", engine="stan")
 

@@ -542,13 +542,11 @@ def get_family(name: str, built_in: str | None = None) -> Family:
     Family
         The family's record.
     """
+    offered = sorted(n for n, f in FAMILIES.items() if f.built_in or not built_in)
     if not isinstance(name, str) or name not in FAMILIES:
-        raise RobustStanInputError(
-            f"family: unknown family {name!r}; choose one of {', '.join(sorted(FAMILIES))}"
-        )
+        raise RobustStanInputError(f"family: unknown family {name!r}; choose one of {', '.join(offered)}")
     family = FAMILIES[name]
     if built_in and not family.built_in:
-        offered = sorted(n for n, f in FAMILIES.items() if f.built_in)
         raise RobustStanInputError(
             f"family: {built_in} does not offer the {name!r} family (it has a robust loss for rs.robustify and in "
             f"the Stan function library only); {built_in} offers {', '.join(offered)}")
