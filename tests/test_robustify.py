@@ -863,6 +863,7 @@ def test_refusals_of_arguments_and_programs(tmp_path):
         rs.from_stan(broken, engine=ENGINE)
 
 
+@pytest.mark.filterwarnings("ignore:.*no prior statement")  # fragments without priors
 def test_new_families_are_rewritten_and_kept_out_of_the_built_in_models():
     """neg_binomial_2_log_glm and neg_binomial_2 become the library's neg_binomial_2_log (the mean's log
     and the glm's linear predictor); lognormal, gamma, weibull, beta and neg_binomial_2 are for robustify
