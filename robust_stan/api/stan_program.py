@@ -28,6 +28,7 @@ from ..building.robustify import (
     Likelihood,
     RobustifyError,
     divergence_switches,
+    first_per_outcome,
     likelihood_outcomes,
     robustify_program,
     transformed_outcome_size,
@@ -124,7 +125,8 @@ class StanProgramModel(ModelMethods, ProgramSource):
         super().__init__(stan_code, engine)
         self.filename = filename
         self.likelihoods = likelihoods
-        self.outcomes = list(dict.fromkeys(lik.outcome for lik in likelihoods))  # one per outcome, in order
+        self._likelihood_of = {lik.outcome: lik for lik in first_per_outcome(likelihoods)}
+        self.outcomes = list(self._likelihood_of)  # one per outcome, in order
         # the data variables a likelihood statement is on: the robustified outcomes, or for a
         # program as written those found in its model block (its observed_data in ArviZ)
         self.observed = list(observed) if observed is not None else list(self.outcomes)
@@ -187,12 +189,11 @@ class StanProgramModel(ModelMethods, ProgramSource):
         out.update(divergence_switches(divergence), rs_learning_rate=check_learning_rate(learning_rate),
                    rs_pointwise=int(Pointwise.OFF), rs_weights_are_parameters=0)
         out.update(self._weights(out, weights))
-        for likelihood in {lik.outcome: lik for lik in reversed(self.likelihoods)}.values():  # as the built-in models warn
-            if likelihood.rows:  # computed in transformed data: its values are not here
-                continue
-            warn_if_the_data_barely_count(
-                family_of_stan_name(likelihood.family), np.atleast_1d(np.asarray(out[likelihood.outcome], dtype=float)),
-                out[f"rs_weights_{likelihood.outcome}"], out["rs_learning_rate"], divergence, stacklevel=4)
+        for y, likelihood in self._likelihood_of.items():  # as the built-in models warn, from the same pilot fit
+            values = self._observed_values(y, out)
+            if values is not None:  # None: computed in transformed data
+                warn_if_the_data_barely_count(family_of_stan_name(likelihood.family), values.astype(float),
+                                              out[f"rs_weights_{y}"], out["rs_learning_rate"], divergence, stacklevel=4)
         return out
 
     def prepare(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
@@ -215,8 +216,22 @@ class StanProgramModel(ModelMethods, ProgramSource):
     def _size_of(self, y: str, data: Mapping) -> int:
         """The number of observations of outcome ``y`` in these data (an outcome declared in transformed
         data: its declared size, computed from the data)."""
-        rows = next(lik.rows for lik in self.likelihoods if lik.outcome == y)
+        rows = self._likelihood_of[y].rows
         return transformed_outcome_size(rows, data) if rows else len(np.atleast_1d(data[y]))
+
+    def _observed_values(self, y: str, stan_data: dict) -> np.ndarray | None:
+        """The values of observed outcome ``y`` with one observation per leading row: a scalar or a
+        multivariate family's vector as one row, a two-dimensional outcome's elements flattened row
+        after row (as its weights and log_lik); None for an outcome computed in transformed data."""
+        if y not in stan_data:
+            return None
+        values = np.atleast_1d(stan_data[y])
+        likelihood = self._likelihood_of.get(y)
+        if likelihood is not None and likelihood.elements_are_rows:
+            return values.reshape(-1)
+        if likelihood is not None and likelihood.one_observation:
+            return values.reshape(1, *values.shape)
+        return values
 
     def _weights(self, data: dict, weights) -> dict:
         sizes = {y: self._size_of(y, data) for y in self.outcomes}
@@ -665,16 +680,12 @@ class StanProgramModel(ModelMethods, ProgramSource):
         """
         out = []
         for y in self.observed:
-            if y not in prepared.stan_data:  # computed in transformed data: no values here
+            values = self._observed_values(y, prepared.stan_data)
+            if values is None:  # computed in transformed data: no values here
                 weights = prepared.stan_data.get(f"rs_weights_{y}")
                 out.append(Outcome(y, None, [f"{y}_obs"], None if weights is None else np.asarray(weights),
                                    f"weights_{y}"))
                 continue
-            values = np.atleast_1d(prepared.stan_data[y])  # a scalar outcome is one observation
-            if any(lik.outcome == y and lik.rows == f"num_elements({y})" for lik in self.likelihoods):
-                values = values.reshape(-1)  # each element an observation, rows one after another
-            elif any(lik.outcome == y and lik.rows == "1" for lik in self.likelihoods):
-                values = values.reshape(1, *values.shape)  # one multivariate observation
             dims = [f"{y}_obs"] + [f"{y}_dim_{k}" for k in range(1, values.ndim)]
             weights = np.asarray(prepared.stan_data[f"rs_weights_{y}"]) if y in self.outcomes else None
             out.append(Outcome(y, values, dims, weights, f"weights_{y}"))

@@ -107,6 +107,16 @@ class Likelihood:
         return self.index is None
 
     @property
+    def elements_are_rows(self) -> bool:
+        """A two-dimensional outcome: each element an observation, flattened row after row."""
+        return self.rows == f"num_elements({self.outcome})"
+
+    @property
+    def one_observation(self) -> bool:
+        """The outcome is one observation (a scalar, or a vector of a multivariate family)."""
+        return self.rows == "1"
+
+    @property
     def native(self) -> bool:
         """Whether its beta and gamma losses go through the native loss (robust_stan_native.hpp)."""
         return self.vectorised and self.family in _NATIVE_FAMILIES
@@ -266,6 +276,10 @@ def _declarations(lines: list[str], block: tuple[int, int] | None) -> dict[str, 
     return out
 
 
+#: Outcome kinds (:func:`_outcome_kind`) whose elements are the observations, flattened row after row.
+_TWO_DIMENSIONAL_KINDS = ("real_array2", "int_array2", "matrix")
+
+
 def _outcome_kind(type_text: str) -> str:
     """The shape class of a data declaration: vector, row_vector, real_array, int_array,
     vector_array, real or int (a scalar: one observation), real_array2, int_array2 or matrix
@@ -323,8 +337,9 @@ def _statements_on(line: str, line_index: int = -1) -> list[_Found]:
         return found
     if body.startswith("target +="):
         expression = body[len("target +="):].strip()
-        added = {(start, end) for sign, start, end in _additive_terms(expression) if sign == "+"}
-        several = len(_additive_terms(expression)) > 1
+        terms = _additive_terms(expression)
+        added = {(start, end) for sign, start, end in terms if sign == "+"}
+        several = len(terms) > 1
         for match in re.finditer(r"\b(\w+)_(lpdf|lupdf|lpmf|lupmf)\s*\(", expression):
             close = _closing(expression, match.end() - 1)
             inside = expression[match.end():close]
@@ -554,11 +569,11 @@ def _without_terms(statement: str, removed: list[str]) -> str:
     """``target += <expression>;`` without the added terms ``removed``: the statement that keeps the
     others, or "" when none is left."""
     expression = statement[len("target +="):statement.rindex(";")].strip()
-    kept = []
+    removed, kept = list(removed), []
     for sign, start, end in _additive_terms(expression):
         text = expression[start:end]
         if sign == "+" and text in removed:
-            removed = [t for t in removed if t != text] if removed.count(text) == 1 else removed[1:]
+            removed.remove(text)  # one occurrence: the same call added twice is rewritten twice
             continue
         kept.append(("- " if sign == "-" else "+ ") + text)
     if not kept:
@@ -680,8 +695,8 @@ def _classify(statement: _Found, data_names: set[str], transformed_data: set[str
                              "distribution needs its own integral term)")
     index = match.group("index")
     if index is not None:
-        index = ", ".join(_split_top(index, ","))
         parts = _split_top(index, ",")
+        index = ", ".join(parts)
         ranges = [part for part in parts if _top_level(part, ":")]
         if len(parts) > 2 or len(ranges) > 1 or any(part in data_names for part in parts):
             raise RobustifyError(f"{where}: {base!r} is indexed by `{index}`, so its observations cannot be told "
@@ -811,7 +826,7 @@ def _selection(outcome: str, kind: str, index: str | None):
     two-dimensional outcome's rows are flattened one after another (row-major, as NumPy's
     ``reshape(-1)``): element (i, j) is row (i - 1) * J + j."""
     parts = _split_top(index, ",") if index else []
-    two_dimensional = kind in ("real_array2", "int_array2", "matrix")
+    two_dimensional = kind in _TWO_DIMENSIONAL_KINDS
     if not parts:
         return None if two_dimensional else (kind, outcome, (lambda w: w), "", "", f"1:size({outcome})")
     if not two_dimensional:
@@ -867,7 +882,8 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     if len(statement.arguments) != translation.arity:
         raise RobustifyError(f"{where}: {statement.distribution} takes {translation.arity} arguments here, found "
                              f"{len(statement.arguments)}")
-    selection = _selection(outcome, _outcome_kind(declared), index)
+    declared_kind = _outcome_kind(declared)
+    selection = _selection(outcome, declared_kind, index)
     if selection is None:
         raise RobustifyError(f"{where}: the outcome {outcome!r} is declared `{declared}` and indexed "
                              f"{'by `' + index + '`' if index else 'not at all'}; robustify takes a one-dimensional "
@@ -906,7 +922,7 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     call = (f"rs_learning_rate * {function}_weighted_{suffix}({outcome_expression} | {arguments}, "
             f"rs_divergence, rs_divergence_param, <weights>{table})")
     # a two-dimensional outcome's rows are its elements; a vector of a multivariate family is one row
-    rows = f"num_elements({outcome})" if _outcome_kind(declared) in ("real_array2", "int_array2", "matrix") else None
+    rows = f"num_elements({outcome})" if declared_kind in _TWO_DIMENSIONAL_KINDS else None
     if translation.outcome == "vector_array" and kind == "vector":
         if index:
             raise RobustifyError(f"{where}: a multivariate outcome declared `{declared}` is one observation; "
@@ -953,7 +969,7 @@ def _assemble(lines: list[str], code: list[str], model: tuple[int, int], likelih
     includes = [f"  #include {LIBRARY_FILE}"] + ([f"  #include {NATIVE_FILE}"] if any(lik.native for lik in likelihoods)
                                                  else [])
     counting = _row_counting([(lik.outcome, lik.rows or f"size({lik.outcome})")
-                              for lik in _first_per_outcome(likelihoods) if lik.outcome in counted])
+                              for lik in first_per_outcome(likelihoods) if lik.outcome in counted])
     out = []
     for k, line in enumerate(lines):
         if k == model[1] and counting:
@@ -995,7 +1011,7 @@ def _switch_declarations(likelihoods: list[Likelihood]) -> list[str]:
              "  int<lower=0, upper=3> rs_divergence;  // 0 KL, 1 beta, 2 gamma, 3 gamma (original form)",
              "  real<lower=0> rs_divergence_param;    // beta or gamma; ignored for KL",
              "  real<lower=0> rs_learning_rate;       // w"]
-    for lik in _first_per_outcome(likelihoods):
+    for lik in first_per_outcome(likelihoods):
         size = lik.rows or f"size({lik.outcome})"  # an outcome of transformed data is not declared yet here
         lines.append(f"  vector<lower=0>[{size}] rs_weights_{lik.outcome};  // v_i of {lik.outcome}")
     lines.append("  int<lower=0, upper=1> rs_pointwise;     // 1: rs_log_lik_* and rs_robust_loss_* filled")
@@ -1008,7 +1024,7 @@ def _weight_parameters(likelihoods: list[Likelihood]) -> list[str]:
     return ["  // added by robustify: the weights as parameters, for robust-stan's per-example gradients only",
             *(f"  vector[rs_weights_are_parameters ? {lik.rows or f'size({lik.outcome})'} : 0] "
               f"{WEIGHT_PARAMETERS}{lik.outcome};"
-              for lik in _first_per_outcome(likelihoods))]
+              for lik in first_per_outcome(likelihoods))]
 
 
 def _counter(outcome: str) -> str:
@@ -1027,9 +1043,24 @@ def _row_counting(outcomes: list[tuple[str, str]]) -> tuple[list[str], list[str]
     return first, last
 
 
-def _first_per_outcome(likelihoods: list[Likelihood]) -> list[Likelihood]:
-    """One likelihood per outcome (an outcome's statements on exclusive branches share its switches)."""
-    return list({lik.outcome: lik for lik in reversed(likelihoods)}.values())[::-1]
+def first_per_outcome(likelihoods) -> list[Likelihood]:
+    """The first likelihood statement of each outcome, in order (an outcome's several statements share
+    its switches, weights and size).
+
+    Parameters
+    ----------
+    likelihoods : iterable of Likelihood
+        A program's likelihood statements.
+
+    Returns
+    -------
+    list of Likelihood
+        One per outcome.
+    """
+    first: dict[str, Likelihood] = {}
+    for lik in likelihoods:
+        first.setdefault(lik.outcome, lik)
+    return list(first.values())
 
 
 def _table_name(family: str) -> str:
@@ -1059,7 +1090,7 @@ def _pointwise_block(lines: list[str], code: list[str], model: tuple[int, int], 
     (priors and target increments left out, their comments kept), inside its own scope so its
     names end there."""
     out = ["  // robust-stan (added by robustify): per observation, filled when rs_pointwise = 1"]
-    for lik in _first_per_outcome(likelihoods):
+    for lik in first_per_outcome(likelihoods):
         size = f"rs_pointwise ? {lik.rows or f'size({lik.outcome})'} : 0"
         out += [f"  vector[{size}] rs_log_lik_{lik.outcome};      // log p({lik.outcome}_i | theta)",
                 f"  vector[{size}] rs_robust_loss_{lik.outcome};  // l_i(theta) under the chosen divergence"]
