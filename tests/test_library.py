@@ -131,6 +131,10 @@ def _family_table() -> list[HarnessFamily]:
         fam(11, "weibull", "lpdf", "y_real", "loc, scale", "loc_s, scale_s"),
         fam(12, "beta", "lpdf", "y_real", "loc, scale", "loc_s, scale_s"),
         fam(13, "neg_binomial_2_log", "lpmf", "y_int", "eta, scale", "eta_s, scale_s", "eta_s, scale"),
+        fam(14, "beta_binomial", "lpmf", "y_int", "trials, loc, scale", "trials, loc_s, scale_s", "trials, loc_s, scale"),
+        # ordinal families: cut points per observation (cuts_arr) or shared (cuts)
+        fam(15, "ordered_logistic", "lpmf", "y_int", "eta, cuts_arr", "eta_s, cuts", "eta, cuts"),
+        fam(16, "ordered_probit", "lpmf", "y_int", "eta, cuts_arr", "eta_s, cuts", "eta, cuts"),
     ]
 
 
@@ -153,9 +157,10 @@ functions {
 #include robust_stan.stanfunctions
 }
 data {
-  int<lower=1, upper=13> family;  // 1 normal, 2 student_t, 3 bernoulli_logit, 4 binomial_logit,
+  int<lower=1, upper=16> family;  // 1 normal, 2 student_t, 3 bernoulli_logit, 4 binomial_logit,
                                   // 5 poisson_log, 6 categorical_logit, 7 multi_normal_cholesky, 8 exponential,
-                                  // 9 lognormal, 10 gamma, 11 weibull, 12 beta, 13 neg_binomial_2_log
+                                  // 9 lognormal, 10 gamma, 11 weibull, 12 beta, 13 neg_binomial_2_log,
+                                  // 14 beta_binomial, 15 ordered_logistic, 16 ordered_probit
   int<lower=0> variant;          // which overload (argument list) of the public functions
   int<lower=0, upper=6> tilde;   // model-block statement (0: none)
   int<lower=0, upper=3> divergence;  // divergence code of the tilde = 4 statement
@@ -175,6 +180,8 @@ data {
   int<lower=1> K;
   matrix[N, K] eta_mat;
   row_vector[K] eta_row;
+  vector[K - 1] cuts;
+  array[N] vector[K - 1] cuts_arr;
   int<lower=1> D;
   array[N] vector[D] y_mv;
   array[N] vector[D] mu_mv;
@@ -252,6 +259,7 @@ def base_data(n: int, a: float, **overrides) -> dict:
         "nu": 3.0, "loc": np.zeros(n), "loc_s": 0.0, "scale": np.ones(n), "scale_s": 1.0,
         "eta": np.zeros(n), "eta_s": 0.0,
         "K": K, "eta_mat": np.zeros((n, K)), "eta_row": np.zeros(K),
+        "cuts": np.linspace(-1, 1, K - 1), "cuts_arr": np.tile(np.linspace(-1, 1, K - 1), (n, 1)),
         "D": D, "y_mv": np.zeros((n, D)), "mu_mv": np.zeros((n, D)), "mu_mv_s": np.zeros(D), "L": np.eye(D),
     }
     data.update(overrides)
@@ -372,6 +380,10 @@ def ref_log_integral(family: str, a: float, *params) -> float:
         return mp_log_integral(*CONTINUOUS_ON_A_LINE[family](a, *params))
     if family == "neg_binomial_2_log":
         return neg_binomial_2_log_integral(a, *params)
+    if family == "beta_binomial":
+        return beta_binomial_integral_mp(a, *params)
+    if family in ("ordered_logistic", "ordered_probit"):
+        return ordinal_integral_mp(family, a, *params)
     raise KeyError(family)
 
 
@@ -506,6 +518,32 @@ def neg_binomial_2_log_integral(a: float, mu: float, phi: float) -> float:
     return float(logsumexp(log_terms))
 
 
+def beta_binomial_integral_mp(a: float, trials: float, shape1: float, shape2: float) -> float:
+    """log sum_k p_k^(1+a) for beta_binomial(trials, shape1, shape2) by a 40-digit direct sum of its
+    pmf C(trials, k) B(k + shape1, trials - k + shape2) / B(shape1, shape2), from log-gamma functions."""
+    with mpmath.workdps(40):
+        s, u, v, n = 1 + mpmath.mpf(a), mpmath.mpf(shape1), mpmath.mpf(shape2), int(trials)
+        log_b = mpmath.loggamma(u) + mpmath.loggamma(v) - mpmath.loggamma(u + v)
+        total = mpmath.fsum(mpmath.exp(s * (mpmath.log(mpmath.binomial(n, k)) + mpmath.loggamma(k + u)
+                                            + mpmath.loggamma(n - k + v) - mpmath.loggamma(n + u + v) - log_b))
+                            for k in range(n + 1))
+        return float(mpmath.log(total))
+
+
+def ordinal_integral_mp(family: str, a: float, eta: float, *cut_points: float) -> float:
+    """log sum_k p_k^(1+a) for ordered_logistic or ordered_probit(eta, c) in 30 digits:
+    p_k = F(c_k - eta) - F(c_(k-1) - eta), c_0 = -inf, c_K = inf, F the logistic or normal cdf."""
+    with mpmath.workdps(30):
+        def cdf(x):
+            if family == "ordered_logistic":
+                return 1 / (1 + mpmath.exp(-x))
+            return mpmath.ncdf(x)
+        edges = [cdf(mpmath.mpf(c) - mpmath.mpf(eta)) for c in cut_points]
+        upper, lower = edges + [mpmath.mpf(1)], [mpmath.mpf(0)] + edges
+        total = mpmath.fsum((hi - lo) ** (1 + mpmath.mpf(a)) for hi, lo in zip(upper, lower))
+        return float(mpmath.log(total))
+
+
 def poisson_log_integral_mp(lam: float, a: float) -> float:
     """log sum_k p_k^(1+a) for Poisson(lam) by a 30-digit direct sum over lam +- 14 sd."""
     with mpmath.workdps(30):
@@ -560,6 +598,30 @@ def reference_losses(log_p: np.ndarray, log_i: np.ndarray, a: float, w: np.ndarr
     total_1, scale_1 = gamma_original_total(ones)
     out["gammaorig"] = (split_p + split_i, total_w, total_1, np.abs(split_p) + np.abs(split_i), scale_w, scale_1)
     return out
+
+
+# Stan's ordered_probit_lpmf takes P(y = k) as a difference of two normal cdfs even where both are near 1,
+# so where p is small its log loses about eps / p (5e-5 of log p at p = e^-31 in the cases below). The
+# library must use Stan's function (a robustified program's KL density is the program's), so for this
+# family the loss formulas are checked on Stan's own log p, which is itself held to the bound of that
+# cancellation against an exact reference.
+def cancellation_bound(log_p: np.ndarray) -> np.ndarray:
+    """The error of log p from a difference of two cdfs each rounded to 2 eps: 8 eps / p (the log's
+    error where that is small), plus LOSS_RTOL |log p|."""
+    eps = np.finfo(float).eps
+    return 8 * eps * np.exp(-np.asarray(log_p)) + LOSS_RTOL * np.abs(log_p)
+
+
+def stan_ordered_probit_log_p(harness, case: Case, variant: int) -> np.ndarray:
+    """Stan's ordered_probit log p of one overload's values (variant 1: eta and cuts shared, 2: cuts
+    shared), from the harness's per-observation density, after checking it within cancellation_bound."""
+    d, n = case.data, case.data["N"]
+    eta = np.full(n, d["eta_s"]) if variant == 1 else d["eta"]
+    cuts_arr = d["cuts_arr"] if variant == 0 else np.tile(d["cuts"], (n, 1))
+    stan = run(harness, dict(d, eta=eta, cuts_arr=cuts_arr))["log_density"]
+    exact = case.log_p[variant]
+    assert np.all(np.abs(stan - exact) <= cancellation_bound(exact)), (variant, stan, exact)
+    return stan
 
 
 def rel_err(stan, ref, scale=None) -> np.ndarray:
@@ -698,6 +760,35 @@ def random_case(family: str, a: float, seed: int, n: int = 9, D: int = 2, K: int
                  for m in (mu, np.tile(mu_s, (n, 1)))]
         sigma = tuple((L @ L.T).ravel())
         return Case(family, data, log_p, [[sigma] * n, [sigma] * n])
+    if family == "beta_binomial":
+        trials = rng.integers(0, 40, n)
+        trials[1] = 0
+        p1, p2 = rng.uniform(0.3, 8.0, n), rng.uniform(0.3, 8.0, n)
+        p1_s, p2_s = 2.5, 0.7
+        y = rng.binomial(trials, rng.beta(p1, p2))
+        y[0] = trials[0] if p1[0] < p2[0] else 0
+        data = base_data(n, a, family=code, y_int=y, trials=trials, loc=p1, scale=p2, loc_s=p1_s, scale_s=p2_s)
+        combos = [(p1, p2), (p1_s, p2_s), (p1_s, p2)]
+        return Case(family, data, [stats.betabinom.logpmf(y, trials, u, v) for u, v in combos],
+                    [[(int(t), *uv) for t, uv in zip(trials, _rows(n, u, v))] for u, v in combos])
+    if family in ("ordered_logistic", "ordered_probit"):
+        eta, eta_s = rng.normal(0, 2, n), -0.6
+        cuts_arr = np.sort(rng.normal(0, 1.5, (n, K - 1)), axis=1)
+        cuts = np.sort(rng.normal(0, 1.5, K - 1))
+        y = rng.integers(1, K + 1, n)
+        y[0] = 1 if eta[0] > 0 else K
+        data = base_data(n, a, family=code, K=K, y_int=y, eta=eta, eta_s=eta_s, cuts=cuts, cuts_arr=cuts_arr)
+        combos = [(eta, cuts_arr), (np.full(n, eta_s), np.tile(cuts, (n, 1))), (eta, np.tile(cuts, (n, 1)))]
+        law = stats.logistic if family == "ordered_logistic" else stats.norm
+        log_p, params = [], []
+        for e, c in combos:
+            edges = np.column_stack([np.full(n, -np.inf), c, np.full(n, np.inf)])
+            rows = np.arange(n)
+            lower, upper = edges[rows, y - 1] - e, edges[rows, y] - e
+            # above the median a difference of survival functions (of cdfs it would cancel)
+            log_p.append(np.log(np.where(lower > 0, law.sf(lower) - law.sf(upper), law.cdf(upper) - law.cdf(lower))))
+            params.append([(float(e[i]), *map(float, c[i])) for i in range(n)])
+        return Case(family, data, log_p, params)
     raise KeyError(family)
 
 
@@ -1022,6 +1113,32 @@ def test_new_family_integrals_over_a_grid_with_edges(harness, family, a):
     check_integrals(harness, family, a, inputs, grid)
 
 
+# Finite sums: trials from 0 to 150 with shapes from 1e-3 to 1e8 (beta_binomial: where lbeta differences
+# would cancel, the library's rising factorials do not); linear predictors to +-40 and cut points from
+# 2e-6 apart to 40 apart (ordinal families)
+BETA_BINOMIAL_GRID = [(t, u, v) for t in (0, 1, 7, 150) for u in (1e-3, 0.5, 3.0, 1e4, 1e8)
+                      for v in (1e-3, 0.5, 3.0, 1e4, 1e8)]
+ORDINAL_CUTS = (np.array([-1e-6, 0.0, 1e-6]), np.array([-20.0, 0.0, 20.0]), np.array([-1.0, 0.5, 2.0]))
+ORDINAL_GRID = [(eta, cuts) for eta in (-40.0, -3.0, 0.0, 2.5, 40.0) for cuts in ORDINAL_CUTS]
+
+
+@pytest.mark.stan
+@pytest.mark.parametrize("a", EDGE_A)
+@pytest.mark.parametrize("family", ["beta_binomial", "ordered_logistic", "ordered_probit"])
+def test_finite_sum_integrals_over_a_grid_with_edges(harness, family, a):
+    if family == "beta_binomial":
+        trials, shape1, shape2 = (np.array(column) for column in zip(*BETA_BINOMIAL_GRID))
+        n = len(BETA_BINOMIAL_GRID)
+        check_integrals(harness, family, a, {"trials": trials, "loc": shape1, "scale": shape2, "y_int": np.zeros(n)},
+                        BETA_BINOMIAL_GRID)
+        return
+    eta = np.array([e for e, _ in ORDINAL_GRID])
+    cuts = np.array([c for _, c in ORDINAL_GRID])
+    check_integrals(harness, family, a, {"K": 4, "eta": eta, "cuts_arr": cuts, "cuts": cuts[0],
+                                          "y_int": np.ones(eta.size)},
+                    [(e, *c) for e, c in ORDINAL_GRID])
+
+
 @pytest.mark.stan
 @pytest.mark.parametrize("family", ["gamma", "weibull", "beta"])
 def test_an_infinite_integral_makes_every_robust_loss_infinite(harness, family):
@@ -1075,7 +1192,8 @@ BAD_OUTCOMES = {"bernoulli_logit": ("y_int", 2), "binomial_logit": ("y_int", 10*
                 "categorical_logit": ("y_int", 0), "normal": ("y_real", float("inf")),
                 "student_t": ("y_real", float("nan")), "exponential": ("y_real", -1.0),
                 "lognormal": ("y_real", 0.0), "gamma": ("y_real", -1.0), "weibull": ("y_real", float("inf")),
-                "beta": ("y_real", 1.0), "neg_binomial_2_log": ("y_int", -1)}
+                "beta": ("y_real", 1.0), "neg_binomial_2_log": ("y_int", -1), "beta_binomial": ("y_int", 10**6),
+                "ordered_logistic": ("y_int", 0), "ordered_probit": ("y_int", 5)}
 
 
 @pytest.mark.stan
@@ -1089,7 +1207,7 @@ def test_outcome_outside_the_support_is_rejected(harness, family):
     y = np.array(case.data[key], dtype=float if key == "y_real" else np.int64)
     y[1] = value
     with pytest.raises(Exception, match=r"robust_stan: outcome 2|Successes variable is 1000000|index 0 out of range|"
-                                        r"Failures variable is -1"):
+                                        r"Failures variable is -1|Random variable is [05]"):
         run(harness, dict(case.data, **{key: y}))
 
 
@@ -1135,6 +1253,8 @@ def test_public_losses_match_design_formulas(harness, family, a, seed):
         data = dict(case.data, variant=variant, w=w)
         out = run(harness, data)
         log_p, log_i = case.log_p[variant], case.log_integral(variant)
+        if family == "ordered_probit":
+            log_p = stan_ordered_probit_log_p(harness, case, variant)
         ref = reference_losses(log_p, log_i, a, w)
         where = (family, a, variant)
 
@@ -1320,6 +1440,13 @@ def entropy(case: Case) -> np.ndarray:
         mu, phi = np.exp(d["eta"]), d["scale"]
         return np.array([-stats.nbinom(f, f / (m + f)).expect(lambda k, f=f, m=m: stats.nbinom.logpmf(k, f, f / (m + f)))
                          for m, f in zip(mu, phi)])
+    if fam == "beta_binomial":
+        return np.array([stats.betabinom(t, u, v).entropy() for t, u, v in zip(d["trials"], d["loc"], d["scale"])])
+    if fam in ("ordered_logistic", "ordered_probit"):
+        cdf = stats.logistic.cdf if fam == "ordered_logistic" else stats.norm.cdf
+        edges = np.column_stack([np.full(d["N"], -np.inf), d["cuts_arr"], np.full(d["N"], np.inf)])
+        p = np.diff(cdf(edges - d["eta"][:, None]), axis=1)
+        return -np.sum(special.xlogy(p, p), axis=1)
     return np.full(d["N"], stats.multivariate_normal(np.zeros(d["D"]), d["L"] @ d["L"].T).entropy())
 
 
@@ -1336,7 +1463,7 @@ def test_small_beta_and_gamma_limit(harness, family):
     small = 1e-6
     case = random_case(family, small, seed=7, D=2)
     out = run(harness, case.data)
-    log_p = case.log_p[0]
+    log_p = case.log_p[0] if family != "ordered_probit" else stan_ordered_probit_log_p(harness, case, 0)
     kl = out["dispatch_pointwise"][0]
     np.testing.assert_allclose(-kl, log_p, rtol=1e-12, atol=1e-12)
     # |r - log p| ~ beta |log p| (1 + |log p| / 2): below 1e-5 relative wherever |log p| <= 18;

@@ -509,6 +509,54 @@ _register(
     )
 )
 
+_register(
+    Family(
+        name="beta_binomial",
+        stan_name="beta_binomial",
+        suffix="lpmf",
+        y_library_type="array[] int",
+        args=(
+            FamilyArg("trials", "int", "array[] int", "", "", data_only=True),
+            _real_vector("shape1"),
+            _real_vector("shape2"),
+        ),
+        y_data_decl="array[N] int<lower=0> trials;\n  array[N] int<lower=0> y;",
+        y_rep_decl="array[N] int y_rep;",
+        rng="beta_binomial_rng({trials}, {shape1}, {shape2})",
+        default_link="logit",
+        links=("logit",),
+        continuous=False,
+        extra_data=("trials",),
+        built_in=False,
+    )
+)
+
+
+def _ordinal(name: str) -> Family:
+    """ordered_logistic or ordered_probit: a linear predictor eta and K - 1 ordered cut points c."""
+    cut_points = FamilyArg("c", "vector", "array[] vector", "rep_array({name}, size(y))", "array[N] vector[K - 1] {name}",
+                           shared_decl="vector[K - 1] {name}")
+    return Family(
+        name=name,
+        stan_name=name,
+        suffix="lpmf",
+        y_library_type="array[] int",
+        args=(_real_vector("eta"), cut_points),
+        y_data_decl="int<lower=2> K;\n  array[N] int<lower=1, upper=K> y;",
+        y_rep_decl="array[N] int y_rep;",
+        rng=f"{name}_rng({{eta}}, {{c}})",
+        default_link="logit" if name == "ordered_logistic" else "probit",
+        links=("logit",) if name == "ordered_logistic" else ("probit",),
+        continuous=False,
+        extra_data=("K",),
+        class_labels=True,
+        built_in=False,
+    )
+
+
+_register(_ordinal("ordered_logistic"))
+_register(_ordinal("ordered_probit"))
+
 
 def family_of_stan_name(stan_name: str) -> Family:
     """The family whose library functions are named after ``stan_name`` (``poisson_log``, ...).
@@ -683,4 +731,7 @@ _OUTCOME_CHECKS = {
     "weibull": _check_positive,
     "beta": _check_unit_interval,
     "neg_binomial_2": _check_counts,
+    "beta_binomial": _check_binomial,
+    "ordered_logistic": _check_categorical,
+    "ordered_probit": _check_categorical,
 }

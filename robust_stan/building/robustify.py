@@ -76,6 +76,10 @@ _TRANSLATIONS = {
     "neg_binomial_2_log": _Translation("neg_binomial_2_log", "int_array", 2, "{0}, {1}"),
     "neg_binomial_2": _Translation("neg_binomial_2_log", "int_array", 2, "log({0}), {1}"),
     "neg_binomial_2_log_glm": _Translation("neg_binomial_2_log", "int_array", 4, "{1} + {0} * {2}, {3}"),
+    "beta_binomial": _Translation("beta_binomial", "int_array", 3, "{0}, {1}, {2}"),
+    "ordered_logistic": _Translation("ordered_logistic", "int_array", 2, "{0}, {1}"),
+    "ordered_logistic_glm": _Translation("ordered_logistic", "int_array", 3, "{0} * {1}, {2}"),
+    "ordered_probit": _Translation("ordered_probit", "int_array", 2, "{0}, {1}"),
 }
 _DISCRETE = {"int_array"}
 _TABLED_FAMILIES = {family.stan_name for family in FAMILIES.values() if family.integral_table}
@@ -658,10 +662,19 @@ def _as_indexed(outcome_text: str) -> str:
     return outcome_text
 
 
+def _flattening(outcome_text: str) -> tuple[str, str] | None:
+    """(function, name) for an outcome written ``to_vector(y)`` or ``to_array_1d(y)``, else None."""
+    match = re.fullmatch(r"(to_vector|to_array_1d)\s*\(\s*([A-Za-z]\w*)\s*\)", outcome_text.strip())
+    return (match.group(1), match.group(2)) if match else None
+
+
 def _classify(statement: _Found, data_names: set[str], transformed_data: set[str], wanted: list[str] | None,
               source: str, filename: str) -> tuple[str, str | None] | None:
     """(outcome, loop index) for a likelihood statement, None for any other statement, or an error."""
     text = _as_indexed(statement.outcome_text)
+    flattened = _flattening(text)
+    if flattened is not None and flattened[1] in data_names | transformed_data:
+        text = flattened[1]
     identifiers = _IDENT.findall(text)
     base = identifiers[0] if identifiers else ""
     match = re.fullmatch(r"([A-Za-z]\w*)\s*(\[(?P<index>.*)\])?", text)
@@ -818,17 +831,29 @@ def _array_names(code: list[str]) -> set[str]:
     return names
 
 
-def _selection(outcome: str, kind: str, index: str | None):
-    """How a statement on ``outcome`` (of declared ``kind``) indexed by ``index`` picks its rows:
-    (kind of the picked value, the picked value, weights -> the same rows of a weight vector, the
-    slot of those rows in the per-observation vectors, what picks them from a pointwise loss, the
-    rows as a Stan range or int array), or None when the indexing is not one of robustify's. A
+def _selection(outcome: str, kind: str, index: str | None, flattening: str | None = None):
+    """How a statement on ``outcome`` (of declared ``kind``) indexed by ``index``, or read whole
+    through ``flattening`` (``to_vector`` or ``to_array_1d``), picks its rows: (kind of the picked
+    value, the picked value, weights -> the same rows of a weight vector, the slot of those rows in
+    the per-observation vectors, pointwise losses of the picked value -> those rows' values, the rows
+    as a Stan range or int array), or None when the indexing is not one of robustify's. A
     two-dimensional outcome's rows are flattened one after another (row-major, as NumPy's
-    ``reshape(-1)``): element (i, j) is row (i - 1) * J + j."""
+    ``reshape(-1)``): element (i, j) is row (i - 1) * J + j. Stan's ``to_array_1d`` reads an array
+    in that order, but ``to_vector`` and ``to_array_1d`` read a matrix column after column, so there
+    the weights are reordered to the matrix's columns and the pointwise values back to its rows."""
     parts = _split_top(index, ",") if index else []
     two_dimensional = kind in _TWO_DIMENSIONAL_KINDS
+    whole = f"1:num_elements({outcome})"
+    if flattening is not None:
+        element = f"{flattening}({outcome})"
+        flat_kind = "vector" if flattening == "to_vector" else "int_array" if kind.startswith("int") else "real_array"
+        if kind != "matrix":
+            return flat_kind, element, (lambda w: w), "", (lambda p: p), whole
+        height, width = f"rows({outcome})", f"cols({outcome})"
+        return (flat_kind, element, (lambda w: f"to_vector(to_matrix({w}, {height}, {width}, 0))"), "",
+                (lambda p: f"to_vector(to_matrix({p}, {height}, {width})')"), whole)
     if not parts:
-        return None if two_dimensional else (kind, outcome, (lambda w: w), "", "", f"1:size({outcome})")
+        return None if two_dimensional else (kind, outcome, (lambda w: w), "", (lambda p: p), f"1:size({outcome})")
     if not two_dimensional:
         if len(parts) == 2:
             return None
@@ -836,8 +861,8 @@ def _selection(outcome: str, kind: str, index: str | None):
         first, last = _bounds(part, f"size({outcome})")
         rows = f"{first}:{last}"
         if not _top_level(part, ":"):  # one element, kept a container of one
-            return kind, f"{outcome}[{rows}]", (lambda w: f"{w}[{rows}]"), f"[{first}]", "[1]", rows
-        return kind, f"{outcome}[{rows}]", (lambda w: f"{w}[{rows}]"), f"[{rows}]", "", rows
+            return kind, f"{outcome}[{rows}]", (lambda w: f"{w}[{rows}]"), f"[{first}]", _first_value, rows
+        return kind, f"{outcome}[{rows}]", (lambda w: f"{w}[{rows}]"), f"[{rows}]", (lambda p: p), rows
     width, height = f"dims({outcome})[2]", f"dims({outcome})[1]"
     if len(parts) == 1:
         parts = [parts[0], ":"]  # y[i]: row i
@@ -846,18 +871,22 @@ def _selection(outcome: str, kind: str, index: str | None):
         flat = f"({row_first} - 1) * {width} + {column_first}"
         element_kind = "int" if kind == "int_array2" else "real"
         return (element_kind, f"{outcome}[{parts[0]}, {parts[1]}]", (lambda w: f"{w}[{flat}:{flat}]"), f"[{flat}]",
-                "[1]", f"{flat}:{flat}")
+                _first_value, f"{flat}:{flat}")
     if not _top_level(parts[0], ":") and parts[1] == ":":  # a whole row: contiguous
         first, last = f"({row_first} - 1) * {width} + 1", f"{row_first} * {width}"
         row_kind = {"real_array2": "real_array", "int_array2": "int_array", "matrix": "row_vector"}[kind]
         return (row_kind, f"{outcome}[{parts[0]}]", (lambda w: f"segment({w}, {first}, {width})"),
-                f"[{first}:{last}]", "", f"{first}:{last}")
+                f"[{first}:{last}]", (lambda p: p), f"{first}:{last}")
     flat_rows = f"rs_flat_rows({row_first}, {row_last}, {column_first}, {column_last}, {width})"
     along_rows = _top_level(parts[0], ":")
     element_kind = {"real_array2": "real_array", "int_array2": "int_array",
                     "matrix": "vector" if along_rows else "row_vector"}[kind]
     element = f"{outcome}[{parts[0]}, {parts[1]}]" if parts[1] != ":" else f"{outcome}[{parts[0]}]"
-    return element_kind, element, (lambda w: f"{w}[{flat_rows}]"), f"[{flat_rows}]", "", flat_rows
+    return element_kind, element, (lambda w: f"{w}[{flat_rows}]"), f"[{flat_rows}]", (lambda p: p), flat_rows
+
+
+def _first_value(pointwise: str) -> str:
+    return f"{pointwise}[1]"
 
 
 def _bounds(part: str, size: str) -> tuple[str, str]:
@@ -883,7 +912,8 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
         raise RobustifyError(f"{where}: {statement.distribution} takes {translation.arity} arguments here, found "
                              f"{len(statement.arguments)}")
     declared_kind = _outcome_kind(declared)
-    selection = _selection(outcome, declared_kind, index)
+    flattening = _flattening(statement.outcome_text)
+    selection = _selection(outcome, declared_kind, index, flattening[0] if flattening else None)
     if selection is None:
         raise RobustifyError(f"{where}: the outcome {outcome!r} is declared `{declared}` and indexed "
                              f"{'by `' + index + '`' if index else 'not at all'}; robustify takes a one-dimensional "
@@ -911,7 +941,7 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     composed = translation.rewrite != ", ".join(f"{{{i}}}" for i in range(translation.arity))
     arguments = translation.rewrite.format(*(map(_atom, statement.arguments) if composed else statement.arguments))
     arguments = _as_library_arguments(arguments, translation.family, array_names)
-    if (index or scalar) and translation.family == "binomial_logit":  # the library takes the trials as an array
+    if (index or scalar) and family_of_stan_name(translation.family).args[0].data_only:  # trials: an array
         trials, *rest = _split_top(arguments, ",")
         arguments = ", ".join([f"{{{trials}}}", *rest])
     suffix = "lpmf" if translation.outcome in _DISCRETE else "lpdf"
@@ -944,9 +974,9 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
         count = (f"{_counter(outcome)}[{first}] += 1;" if first == last and "rs_flat_rows" not in rows_taken
                  else f"for (rs_row in {rows_taken}) {_counter(outcome)}[rs_row] += 1;")
         model_line = f"{count}\n{model_line}"
-    gq_lines = [f"rs_log_lik_{outcome}{slot} = -{function}_pointwise_loss({outcome_expression}, {arguments}, 0, 1){pick};",
-                f"rs_robust_loss_{outcome}{slot} = {function}_pointwise_loss({outcome_expression}, {arguments}, "
-                f"rs_divergence, rs_divergence_param{table}){pick};"]
+    gq_lines = [f"rs_log_lik_{outcome}{slot} = -{pick(f'{function}_pointwise_loss({outcome_expression}, {arguments}, 0, 1)')};",
+                f"rs_robust_loss_{outcome}{slot} = " + pick(f"{function}_pointwise_loss({outcome_expression}, {arguments}, "
+                                                             f"rs_divergence, rs_divergence_param{table})") + ";"]
     return likelihood, model_line, gq_lines
 
 
