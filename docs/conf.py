@@ -14,6 +14,8 @@ and MathJax is loaded by the reader's browser (set ``ROBUST_STAN_DOCS_MATHJAX`` 
 
 from __future__ import annotations
 
+import csv
+import fnmatch
 import inspect
 import os
 import re
@@ -88,31 +90,83 @@ if os.environ.get("ROBUST_STAN_DOCS_MATHJAX"):
 
 
 # --- the results pages ------------------------------------------------------------------------------
+RESULTS = ROOT / "examples" / "results"
+TABLE_ROWS = 40  # a CSV of at most this many rows is shown as a table on a folder's page without README
+
+
+def _commands_by_folder() -> dict[str, str]:
+    """Each folder's row of examples/results/README.md's table (the command that made it), by folder name."""
+    rows = {}
+    for line in (RESULTS / "README.md").read_text().splitlines():
+        cells = line.split(" | ")
+        if not line.startswith("| ") or "`" not in cells[0] or len(cells) < 2:
+            continue
+        for name in re.findall(r"`([^`]+)`", cells[0].lstrip("| ")):
+            braces = re.fullmatch(r"(.*)\{(.*)\}(.*)", name)
+            names = [braces[1] + part + braces[3] for part in braces[2].split(",")] if braces else [name]
+            for folder in names:
+                rows.setdefault(folder, cells[1].rstrip(" |"))
+    return rows
+
+
+def _shown(cell: str) -> str:
+    """A CSV cell for display: numbers to 4 significant digits, text as written."""
+    try:
+        number = float(cell)
+    except ValueError:
+        return cell.replace("|", "\\|")
+    return cell if cell.lstrip("-").isdigit() else f"{number:.4g}"
+
+
+def _csv_table(path: Path) -> list[str]:
+    rows = list(csv.reader(path.read_text().splitlines()))
+    if not rows or len(rows) > TABLE_ROWS + 1:
+        return []
+    width = max(len(row) for row in rows)
+    rows = [row + [""] * (width - len(row)) for row in rows]
+    lines = ["| " + " | ".join(_shown(cell) for cell in rows[0]) + " |", "|" + " --- |" * width]
+    lines += ["| " + " | ".join(_shown(cell) for cell in row) + " |" for row in rows[1:]]
+    return [f"`{path.name}` (numbers rounded to 4 significant digits here; the file has them in full):", "",
+            *lines, ""]
+
+
 def write_results_pages() -> None:
-    """One page per ``examples/results/<folder>/README.md``: the README included whole, its figures after it."""
+    """One page per folder of ``examples/results/``: its README included whole, then its figures.
+
+    A folder without a README gets its command (from ``examples/results/README.md``), its small CSV
+    tables and its figures.
+    """
     target = DOCS / "examples" / "results"
     target.mkdir(parents=True, exist_ok=True)
-    folders = sorted(path.parent for path in (ROOT / "examples" / "results").glob("*/README.md"))
+    folders = sorted(path for path in RESULTS.iterdir() if path.is_dir())
     wanted = {f"{folder.name}.md" for folder in folders}
     for stale in target.glob("*.md"):
         if stale.name not in wanted:
             stale.unlink()
+    commands = _commands_by_folder()
     for folder in folders:
         relative = os.path.relpath(folder, target)
-        readme = (folder / "README.md").read_text()
-        lines = [] if readme.startswith("# ") else [f"# examples/results/{folder.name}", ""]
-        lines += [
-            f"```{{include}} {relative}/README.md",
-            ":relative-images:",
-            "```",
-            "",
-        ]
+        readme = folder / "README.md"
+        if readme.exists():
+            lines = [] if readme.read_text().startswith("# ") else [f"# examples/results/{folder.name}", ""]
+            lines += [f"```{{include}} {relative}/README.md", ":relative-images:", "```", ""]
+        else:
+            lines = [f"# examples/results/{folder.name}", ""]
+            made_by = commands.get(folder.name) or next(
+                (row for name, row in commands.items() if fnmatch.fnmatchcase(folder.name, name)), None)
+            if made_by:
+                lines += ["How it was made (from [the table of commands](../commands.md)):", "", made_by, ""]
+            else:
+                lines += ["How it was made: see [the table of commands](../commands.md) and the user guide.", ""]
+            for table in sorted(folder.glob("*.csv")):
+                lines += _csv_table(table)
         figures = sorted(folder.glob("*.png"))
         if figures:
             lines += ["## Figures", ""]
             for figure in figures:
                 lines += [f"`{figure.name}`:", "", f"![{figure.stem}]({relative}/{figure.name})", ""]
-        lines += [f"The folder `examples/results/{folder.name}/` holds this page's tables as CSV files.", ""]
+        lines += [f"The folder `examples/results/{folder.name}/` holds this run's files: "
+                  + ", ".join(f"`{path.name}`" for path in sorted(folder.iterdir())) + ".", ""]
         text = "\n".join(lines)
         page = target / f"{folder.name}.md"
         if not page.exists() or page.read_text() != text:  # unchanged pages keep their time stamps
