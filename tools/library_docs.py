@@ -86,7 +86,7 @@ declares three functions defined in C++ (`robust_stan_native.hpp`):
 weighted total loss sum_i w_i l_i (a loss: subtract it from the target) for beta (`divergence` = 1)
 and gamma (2) only, the same number as the `robust_F_weighted_` functions, with its gradient in
 closed form: one autodiff node for the whole sum, 1.2 to 1.9 times a KL gradient where the Stan
-functions take 2.2 to 3.7 (README, Performance). `y`, `w`, `divergence` and `a` are data; `mu`,
+functions take 2.2 to 3.7 (docs/examples/benchmarks.md). `y`, `w`, `divergence` and `a` are data; `mu`,
 `sigma` and `eta` are reals or vectors. The built-in models and `rs.robustify` use them. In your
 own program, include the file after the library and compile with the header: CmdStanPy
 `CmdStanModel(stan_file=..., stanc_options={"include-paths": [rs.stan_include_path()]},

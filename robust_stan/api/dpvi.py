@@ -45,7 +45,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     """(epsilon, delta)-differentially private mean-field VI by DP-SGD.
 
     The mechanism of Alrawajfeh, Jälkö and Honkela (2025, arXiv:2410.19371), noise-aware DPVI;
-    :mod:`robust_stan.methods.dpvi.mechanism` has the objective.
+    ``robust_stan/methods/dpvi/mechanism.py`` has the objective.
 
     q is a Gaussian on the unconstrained scale with independent coordinates, phi = (mu, u).
     Each step: a Poisson subsample at rate ``sampling_rate`` (kappa); each row's gradient of its
@@ -54,7 +54,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     ``precondition`` (beta_u); each row clipped to norm ``clip`` (C); N(0, sigma^2 C^2) noise on
     the sum; the step lambda_heur = sqrt(2) lambda_c / (sigma C sqrt(T d)) times beta. sigma is
     solved for (``epsilon``, ``delta``, ``steps``, kappa) by dp-accounting's PLD accountant
-    (:mod:`robust_stan.methods.dpvi.accounting`).
+    (``robust_stan/methods/dpvi/accounting.py``).
 
     **What is private, and under which assumptions.** The release (``fit.release``) is all that
     leaves: phi_0..phi_T, the noisy gradients and the public settings, never the seed or the
@@ -66,7 +66,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
     is secret** (a :class:`~robust_stan.RobustStanWarning` says so): anyone who knows or guesses
     it can redraw the noise and subtract it. Against attacks on floating-point noise (Mironov
     2012) a private run sums 4 normals per noise value, a mitigation, not a proof
-    (:mod:`robust_stan.methods.dpvi.randomness`). The data must not shape anything released:
+    (``robust_stan/methods/dpvi/randomness.py``). The data must not shape anything released:
     the model must be built with ``standardize=False``, a glm's ``prior_scale_b`` and a
     categorical model's ``K`` given in ``data``, and phi_0 chosen without the data.
 
@@ -79,7 +79,7 @@ def dpvi(model: Model, data: Mapping, epsilon: float, delta: float = 1e-5, clip:
         chunks, Dask DataFrames or Series, or lists of ``.npy`` / ``.parquet`` paths): each
         partition then draws its rows of a step's subsample and sums their clipped gradients
         where it lives, only the sums travel and the noise is added here
-        (:mod:`robust_stan.methods.dpvi.partitioned`); this process and the workers are the
+        (``robust_stan/methods/dpvi/partitioned.py``); this process and the workers are the
         trusted curator.
     epsilon, delta : float
         The guarantee.
@@ -198,7 +198,7 @@ def noise_aware(release, burn_in=0.5, method: str = "nuts", iter_sampling: int =
                 chains: int = 2, seed: int | None = None, show_progress: bool = False,
                 phi_star_prior: str = "unit") -> PrivatePosterior:
     """The noise-aware posterior from a DP-VI release alone (paper section 3.3, eq. 20-23; the
-    model and priors are in :mod:`robust_stan.methods.dpvi.noise_aware`). Each draw of phi* gives one
+    model and priors are in ``robust_stan/methods/dpvi/noise_aware.py``). Each draw of phi* gives one
     draw of theta from q(theta; phi*). There is no data argument: nothing here can see the data.
 
     Parameters
@@ -251,7 +251,7 @@ def check_trace_model(posterior: PrivatePosterior, blocks: int = 20, level: floa
     """Check the noise-aware posterior's trace model against its own release, coordinate by
     coordinate of phi: a posterior predictive check for drift in the released gradients that the
     linear model kappa A (phi_t - phi*) cannot explain (the statistic and its exact predictive
-    p-value are in :func:`robust_stan.methods.dpvi.noise_aware.trace_predictive_check`).
+    p-value are in ``robust_stan.methods.dpvi.noise_aware.trace_predictive_check``).
 
     A small p-value says the trace model's assumptions fail for that coordinate, and its
     noise-aware marginal may be miscalibrated. It needs only the release.

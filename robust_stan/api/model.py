@@ -392,7 +392,7 @@ class Model(ModelMethods, GeneratedProgram):
     def switched(self, stan_data: dict, *, learning_rate: float | None = None, weights=None,
                  divergence: Divergence | None = None, pointwise: bool | None = None) -> dict:
         """A copy of prepared Stan data with another learning rate, row weights, divergence or
-        per-observation output (:func:`~robust_stan.building.data.with_switches`): no new compile.
+        per-observation output (``robust_stan.building.data.with_switches``): no new compile.
 
         Parameters
         ----------
@@ -496,7 +496,7 @@ class Model(ModelMethods, GeneratedProgram):
         return PreparedData({"y": outcome_values(prepared.data)[rows]}, stan_data, prepared.scaling, divergence)
 
     def nuts_draws(self, stan_data: dict, settings, chain_inits: list[dict] | None) -> RawDraws:
-        """NUTS draws of the posterior with these Stan data (:func:`~robust_stan.methods.nuts.run_nuts`).
+        """NUTS draws of the posterior with these Stan data (``robust_stan.methods.nuts.run_nuts``).
 
         Parameters
         ----------

@@ -57,9 +57,9 @@ def rob_ula(model: AnyModel, data: Mapping, contamination: float, step_size: flo
         Number of chains.
     estimator : str or callable, default "auto"
         Robust mean of the per-example gradients: "auto"
-        (:func:`~robust_stan.methods.rob_ula.sampler.default_estimator`: the row-trimmed mean for
+        (``robust_stan.methods.rob_ula.sampler.default_estimator``: the row-trimmed mean for
         continuous outcomes, the coordinate-wise trimmed mean for discrete ones), a name in
-        :data:`robust_stan.methods.rob_ula.estimators.ESTIMATORS` ("row_trimmed_mean", "lrv" = the
+        ``robust_stan.methods.rob_ula.estimators.ESTIMATORS`` ("row_trimmed_mean", "lrv" = the
         paper's Algorithm 2 read literally, "lrv_once", "trimmed_mean", "mean" = plain ULA,
         "coordinate_median", "median_of_means", "geometric_median"), or a callable
         ``(G, contamination) -> mean`` on the n x d gradient matrix ``G`` (called positionally).
@@ -93,7 +93,7 @@ def rob_ula(model: AnyModel, data: Mapping, contamination: float, step_size: flo
         computes them here.
     combine : {"median", "mean"}, default "median"
         How the partitions' robust means (and their modes, for ``inits="mode"``) are joined
-        (:mod:`robust_stan.methods.rob_ula.partitioned` states each one's guarantee).
+        (``robust_stan/methods/rob_ula/partitioned.py`` states each one's guarantee).
 
     Returns
     -------

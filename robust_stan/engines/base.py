@@ -21,7 +21,7 @@ class RawDraws:
     Parameters
     ----------
     variables : dict of numpy.ndarray
-        Each Stan variable as an array (chains, draws, *shape).
+        Each Stan variable as an array ``(chains, draws, *shape)``.
     sampler : dict of numpy.ndarray
         Each sampler statistic (``lp__``, ``divergent__``, ...) as (chains, draws).
     backend : object, default None
@@ -225,16 +225,16 @@ class CompiledProgram(abc.ABC):
             Stan data.
         parameters : numpy.ndarray
             (chains, draws, k): each draw's constrained parameters flat in Stan's order
-            (:func:`parameter_columns`).
+            (``parameter_columns``).
         seed : int
             Seed of the generated quantities' random numbers.
         backend : object, default None
-            The sampler's own result (:attr:`RawDraws.backend`), which an engine may use instead.
+            The sampler's own result (``RawDraws.backend``), which an engine may use instead.
 
         Returns
         -------
         dict of numpy.ndarray
-            Each variable as (chains, draws, *shape).
+            Each variable as ``(chains, draws, *shape)``.
         """
 
     def build_files(self):
@@ -255,7 +255,7 @@ def parameter_columns(variables: dict[str, np.ndarray], names: list[str]) -> np.
 
 def named_columns(columns: np.ndarray, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     """Flat Stan values (chains, draws, all) as {name: (chains, draws, *shape)}, in ``shapes``'
-    order (the inverse of :func:`parameter_columns`)."""
+    order (the inverse of ``parameter_columns``)."""
     out, pos = {}, 0
     for name, shape in shapes.items():
         size = int(np.prod(shape)) if shape else 1

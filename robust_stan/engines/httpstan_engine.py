@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from ..building.codegen import expand_includes
 from ..common.digest import digest
 from ..common.errors import StanCompileError
+from ..common.event_loop import event_loop_running, run_coroutine
 from ..common.progress import elapsed_bar
 from .base import CompiledProgram, NutsSettings, RawDraws, named_columns, named_values, refuse_build_on_worker
 from .build_files import BuildFiles, read_build_files
@@ -232,7 +233,13 @@ class HttpstanProgram(CompiledProgram):
         _shut_down_httpstan_pool_at_exit(hs)
         start = time.perf_counter()
         try:
-            asyncio.run(run_all())
+            if event_loop_running():
+                # Inside a running loop (a Jupyter cell) the chains are started from a worker thread
+                # (run_coroutine). httpstan forks its chain processes when its pool is first used, and
+                # a chain forked from that thread segfaults: Stan's autodiff stack is thread-local and
+                # was set up for this thread only. So the processes are forked here, by a no-op task.
+                hs.services_stub.executor.submit(int).result()
+            run_coroutine(run_all())
         except BrokenProcessPool as exc:
             # a chain's process died (e.g. killed, or out of memory): the pool is unusable from
             # now on, so the next call gets a new one instead of failing the same way

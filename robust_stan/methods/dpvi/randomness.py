@@ -125,7 +125,7 @@ def private_normal(rng: np.random.Generator, size: int, draws: int = PRIVATE_NOR
 
 class SubsampleKey:
     """The key from which each partition draws its rows of each step's Poisson subsample, where
-    the rows live (:mod:`robust_stan.methods.dpvi.partitioned`); it is not the noise's key, so
+    the rows live (``robust_stan/methods/dpvi/partitioned.py``); it is not the noise's key, so
     the workers that hold it cannot remove the noise.
 
     Parameters

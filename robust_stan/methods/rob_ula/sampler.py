@@ -301,7 +301,7 @@ def robust_mode(weighted_oracle, per_example, prior, start: np.ndarray, epsilon:
 class LangevinTarget:
     """What Rob-ULA needs of a model with its data.
 
-    Built by :func:`builtin_target` for the built-in models and by
+    Built by ``builtin_target`` for the built-in models and by
     ``StanProgramModel.langevin_target`` for robustified programs.
 
     Parameters
@@ -345,7 +345,7 @@ class LangevinTarget:
     #: epsilon) -> (robust means, kept shares)``; ``per_example`` then gives only n and dimension
     robust_means: Callable | None = None
     #: with ``robust_means``: ``(start, epsilon, total, metric, plain) -> (point, converged)``, the
-    #: start of ``inits="mode"`` (:func:`robust_mode` over the rows, as the partitions give it) ...
+    #: start of ``inits="mode"`` (``robust_mode`` over the rows, as the partitions give it) ...
     robust_start: Callable | None = None
     #: ... and ``(point, epsilon) -> H``, the Hessian of the mean loss over the rows Algorithm 3
     #: keeps at ``point`` (every row at epsilon 0), for the metric and the default step

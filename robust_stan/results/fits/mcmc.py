@@ -91,7 +91,7 @@ class Fit:
     Parameters
     ----------
     model : Model or StanProgramModel
-        The model that was run (any :class:`FittedModel`).
+        The model that was run (any ``FittedModel``).
     raw : RawDraws
         The engine-neutral output; ``raw.backend`` is the engine's own object.
     prepared : PreparedData

@@ -21,7 +21,7 @@ class Outcome:
     ----------
     name : str
         The variable's name in log_likelihood, observed_data, posterior_predictive and
-        robust_loss, and in :meth:`Fit.draws` (``"log_lik_<name>"``).
+        robust_loss, and in :meth:`robust_stan.Fit.draws` (``"log_lik_<name>"``).
     values : numpy.ndarray or None
         The observed values, in the outcome's own units; None for an outcome a program computes in
         its transformed data (robust-stan does not run them), which observed_data then leaves out.

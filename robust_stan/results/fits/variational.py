@@ -27,8 +27,8 @@ class VariationalFit(Fit):
         The final ELBO estimate from the output draws.
     elbo_se : float
         Its Monte Carlo error.
-    elbo_trace : pandas.DataFrame
-        (iteration, ELBO estimate) during the fit.
+    elbo_trace : dict of numpy.ndarray
+        The ELBO during the fit: ``"iteration"`` and ``"elbo"`` (its estimate there).
     **kwargs
         Passed to :class:`~robust_stan.results.fits.mcmc.Fit` likewise.
     """
