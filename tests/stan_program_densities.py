@@ -279,12 +279,6 @@ def _neg_binomial_2(y, mu, phi):
     return np.sum(stats.nbinom.logpmf(y, phi, phi / (mu + phi)))
 
 
-def negative_binomial(data, theta):
-    p, alpha, beta, phi, eta = _regression_on_x(data, theta)
-    return p.done(_normal(alpha, 0, 2) + _normal(beta, 0, 1) + stats.gamma.logpdf(phi, 2, scale=2.0)
-                  + _neg_binomial_2(data["y"], np.exp(eta), phi))
-
-
 def neg_binomial_2_counts(data, theta):
     p, alpha, beta, phi, eta = _regression_on_x(data, theta)
     return p.done(_normal(alpha, 0, 2) + _normal(beta, 0, 1) + _exponential(phi, 0.1)
@@ -330,7 +324,7 @@ REFERENCE_LOG_DENSITIES = {f.__name__: f for f in (
     multi_normal_location, student_t_regression, two_outcomes, target_lupdf, loop_likelihood,
     eight_schools, target_sum, if_else_trend, two_binomials, log_outcome, irt_by_element, ragged_groups,
     regional_counts, gp_one_observation, lognormal_regression, gamma_regression, weibull_survival,
-    beta_proportions, negative_binomial, neg_binomial_2_counts, ordinal_ratings, beta_binomial_trials,
+    beta_proportions, neg_binomial_2_counts, ordinal_ratings, beta_binomial_trials,
     matrix_outcome)}
 REFERENCE_LOG_DENSITIES["irt_by_person"] = irt_by_person
 
