@@ -270,6 +270,10 @@ def _real_vector(name: str, broadcast: str = "rep_vector({name}, size(y))") -> F
     return FamilyArg(name, "real", "vector", broadcast, "vector[N] {name}")
 
 
+#: The number of trials of each row (binomial, beta_binomial): data, one per observation.
+_TRIALS = FamilyArg("trials", "int", "array[] int", "", "", data_only=True)
+_COUNTS_OF_TRIALS = "array[N] int<lower=0> trials;\n  array[N] int<lower=0> y;"
+
 FAMILIES: dict[str, Family] = {}
 
 
@@ -339,10 +343,10 @@ _register(
         suffix="lpmf",
         y_library_type="array[] int",
         args=(
-            FamilyArg("trials", "int", "array[] int", "", "", data_only=True),
+            _TRIALS,
             _real_vector("eta"),
         ),
-        y_data_decl="array[N] int<lower=0> trials;\n  array[N] int<lower=0> y;",
+        y_data_decl=_COUNTS_OF_TRIALS,
         y_rep_decl="array[N] int y_rep;",
         rng="binomial_rng({trials}, inv_logit({eta}))",
         default_link="logit",
@@ -516,11 +520,11 @@ _register(
         suffix="lpmf",
         y_library_type="array[] int",
         args=(
-            FamilyArg("trials", "int", "array[] int", "", "", data_only=True),
+            _TRIALS,
             _real_vector("shape1"),
             _real_vector("shape2"),
         ),
-        y_data_decl="array[N] int<lower=0> trials;\n  array[N] int<lower=0> y;",
+        y_data_decl=_COUNTS_OF_TRIALS,
         y_rep_decl="array[N] int y_rep;",
         rng="beta_binomial_rng({trials}, {shape1}, {shape2})",
         default_link="logit",
