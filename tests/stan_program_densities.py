@@ -8,7 +8,6 @@ constrained parameter mapped as Stan maps it, with the log-Jacobian Stan adds:
 
 - ``<lower=a>``: x = a + exp(u), log-Jacobian u;
 - ``<lower=0, upper=1>``: x = inv_logit(u), log-Jacobian log x + log(1 - x);
-- ``ordered[K]``: x_1 = u_1, x_k = x_(k-1) + exp(u_k), log-Jacobian u_2 + ... + u_K;
 - ``cholesky_factor_corr[2]``: one value u, the canonical partial correlation z = tanh(u),
   L = [[1, 0], [z, sqrt(1 - z^2)]], log-Jacobian log(1 - z^2).
 
@@ -56,11 +55,6 @@ class _Unconstrained:
         self.log_jacobian += np.sum(log_expit(u) + log_expit(-u))
         x = 1 / (1 + np.exp(-u))
         return x[0] if size is None else x
-
-    def ordered(self, size):
-        u = self._take(size)
-        self.log_jacobian += u[1:].sum()
-        return np.cumsum(np.concatenate([u[:1], np.exp(u[1:])]))
 
     def cholesky_factor_corr_2(self):
         z = np.tanh(self.real())
@@ -285,23 +279,6 @@ def neg_binomial_2_counts(data, theta):
                   + _neg_binomial_2(data["y"], data["exposure"] * np.exp(eta), phi))
 
 
-def _ordinal_log_pmf(y, eta, cut_points, cdf):
-    """log P(y) of an ordinal outcome on 1..K: cdf(c_k - eta) - cdf(c_(k-1) - eta), c_0 = -inf, c_K = inf."""
-    edges = np.concatenate([[-np.inf], cut_points, [np.inf]])
-    y = np.asarray(y)
-    return np.log(cdf(edges[y] - eta) - cdf(edges[y - 1] - eta))
-
-
-def ordinal_ratings(data, theta):
-    p = _Unconstrained(theta)
-    K, x = data["K"], np.asarray(data["x"])
-    beta, c, gamma, d = p.real(), p.ordered(K - 1), p.real(), p.ordered(K - 1)
-    logistic_cdf = stats.logistic.cdf
-    return p.done(_normal(beta, 0, 2) + _normal(gamma, 0, 2) + _normal(c, 0, 3) + _normal(d, 0, 3)
-                  + np.sum(_ordinal_log_pmf(data["rating"], x * beta, c, logistic_cdf))
-                  + np.sum(_ordinal_log_pmf(data["item"], x * gamma, d, stats.norm.cdf)))
-
-
 def beta_binomial_trials(data, theta):
     p, alpha, beta, kappa, eta = _regression_on_x(data, theta)
     mu = 1 / (1 + np.exp(-eta))
@@ -324,7 +301,7 @@ REFERENCE_LOG_DENSITIES = {f.__name__: f for f in (
     multi_normal_location, student_t_regression, two_outcomes, target_lupdf, loop_likelihood,
     eight_schools, target_sum, if_else_trend, two_binomials, log_outcome, irt_by_element, ragged_groups,
     regional_counts, gp_one_observation, lognormal_regression, gamma_regression, weibull_survival,
-    beta_proportions, neg_binomial_2_counts, ordinal_ratings, beta_binomial_trials,
+    beta_proportions, neg_binomial_2_counts, beta_binomial_trials,
     matrix_outcome)}
 REFERENCE_LOG_DENSITIES["irt_by_person"] = irt_by_person
 

@@ -1200,8 +1200,8 @@ BAD_OUTCOMES = {"bernoulli_logit": ("y_int", 2), "binomial_logit": ("y_int", 10*
 @pytest.mark.parametrize("family", sorted(BAD_OUTCOMES))
 def test_outcome_outside_the_support_is_rejected(harness, family):
     """An outcome outside the family's support is a Stan error naming the row, not a wrong loss (the
-    binomial, categorical and neg_binomial_2_log harness rows meet Stan's own checks of the internal density
-    first)."""
+    binomial, categorical, neg_binomial_2_log, beta_binomial and ordinal harness rows meet Stan's own checks
+    of the internal density first)."""
     case = random_case(family, 0.5, seed=1)
     key, value = BAD_OUTCOMES[family]
     y = np.array(case.data[key], dtype=float if key == "y_real" else np.int64)

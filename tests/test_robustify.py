@@ -259,8 +259,8 @@ def test_kl_rewrite_keeps_the_log_density_up_to_one_constant(case):
     (tests/stan_program_densities.py, on Stan's unconstrained scale with its Jacobians): equal up to
     one constant, gradients equal, at 4 random points. The posterior is the normalised exponential
     of the log density, so a density equal to the program's up to a constant is the same posterior:
-    NUTS on the rewrite targets the program's own posterior (one run checks it on
-    linear_regression: test_nuts_on_the_kl_rewrite_agrees_with_the_program_as_written)."""
+    NUTS on the rewrite targets the program's own posterior (the NUTS comparison below runs it on
+    some). The programs of CHECKED_AGAINST_STAN are checked against the program as written instead."""
     name, data, _, robust = case
     if name in CHECKED_AGAINST_STAN:
         _assert_the_rewrite_is_the_program_as_written(name, data, robust)
@@ -337,6 +337,39 @@ def test_a_two_dimensional_outcome_is_weighted_element_by_element_row_after_row(
     fit = robust.sample(data, chains=1, iter_warmup=200, iter_sampling=20, seed=1, show_progress=False)
     assert fit.log_lik.shape == (1, 20, log_p.size)
     assert fit.to_arviz()["observed_data"]["y"].shape == (log_p.size,)
+
+
+@pytest.mark.stan
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 20 draws
+def test_a_matrix_read_whole_is_weighted_element_by_element_row_after_row():
+    """matrix_outcome.stan reads the matrix Y (R = 8 by C = 5) through to_vector, column after column, and
+    the int array counts through to_array_1d, row after row. Both outcomes' weights and log_lik are in
+    robustify's one order, row after row: weight 0 on flat row (i - 1) C + j takes exactly log p(Y[i, j])
+    (or log p(counts[i, j])) out of the KL log density, and log_lik there is that element's."""
+    _, data, _, robust = _compiled_case("matrix_outcome", rs.robustify)
+    R, C, t = data["R"], data["C"], np.asarray(data["t"])
+    assert R != C
+    theta = 0.3 * np.random.default_rng(6).normal(size=robust.dimension(robust.stan_data(data)))
+    a, b, sigma, c0, c1 = theta[:R], theta[R], np.exp(theta[R + 1]), theta[R + 2], theta[R + 3]
+    log_p = {"Y": stats.norm.logpdf(data["Y"], a[:, None] + b * t[None, :], sigma).reshape(-1),
+             "counts": stats.poisson.logpmf(data["counts"], np.exp(c0 + c1 * t)[None, :]).reshape(-1)}
+    full = robust.log_density(data, theta, divergence=rs.KL())
+    for outcome in ("Y", "counts"):
+        for i, j in ((0, 1), (R - 1, 0), (2, C - 1)):
+            weights = {"Y": np.ones(R * C), "counts": np.ones(R * C)}
+            weights[outcome][i * C + j] = 0.0
+            assert robust.log_density(data, theta, divergence=rs.KL(), weights=weights) == pytest.approx(
+                full - log_p[outcome][i * C + j], abs=1e-10), (outcome, i, j)
+    fit = robust.sample(data, chains=1, iter_warmup=200, iter_sampling=20, seed=1, show_progress=False)
+    draws = {name: fit.draws(name)[0] for name in ("a", "b", "sigma", "c0", "c1")}
+    log_lik = fit.to_arviz()["log_likelihood"]
+    for k in (0, 19):
+        mu = draws["a"][k][:, None] + draws["b"][k] * t[None, :]
+        np.testing.assert_allclose(log_lik["Y"].values[0, k], stats.norm.logpdf(data["Y"], mu, draws["sigma"][k]).reshape(-1),
+                                   rtol=1e-10)
+        rate = np.exp(draws["c0"][k] + draws["c1"][k] * t)[None, :]
+        np.testing.assert_allclose(log_lik["counts"].values[0, k],
+                                   stats.poisson.logpmf(data["counts"], rate).reshape(-1), rtol=1e-10)
 
 
 @pytest.mark.stan
@@ -1401,3 +1434,75 @@ model {
     with pytest.warns(rs.RobustStanWarning, match=r"never reached rows \[0\]"):
         log_lik = fit.log_lik
     assert np.isnan(log_lik[..., 0]).all() and np.isfinite(log_lik[..., 1:]).all()
+
+
+_FAMILIES_AND_WHOLE_OUTCOMES = """data {
+  int<lower=1> N;
+  int<lower=1> K;
+  array[N] int<lower=0> T;
+  int<lower=0> T_all;
+  array[N] int<lower=0> y;
+  array[N] int<lower=0> z;
+  array[N] int<lower=0> u;
+  array[N] int<lower=1, upper=K> r;
+  matrix[N, K] X;
+  array[N] real v;
+  matrix[2, 3] M;
+}
+parameters {
+  real<lower=0> a;
+  real<lower=0> b;
+  vector[K] beta;
+  ordered[K - 1] c;
+  real mu;
+  vector[3] m;
+}
+model {
+  a ~ gamma(2, 1);
+  b ~ gamma(2, 1);
+  beta ~ normal(0, 1);
+  c ~ normal(0, 3);
+  mu ~ normal(0, 1);
+  m ~ normal(0, 1);
+  for (n in 1:N) y[n] ~ beta_binomial(T[n], a, b);
+  z[1:2] ~ beta_binomial(T[1:2], a, b);
+  z[3:N] ~ binomial(T[3:N], 0.5);
+  u ~ beta_binomial(T_all, a, b);
+  r ~ ordered_logistic_glm(X, beta, c);
+  to_vector(v) ~ normal(mu, 1);
+  to_vector(M) ~ multi_normal(rep_vector(mu, 6), diag_matrix(rep_vector(1, 6)));
+}
+"""
+
+
+def test_trials_glm_and_whole_outcomes_rewrite_to_programs_stanc_accepts():
+    """The trials of a per-element, sliced or vectorised beta_binomial or binomial statement (one count
+    or an array) reach the library as one count per row (rs_trials); ordered_logistic_glm becomes
+    ordered_logistic of x * beta; to_vector of a one-dimensional outcome keeps its order; to_vector of
+    a matrix under a multivariate family is one observation, its one weight not reordered. Checked
+    through stanc (no compile)."""
+    from robust_stan.building.stanc import run_stanc
+
+    model = rs.robustify(_FAMILIES_AND_WHOLE_OUTCOMES, engine=ENGINE)
+    code = model.stan_code
+    assert "robust_beta_binomial_weighted_lpmf(y[n:n] | rs_trials(T[n], size(y[n:n])), a, b," in code
+    assert "robust_beta_binomial_weighted_lpmf(z[1:2] | rs_trials(T[1 : 2], size(z[1:2])), a, b," in code
+    assert "robust_binomial_logit_weighted_lpmf(z[3:N] | rs_trials(T[3 : N], size(z[3:N])), logit(0.5)," in code
+    assert "robust_beta_binomial_weighted_lpmf(u | rs_trials(T_all, size(u)), a, b," in code
+    assert "robust_ordered_logistic_weighted_lpmf(r | X * beta, c," in code
+    assert "robust_normal_weighted_lpdf(to_vector(v) | mu, 1, rs_divergence, rs_divergence_param, rs_weights_v)" in code
+    assert "to_matrix(rs_weights_M" not in code and model.likelihoods[-1].one_observation
+    run_stanc(code, ["--allow-undefined"])  # the native losses are declared, defined in C++
+    assert rs.from_stan(_program("matrix_outcome"), engine=ENGINE).observed == ["Y", "counts"]
+
+
+def test_whole_outcomes_robustify_cannot_weight_are_refused():
+    """A constrained matrix read through to_vector (robustify knows the shapes of vectors, arrays of one
+    or two dimensions and matrices), and a second term on an outcome read whole, are refused by name."""
+    head = "data { int N; matrix[N, N] Y; cov_matrix[3] S; }\nparameters { real mu; }\nmodel {\n  mu ~ normal(0, 1);\n"
+    with pytest.raises(RobustifyError, match=r"'S' is declared `cov_matrix\[3\]`; robustify reads an outcome through "
+                                             "to_vector when"):
+        rs.robustify(head + "  to_vector(S) ~ normal(mu, 1);\n}\n", engine=ENGINE)
+    with pytest.raises(RobustifyError, match=r"normal_lccdf.*second term of the outcome 'Y'"):
+        rs.robustify(head + "  to_vector(Y) ~ normal(mu, 1);\n  target += normal_lccdf(to_vector(Y) | mu, 1);\n}\n",
+                     engine=ENGINE)

@@ -87,7 +87,7 @@ _TABLED_FAMILIES = {family.stan_name for family in FAMILIES.values() if family.i
 _NATIVE_FAMILIES = {family.stan_name for family in FAMILIES.values() if family.native}
 _IDENT = re.compile(r"[A-Za-z]\w*")
 _DECLARATION = re.compile(r"^\s*(?P<type>[a-z_]+(\[[^\]]*\])?(\s+[a-z_]+(\[[^\]]*\])?)?)\s+(?P<names>[A-Za-z]\w*.*);")
-_TARGET_TERM = r"\b\w+_(lpdf|lupdf|lpmf|lupmf|lcdf|lccdf|cdf)\s*\(\s*{name}\b"
+_TARGET_TERM = r"\b\w+_(lpdf|lupdf|lpmf|lupmf|lcdf|lccdf|cdf)\s*\(\s*(?:(?:to_vector|to_array_1d)\s*\(\s*)?{name}\b"
 
 
 class RobustifyError(RobustStanInputError):
@@ -282,6 +282,8 @@ def _declarations(lines: list[str], block: tuple[int, int] | None) -> dict[str, 
 
 #: Outcome kinds (:func:`_outcome_kind`) whose elements are the observations, flattened row after row.
 _TWO_DIMENSIONAL_KINDS = ("real_array2", "int_array2", "matrix")
+#: Kinds an outcome may have when a statement reads it through to_vector or to_array_1d.
+_FLATTENED_KINDS = ("vector", "row_vector", "real_array", "int_array", *_TWO_DIMENSIONAL_KINDS)
 
 
 def _outcome_kind(type_text: str) -> str:
@@ -408,7 +410,9 @@ def likelihood_outcomes(canonical: str, info: dict) -> list[str]:
     outcomes: list[str] = []
     for k in range(model[0] + 1, model[1]) if model else ():
         for statement in _statements_on(code[k], k):
-            match = re.fullmatch(r"([A-Za-z]\w*)\s*(\[.*\])?", _as_indexed(statement.outcome_text).strip())
+            text = _as_indexed(statement.outcome_text).strip()
+            flattened = _flattening(text)
+            match = re.fullmatch(r"([A-Za-z]\w*)\s*(\[.*\])?", flattened[1] if flattened else text)
             if match and match.group(1) in data and match.group(1) not in outcomes:
                 outcomes.append(match.group(1))
     return outcomes
@@ -614,7 +618,8 @@ def _statements_on_non_data(code: list[str], model: tuple[int, int], info: dict,
     out = []
     for k in range(model[0] + 1, model[1]):
         for statement in _statements_on(code[k], k):
-            names = _IDENT.findall(statement.outcome_text)
+            flattened = _flattening(statement.outcome_text)
+            names = [flattened[1]] if flattened else _IDENT.findall(statement.outcome_text)
             if not names or names[0] in info["inputs"] or names[0] in info["parameters"]:
                 continue
             kind = kinds.get(names[0], "a local variable of the model block")
@@ -845,6 +850,8 @@ def _selection(outcome: str, kind: str, index: str | None, flattening: str | Non
     two_dimensional = kind in _TWO_DIMENSIONAL_KINDS
     whole = f"1:num_elements({outcome})"
     if flattening is not None:
+        if kind not in _FLATTENED_KINDS:
+            return None
         element = f"{flattening}({outcome})"
         flat_kind = "vector" if flattening == "to_vector" else "int_array" if kind.startswith("int") else "real_array"
         if kind != "matrix":
@@ -886,6 +893,7 @@ def _selection(outcome: str, kind: str, index: str | None, flattening: str | Non
 
 
 def _first_value(pointwise: str) -> str:
+    """The one value of a pointwise loss over a single picked element."""
     return f"{pointwise}[1]"
 
 
@@ -914,13 +922,18 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     declared_kind = _outcome_kind(declared)
     flattening = _flattening(statement.outcome_text)
     selection = _selection(outcome, declared_kind, index, flattening[0] if flattening else None)
+    if selection is None and flattening:
+        raise RobustifyError(f"{where}: the outcome {outcome!r} is declared `{declared}`; robustify reads an outcome "
+                             f"through {flattening[0]} when it is a vector, a row_vector, an array of one or two "
+                             "dimensions of reals or ints, or a matrix (each element an observation)")
     if selection is None:
         raise RobustifyError(f"{where}: the outcome {outcome!r} is declared `{declared}` and indexed "
                              f"{'by `' + index + '`' if index else 'not at all'}; robustify takes a one-dimensional "
                              "outcome whole or one element per loop iteration, and a two-dimensional one by element "
                              "y[i, j] or by row y[i] (it is not a density's outcome whole)")
     kind, element, weights_of, slot, pick, rows_taken = selection
-    scalar = kind in ("real", "int")  # one observation
+    if flattening and translation.outcome == "vector_array":  # the flattened values are one observation
+        weights_of, pick = (lambda w: w), (lambda p: p)
     outcome_expression = {
         ("vector", "vector"): element,
         ("vector", "row_vector"): f"({element})'",
@@ -941,9 +954,9 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
     composed = translation.rewrite != ", ".join(f"{{{i}}}" for i in range(translation.arity))
     arguments = translation.rewrite.format(*(map(_atom, statement.arguments) if composed else statement.arguments))
     arguments = _as_library_arguments(arguments, translation.family, array_names)
-    if (index or scalar) and family_of_stan_name(translation.family).args[0].data_only:  # trials: an array
+    if family_of_stan_name(translation.family).args[0].data_only:  # the library takes one trials count per row
         trials, *rest = _split_top(arguments, ",")
-        arguments = ", ".join([f"{{{trials}}}", *rest])
+        arguments = ", ".join([f"rs_trials({trials}, size({outcome_expression}))", *rest])
     suffix = "lpmf" if translation.outcome in _DISCRETE else "lpdf"
     weights = weights_of(f"rs_weights_{outcome}")
     function = f"robust_{translation.family}"
