@@ -418,3 +418,26 @@ def test_engine_recovers_after_a_chains_process_died(glm_normal):
         glm_normal.sample(data, chains=1, iter_warmup=50, iter_sampling=50, show_progress=False)
     fit = glm_normal.sample(data, chains=2, iter_warmup=100, iter_sampling=100, seed=3, show_progress=False)
     assert fit.draws("b").shape == (2, 100, 2) and np.all(np.isfinite(fit.draws("b")))
+
+
+@pytest.mark.stan
+@pytest.mark.skipif(not httpstan_available(), reason="httpstan is not installed")
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 50 draws: too few for R-hat
+def test_httpstan_nuts_runs_inside_a_running_event_loop():
+    """As from a Jupyter cell, where an asyncio event loop is already running: httpstan's coroutines run
+    on a worker thread's own loop (asyncio.run would refuse), and the chains' processes are forked from
+    the calling thread (forked from the worker thread they crashed). The draws are those of the same
+    call outside a loop."""
+    import asyncio
+
+    rng = np.random.default_rng(3)
+    data = {"X": rng.normal(size=(30, 1)), "y": rng.normal(size=30)}
+    model = rs.glm("normal", engine="httpstan")
+    options = dict(chains=2, iter_warmup=100, iter_sampling=50, seed=4, show_progress=False)
+
+    async def cell():
+        return model.sample(data, **options)
+
+    inside = asyncio.run(cell())
+    outside = model.sample(data, **options)
+    np.testing.assert_array_equal(inside.draws("alpha"), outside.draws("alpha"))
