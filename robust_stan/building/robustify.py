@@ -987,9 +987,10 @@ def _rewrite(statement: _Found, outcome: str, index: str | None, declared: str, 
         count = (f"{_counter(outcome)}[{first}] += 1;" if first == last and "rs_flat_rows" not in rows_taken
                  else f"for (rs_row in {rows_taken}) {_counter(outcome)}[rs_row] += 1;")
         model_line = f"{count}\n{model_line}"
-    gq_lines = [f"rs_log_lik_{outcome}{slot} = -{pick(f'{function}_pointwise_loss({outcome_expression}, {arguments}, 0, 1)')};",
-                f"rs_robust_loss_{outcome}{slot} = " + pick(f"{function}_pointwise_loss({outcome_expression}, {arguments}, "
-                                                             f"rs_divergence, rs_divergence_param{table})") + ";"]
+    log_lik = pick(f"{function}_pointwise_loss({outcome_expression}, {arguments}, 0, 1)")
+    robust_loss = pick(f"{function}_pointwise_loss({outcome_expression}, {arguments}, rs_divergence, "
+                       f"rs_divergence_param{table})")
+    gq_lines = [f"rs_log_lik_{outcome}{slot} = -{log_lik};", f"rs_robust_loss_{outcome}{slot} = {robust_loss};"]
     return likelihood, model_line, gq_lines
 
 
