@@ -93,8 +93,8 @@ class Cluster:
     """Where robust-stan runs independent tasks: a Dask cluster.
 
     Workers must be allowed child processes (NUTS on httpstan runs each chain in one): start them
-    with ``DASK_DISTRIBUTED__WORKER__DAEMON=False`` in their environment, as the README's
-    "Running on a cluster" shows; robust-stan checks this when it connects. Give them
+    with ``DASK_DISTRIBUTED__WORKER__DAEMON=False`` in their environment, as the user guide's
+    page "Running on a Dask cluster" shows; robust-stan checks this when it connects. Give them
     ``MALLOC_TRIM_THRESHOLD_=1073741824`` as well: Dask's nanny otherwise sets 65536, which slows
     NUTS down (robust-stan warns when it finds that). Use as a context manager, or call
     :meth:`close`; a cluster robust-stan started is shut down then, a client you gave is not.
