@@ -15,9 +15,21 @@ Terms that do not depend on theta may differ from Stan's (Stan drops them under 
 ``_lupdf``; SciPy keeps them), so the densities equal Stan's up to one constant per data set.
 """
 
+import contextvars
+
 import numpy as np
 from scipy import stats
 from scipy.special import log_expit
+
+_COUNTING = contextvars.ContextVar("counting", default=False)
+
+
+class _Counted(Exception):
+    """Raised by a density read in counting mode, with the number of values it read."""
+
+    def __init__(self, size):
+        super().__init__(size)
+        self.size = size
 
 
 class _Unconstrained:
@@ -63,6 +75,8 @@ class _Unconstrained:
 
     def done(self, log_density):
         """The log density plus the log-Jacobians, once every value of theta has been read."""
+        if _COUNTING.get():
+            raise _Counted(self._at)
         assert self._at == self._theta.size, f"theta has {self._theta.size} values, the program {self._at}"
         return log_density + self.log_jacobian
 
@@ -304,6 +318,19 @@ REFERENCE_LOG_DENSITIES = {f.__name__: f for f in (
     beta_proportions, neg_binomial_2_counts, beta_binomial_trials,
     matrix_outcome)}
 REFERENCE_LOG_DENSITIES["irt_by_person"] = irt_by_person
+
+
+def reference_dimension(name, data, most=10_000):
+    """The number of unconstrained values REFERENCE_LOG_DENSITIES[name] reads for ``data`` (read from
+    a theta of zeros, at most ``most`` long)."""
+    token = _COUNTING.set(True)
+    try:
+        REFERENCE_LOG_DENSITIES[name](data, np.zeros(most))
+    except _Counted as counted:
+        return counted.size
+    finally:
+        _COUNTING.reset(token)
+    raise AssertionError(f"{name}: the density never reached done()")
 
 
 def central_difference_gradient(log_density, theta, step):

@@ -18,6 +18,7 @@ from robust_stan.building.robustify import RobustifyError
 from robust_stan.results.arviz_output import group_names
 
 from .conftest import ENGINE
+from .program_merging import merge_programs, merged_data, merged_log_density, parameter_stretches
 from .stan_program_densities import REFERENCE_LOG_DENSITIES, central_difference_gradient
 
 PROGRAMS = Path(__file__).parent / "stan_programs"
@@ -210,9 +211,17 @@ def _compiled_case(name, make_model):
     return name, make_data(np.random.default_rng(7)), adapt_delta, model
 
 
-@pytest.fixture(scope="module", params=sorted(CASES))
+# the programs no other test here compiles on its own on every stack (the planted-outlier studies, on
+# one stack, do): their KL rewrites are checked in one merged program (tests/program_merging.py), which
+# saves the suite a dozen C++ builds per stack
+MERGED = ["logistic_regression", "group_intercepts", "varying_slopes", "multi_normal_location", "student_t_regression",
+          "target_sum", "two_binomials", "ragged_groups", "gp_one_observation", "lognormal_regression",
+          "weibull_survival", "beta_proportions", "neg_binomial_2_counts"]
+
+
+@pytest.fixture(scope="module", params=sorted(set(CASES) - set(MERGED)))
 def case(request):
-    """Each program robustified (the programs as written: :func:`as_written`)."""
+    """Each program robustified but those of MERGED (the programs as written: :func:`as_written`)."""
     return _compiled_case(request.param, rs.robustify)
 
 
@@ -231,14 +240,16 @@ def as_written(request):
     return _compiled_case(request.param, rs.from_stan)
 
 
-def _assert_log_density_is_the_reference_plus_a_constant(name, data, log_density_gradient, dimension):
-    """log_density_gradient(theta) against REFERENCE_LOG_DENSITIES[name] at 4 random unconstrained
-    points: the difference is one constant (to 1e-8 of the log density), and the gradient is the
+def _assert_log_density_is_the_reference_plus_a_constant(name, data, log_density_gradient, dimension,
+                                                         reference=None, stretches=None):
+    """log_density_gradient(theta) against ``reference`` (by default REFERENCE_LOG_DENSITIES[name]) at
+    4 random unconstrained points: the difference is one constant (to 1e-8 of the log density), and the gradient is the
     reference's by central differences of step h = 1e-5. Their error is the truncation h^2 f^(3) / 6
     (about 1e-10 |f| here, where the third derivatives are at most some tens of |f|) plus the
     rounding eps |f| / h (about 2e-11 |f|): a bound of 1e-7 |f| holds them with a factor of some
-    hundreds, and a missing or wrong term (a Jacobian moves a gradient entry by 1) exceeds it."""
-    reference = REFERENCE_LOG_DENSITIES[name]
+    hundreds, and a missing or wrong term (a Jacobian moves a gradient entry by 1) exceeds it.
+    ``stretches`` (program -> slice of theta) name the programs of a merged program whose gradient differs."""
+    reference = reference or REFERENCE_LOG_DENSITIES[name]
     rng = np.random.default_rng(3)
     differences, scale = [], 1.0
     for _ in range(4):
@@ -248,8 +259,10 @@ def _assert_log_density_is_the_reference_plus_a_constant(name, data, log_density
         differences.append(lp - lp_reference)
         scale = max(scale, abs(lp_reference))
         numeric = central_difference_gradient(lambda t: reference(data, t), theta, step=1e-5)
-        np.testing.assert_allclose(gradient, numeric, rtol=0, atol=1e-7 * max(abs(lp_reference), 1.0),
-                                   err_msg=name)
+        tolerance = 1e-7 * max(abs(lp_reference), 1.0)
+        wrong = [part for part, where in (stretches or {}).items()
+                 if np.any(np.abs(gradient[where] - numeric[where]) > tolerance)]
+        np.testing.assert_allclose(gradient, numeric, rtol=0, atol=tolerance, err_msg=f"{name} {wrong}")
     assert np.ptp(differences) <= 1e-8 * scale, (name, differences)
 
 
@@ -268,6 +281,23 @@ def test_kl_rewrite_keeps_the_log_density_up_to_one_constant(case):
     _assert_log_density_is_the_reference_plus_a_constant(
         name, data, lambda theta: robust.log_density_gradient(data, theta, divergence=rs.KL()),
         robust.dimension(robust.stan_data(data)))
+
+
+@pytest.mark.stan
+def test_kl_rewrite_of_the_merged_programs_keeps_the_log_density_up_to_one_constant():
+    """As the test above, for the programs of MERGED robustified as one program (each program's names
+    prefixed with its own name, its model block nested): its reference is the sum of theirs, each on
+    its own stretch of theta. Each likelihood statement is rewritten by itself, so a rewrite that
+    is right in the merged program is right in the program alone; a wrong one shows in its own
+    program's stretch of the gradient, which the failure names."""
+    code = merge_programs({name: _program(name).read_text() for name in MERGED})
+    robust = rs.robustify(code, engine=ENGINE)
+    robust.compile(show_progress=False)
+    data = merged_data({name: CASES[name][0](np.random.default_rng(7)) for name in MERGED})
+    _assert_log_density_is_the_reference_plus_a_constant(
+        "merged", data, lambda theta: robust.log_density_gradient(data, theta, divergence=rs.KL()),
+        robust.dimension(robust.stan_data(data)), reference=merged_log_density(MERGED),
+        stretches=parameter_stretches(MERGED, data))
 
 
 # programs whose SciPy transcription cannot be held to the bounds above, and why: their rewrite under KL
@@ -440,8 +470,8 @@ def test_reference_log_densities_are_the_programs_as_written(as_written):
 
 # one program of each family robustify alone offers: their programs as written are compiled for this
 # test only, so it runs on one stack (the statistical_study marker: .ci/run's oldest)
-FAMILY_PROGRAMS = ["lognormal_regression", "gamma_regression", "weibull_survival", "beta_proportions",
-                   "neg_binomial_2_counts", "beta_binomial_trials", "ordinal_ratings"]
+# (those of MERGED: in the merged test below)
+FAMILY_PROGRAMS = ["gamma_regression", "beta_binomial_trials", "ordinal_ratings"]
 
 
 @pytest.mark.stan
@@ -462,6 +492,24 @@ def test_nuts_on_the_kl_rewrite_agrees_with_the_program_as_written(name):
     assert list(a.index) == list(b.index)
     # independent chains: the difference of the means has sd sqrt(mcse_a^2 + mcse_b^2); 4.5 of those
     # bounds every element (parameters and generated quantities) at once (two-sided 7e-6 each)
+    z = (a["mean"] - b["mean"]) / np.sqrt(a["mcse_mean"] ** 2 + b["mcse_mean"] ** 2)
+    assert np.all(np.abs(z[a["sd"] > 0]) < 4.5), z.abs().sort_values().tail(3)
+
+
+@pytest.mark.stan
+@pytest.mark.statistical_study
+def test_nuts_on_the_kl_rewrite_of_the_merged_programs_agrees_with_them_as_written():
+    """As the test above, on the merged program of MERGED (their families lognormal, weibull, beta
+    and neg_binomial_2 among them): robustified and as written, every parameter, transformed parameter
+    and generated quantity of the thirteen programs at once. Its program as written is compiled for this
+    test only, so it runs on one stack."""
+    code = merge_programs({name: _program(name).read_text() for name in MERGED})
+    data = merged_data({name: CASES[name][0](np.random.default_rng(7)) for name in MERGED})
+    options = dict(chains=4, iter_warmup=500, iter_sampling=1000, adapt_delta=max(CASES[name][1] for name in MERGED),
+                   show_progress=False)
+    a = rs.from_stan(code, engine=ENGINE).sample(data, seed=11, **options).summary()
+    b = rs.robustify(code, engine=ENGINE).sample(data, divergence=rs.KL(), seed=12, **options).summary()
+    assert list(a.index) == list(b.index)
     z = (a["mean"] - b["mean"]) / np.sqrt(a["mcse_mean"] ** 2 + b["mcse_mean"] ** 2)
     assert np.all(np.abs(z[a["sd"] > 0]) < 4.5), z.abs().sort_values().tail(3)
 
