@@ -1,7 +1,8 @@
 """Formulas made design matrices (robust_stan.building.formulas), against designs built by hand
 with NumPy and pandas: numeric, categorical, interaction, transformed and intercept-free terms,
 group-level terms; new rows encoded as the training rows were; refusals naming what is wrong.
-Pure Python: nothing here compiles or runs Stan."""
+Also the Stan data of a design and the linear predictor at draws (robust_stan.methods.prediction)
+against loops. Pure Python: nothing here compiles or runs Stan."""
 
 import pickle
 
@@ -9,8 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from robust_stan.building.formulas import FormulaEncoding, formula_design, parse_formula
+from robust_stan.building.formulas import (
+    FormulaEncoding,
+    design_stan_data,
+    formula_design,
+    group_data_names,
+    parse_formula,
+)
 from robust_stan.common.errors import RobustStanInputError
+from robust_stan.methods.prediction import group_effects, linear_predictor, new_level_effects
 
 
 @pytest.fixture
@@ -285,3 +293,75 @@ def test_bad_arguments(frame):
         encoding.design(frame.drop(columns=["x1"]), argument="new_data")
     with pytest.raises(RobustStanInputError, match="has no outcome"):
         FormulaEncoding.from_data("~ x1", frame).design(frame, outcome=True)
+
+
+# -- Stan data ---------------------------------------------------------------------------------
+
+def test_design_stan_data(frame):
+    design = formula_design("y ~ x1 + C(g) + (1 + x1 | h) + (1 | g:h)", frame)
+    data = design_stan_data(design)
+    assert sorted(data) == sorted(["y", "X", "G_h", "K_h", "J_h", "Z_h", "G_g_h", "K_g_h", "J_g_h", "Z_g_h"])
+    np.testing.assert_array_equal(data["J_h"], frame["h"].to_numpy())  # levels 1..4 are 1-based already
+    assert (data["G_h"], data["K_h"]) == (4, 2)
+    assert data["G_g_h"] == len(set(zip(frame["g"], frame["h"]))) and data["J_g_h"].min() == 1
+    np.testing.assert_array_equal(data["Z_h"], np.column_stack([np.ones(len(frame)), frame["x1"]]))
+    assert group_data_names("h") == {"G": "G_h", "K": "K_h", "J": "J_h", "Z": "Z_h"}
+    new = frame.assign(h=np.where(frame.index == 104, 11, frame["h"]))
+    flagged = design.encoding.design(new, new_levels="flag")
+    with pytest.raises(RobustStanInputError, match=r"'h' has levels the model was not fitted to, at rows 104 "):
+        design_stan_data(flagged)
+
+
+# -- the linear predictor at draws ---------------------------------------------------------------
+
+def test_group_effects_are_diag_sd_L_z():
+    rng = np.random.default_rng(3)
+    z, sd = rng.normal(size=(2, 5, 3, 4)), rng.uniform(0.5, 2, size=(2, 5, 3))
+    L = np.linalg.cholesky(np.array([[1, 0.3, -0.2], [0.3, 1, 0.5], [-0.2, 0.5, 1]]))
+    u = group_effects(z, sd, np.broadcast_to(L, (2, 5, 3, 3)))
+    for c, d, k, level in np.ndindex(2, 5, 3, 4):
+        expected = sd[c, d, k] * sum(L[k, j] * z[c, d, j, level] for j in range(3))
+        assert abs(u[c, d, k, level] - expected) < 1e-14
+    np.testing.assert_array_equal(group_effects(z, sd), sd[..., None] * z)
+
+
+def test_new_level_effects_follow_the_group_distribution():
+    sd = np.array([0.5, 2.0])
+    L = np.linalg.cholesky(np.array([[1.0, 0.6], [0.6, 1.0]]))
+    draws = 20000
+    u = new_level_effects(np.broadcast_to(sd, (draws, 2)), np.broadcast_to(L, (draws, 2, 2)), 1,
+                          np.random.default_rng(4))[..., 0]
+    covariance = np.diag(sd) @ L @ L.T @ np.diag(sd)
+    se = np.sqrt((np.outer(np.diag(covariance), np.diag(covariance)) + covariance ** 2) / draws)
+    assert np.all(np.abs(np.cov(u.T) - covariance) < 5 * se)
+    assert np.all(np.abs(u.mean(axis=0)) < 5 * sd / np.sqrt(draws))
+
+
+def test_linear_predictor_against_a_loop(frame):
+    design = formula_design("y ~ x1 + C(g) + (1 + x1 | h) + (1 | g)", frame)
+    rng = np.random.default_rng(5)
+    chains, draws, p = 2, 3, design.X.shape[1]
+    alpha, b = rng.normal(size=(chains, draws)), rng.normal(size=(chains, draws, p))
+    effects = {"h": rng.normal(size=(chains, draws, 2, 4)), "g": rng.normal(size=(chains, draws, 1, 3))}
+    assert [term.stan_name for term in design.groups] == ["h", "g"]
+    eta = linear_predictor(design, alpha, b, effects)
+    x1, hs, gs = frame["x1"].to_numpy(), frame["h"].to_numpy(), frame["g"].to_numpy()
+    for c, d, n in np.ndindex(chains, draws, len(frame)):
+        expected = alpha[c, d] + sum(design.X[n, j] * b[c, d, j] for j in range(p))
+        expected += effects["h"][c, d, 0, hs[n] - 1] + x1[n] * effects["h"][c, d, 1, hs[n] - 1]
+        expected += effects["g"][c, d, 0, "abc".index(gs[n])]
+        assert abs(eta[c, d, n] - expected) < 1e-12
+    without_intercept = linear_predictor(design, None, b, effects)
+    np.testing.assert_allclose(without_intercept, eta - alpha[..., None], rtol=0, atol=1e-12)
+
+
+def test_linear_predictor_of_new_levels_uses_their_columns(frame):
+    encoding = formula_design("y ~ x1 + (1 | g)", frame).encoding
+    new = encoding.design(pd.DataFrame({"x1": [0.0, 0.0, 0.0], "g": ["b", "new", "new"]}), new_levels="flag")
+    u = np.array([[[10.0, 20.0, 30.0, 40.0]]])  # one draw: a, b, c fitted, then "new"
+    eta = linear_predictor(new, np.zeros(1), np.zeros((1, 1)), {"g": u})
+    np.testing.assert_array_equal(eta, [[20.0, 40.0, 40.0]])  # rows of one new level share its draw
+    with pytest.raises(RobustStanInputError, match="needs \\(1, >= 4\\) effects per draw"):
+        linear_predictor(new, np.zeros(1), np.zeros((1, 1)), {"g": u[..., :3]})
+    with pytest.raises(RobustStanInputError, match="no effects of the group-level term 'g'"):
+        linear_predictor(new, np.zeros(1), np.zeros((1, 1)), {})

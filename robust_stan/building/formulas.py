@@ -631,3 +631,59 @@ def formula_design(formula: str, data, argument: str = "data") -> Design:
     if parsed.outcome is None:
         raise RobustStanInputError(f"formula: {formula!r} has no outcome; write it as 'y ~ ...'")
     return FormulaEncoding.from_data(parsed, data, argument).design(data, outcome=True, argument=argument)
+
+
+# -- Stan data ---------------------------------------------------------------------------------
+
+def group_data_names(term: GroupTerm | str) -> dict[str, str]:
+    """The Stan data names of one group-level term: its level count ``G_<s>``, coefficient count
+    ``K_<s>``, rows' levels ``J_<s>`` and varying coefficients' columns ``Z_<s>``, where ``<s>`` is
+    the term's Stan name.
+
+    Parameters
+    ----------
+    term : GroupTerm or str
+        The term, or its Stan name.
+
+    Returns
+    -------
+    dict of str
+        ``{"G": "G_<s>", "K": "K_<s>", "J": "J_<s>", "Z": "Z_<s>"}``.
+    """
+    name = term if isinstance(term, str) else term.stan_name
+    return {part: f"{part}_{name}" for part in ("G", "K", "J", "Z")}
+
+
+def design_stan_data(design: Design) -> dict:
+    """The Stan data of a training design: ``y`` (when evaluated), ``X`` and per group-level term
+    ``G_<s>``, ``K_<s>``, ``J_<s>`` (1-based levels) and ``Z_<s>`` (:func:`group_data_names`).
+
+    Parameters
+    ----------
+    design : Design
+        A design whose group levels are all fitted ones (not new data with flagged levels).
+
+    Returns
+    -------
+    dict
+        Stan data by name; robust-stan's switches, ``N``, ``P`` and the prior scales are added when
+        the data are prepared.
+
+    Raises
+    ------
+    RobustStanInputError
+        If a row has a group level the encoding did not fit (there is no effect to estimate for it
+        in a design meant for fitting).
+    """
+    out: dict = {} if design.y is None else {"y": design.y}
+    out["X"] = design.X
+    for term in design.groups:
+        if term.new_rows.any():
+            raise RobustStanInputError(f"data: the grouping factor {term.name!r} has levels the model was not fitted "
+                                       f"to, at rows {_row_list(design.rows[term.new_rows])} (index labels)")
+        names = group_data_names(term)
+        out[names["G"]] = term.n_fitted_levels
+        out[names["K"]] = len(term.coefficients)
+        out[names["J"]] = term.index + 1
+        out[names["Z"]] = term.Z
+    return out
