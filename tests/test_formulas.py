@@ -365,3 +365,53 @@ def test_linear_predictor_of_new_levels_uses_their_columns(frame):
         linear_predictor(new, np.zeros(1), np.zeros((1, 1)), {"g": u[..., :3]})
     with pytest.raises(RobustStanInputError, match="no effects of the group-level term 'g'"):
         linear_predictor(new, np.zeros(1), np.zeros((1, 1)), {})
+
+
+# -- the group-level terms' Stan fragments (their stanc check comes with the wiring) -------------
+
+def group_term_spec(terms):
+    """A normal glm's ModelSpec with the group-level terms' fragments, as the wiring will build it."""
+    from robust_stan.building.families import get_family
+    from robust_stan.building.spec import Argument, ModelSpec, ParameterDeclaration
+
+    data = "; ".join(["int<lower=0> P", "matrix[N, P] X", "vector<lower=0>[P] prior_scale_b",
+                      *(line for term in terms for line in term.data)])
+    declarations = ["real alpha", "vector[P] b", "real<lower=0> sigma", *(d for t in terms for d in t.parameters)]
+    priors = ["alpha ~ normal(0, 2.5);", "b ~ normal(0, prior_scale_b);", "sigma ~ exponential(1);"]
+    priors += [f"{name} ~ {prior};" for t in terms for name, prior in t.default_priors.items()]
+    priors += [t.standard_normal for t in terms]
+    mu = " + ".join(["alpha + X[n] * b", *(t.per_observation for t in terms)])
+    mu_vec = " + ".join(["alpha + X * b", *(t.vectorised for t in terms)])
+    return ModelSpec(family=get_family("normal"), data=data,
+                     parameters=[ParameterDeclaration.parse(d) for d in declarations], priors="\n".join(priors),
+                     args={"mu": Argument("mu", mu, mu_vec), "sigma": Argument("sigma", "sigma")}, title="group terms")
+
+
+def test_group_term_fragments():
+    from robust_stan.building.group_terms import GroupTermStan
+    from robust_stan.building.spec import ParameterDeclaration
+
+    correlated, independent = GroupTermStan("g"), GroupTermStan("g_h", correlated=False)
+    assert [ParameterDeclaration.parse(d).name for d in correlated.parameters] == ["z_g", "sd_g", "L_g"]
+    assert ParameterDeclaration.parse(correlated.parameters[2]).local_type() == "matrix[K_g, K_g]"
+    assert [ParameterDeclaration.parse(d).name for d in independent.parameters] == ["z_g_h", "sd_g_h"]
+    assert correlated.default_priors == {"sd_g": "exponential(1)", "L_g": "lkj_corr_cholesky(2)"}
+    assert independent.default_priors == {"sd_g_h": "exponential(1)"} and independent.rescale == {"sd_g_h": "scale"}
+    assert correlated.per_observation == "Z_g[n] * (diag_pre_multiply(sd_g, L_g) * col(z_g, J_g[n]))"
+    assert independent.vectorised == "rows_dot_product(Z_g_h, (diag_pre_multiply(sd_g_h, z_g_h))'[J_g_h])"
+    spec = group_term_spec([correlated, independent])
+    spec.check()
+    assert {"G_g", "K_g", "J_g", "Z_g", "J_g_h", "Z_g_h"} <= set(spec.data_names())
+    assert {"J_g", "Z_g", "J_g_h", "Z_g_h"} <= set(spec.row_data_names())  # minibatches slice them
+    assert not {"G_g", "K_g"} & set(spec.row_data_names())
+
+
+def test_group_term_program_renders():
+    """The template takes the fragments (rendering only: jinja, no stanc)."""
+    from robust_stan.building.codegen import render_program
+    from robust_stan.building.group_terms import GroupTermStan
+
+    program = render_program(group_term_spec([GroupTermStan("g")]))
+    assert "array[n_copies] cholesky_factor_corr[K_g] L_g_copies;" in program
+    assert "array[N] int<lower=1, upper=G_g> J_g;" in program
+    assert "rows_dot_product(Z_g, (diag_pre_multiply(sd_g, L_g) * z_g)'[J_g])" in program

@@ -125,6 +125,11 @@ class ParsedFormula:
     fixed: str
     groups: tuple[GroupTermFormula, ...]
 
+    @property
+    def group_stan_names(self) -> tuple[str, ...]:
+        """A Stan identifier per group-level term, unique in the formula (``g1:g2`` is ``g1_g2``)."""
+        return tuple(_stan_names([term.factor for term in self.groups]))
+
 
 def _group_terms(text: str) -> list[tuple[int, int, str]]:
     """(start, end, inner text) of every bracketed term at the top level of ``text`` whose inside
@@ -525,9 +530,8 @@ class FormulaEncoding:
                 raise RobustStanInputError(f"formula: the group-level term {term.text!r} has no varying coefficient")
             specs.append(spec)
         _check_columns(frame, parsed, fixed_spec, list(zip(parsed.groups, specs)), parsed.outcome is not None, argument)
-        stan_names = _stan_names([term.factor for term in parsed.groups])
         return cls(parsed, fixed_spec, [_GroupEncoding(term, name, spec, _levels_of(frame, term.factor_columns))
-                                        for term, name, spec in zip(parsed.groups, stan_names, specs)])
+                                        for term, name, spec in zip(parsed.groups, parsed.group_stan_names, specs)])
 
     def design(self, data, *, new_levels: str = "error", outcome: bool = False, argument: str = "data") -> Design:
         """The formula's arrays on ``data``, encoded as the training data were.
