@@ -166,6 +166,16 @@ def test_crossed_and_nested_factors(frame):
     np.testing.assert_array_equal(nested[1].index, crossed.index)
 
 
+def test_backticked_names():
+    frame = pd.DataFrame({"y": [1.0, 2, 3, 4], "my x": [1.0, 2, 3, 5], "my group": ["a", "b", "a", "b"]})
+    design = formula_design("y ~ `my x` + (`my x` | `my group`)", frame)
+    assert design.columns == ("my x",)
+    (term,) = design.groups
+    assert (term.name, term.stan_name, term.coefficients, term.levels) == ("my group", "my_group", ("Intercept", "my x"),
+                                                                           ("a", "b"))
+    np.testing.assert_array_equal(term.Z, np.column_stack([np.ones(4), frame["my x"]]))
+
+
 def test_categorical_dtype_keeps_its_order(frame):
     frame = frame.assign(g=pd.Categorical(frame["g"], categories=["c", "unused", "b", "a"]))
     (term,) = formula_design("y ~ (1 | g)", frame).groups

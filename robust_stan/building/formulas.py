@@ -324,7 +324,7 @@ class GroupTerm:
     Parameters
     ----------
     name : str
-        The grouping factor as written, e.g. ``"g"`` or ``"g1:g2"``.
+        The grouping factor's columns joined by ``:``, e.g. ``"g"`` or ``"g1:g2"`` (without backticks).
     stan_name : str
         A Stan identifier for the term's parameters, unique in the formula (``"g1_g2"``).
     coefficients : tuple of str
@@ -604,8 +604,9 @@ class FormulaEncoding:
                     "effects from the group distribution")
             index[unseen] = len(levels) + new.get_indexer(keys[unseen])
             levels += [_level_name(level) for level in new]
-        return GroupTerm(term.factor, group.stan_name, tuple(str(c) for c in Z.columns), Z.to_numpy(dtype=float),
-                         index.astype(np.int64), tuple(levels), len(group.levels), term.correlated)
+        return GroupTerm(":".join(term.factor_columns), group.stan_name, tuple(str(c) for c in Z.columns),
+                         Z.to_numpy(dtype=float), index.astype(np.int64), tuple(levels), len(group.levels),
+                         term.correlated)
 
 
 def formula_design(formula: str, data, argument: str = "data") -> Design:
