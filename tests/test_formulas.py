@@ -406,7 +406,8 @@ def test_group_term_fragments():
     assert ParameterDeclaration.parse(correlated.parameters[2]).local_type() == "matrix[K_g, K_g]"
     assert [ParameterDeclaration.parse(d).name for d in independent.parameters] == ["z_g_h", "sd_g_h"]
     assert correlated.default_priors == {"sd_g": "exponential(1)", "L_g": "lkj_corr_cholesky(2)"}
-    assert independent.default_priors == {"sd_g_h": "exponential(1)"} and independent.rescale == {"sd_g_h": "scale"}
+    assert independent.default_priors == {"sd_g_h": "exponential(1)"}
+    assert independent.rescale("scale") == {"sd_g_h": "scale"} and independent.rescale(None) == {}
     assert correlated.per_observation == "Z_g[n] * (diag_pre_multiply(sd_g, L_g) * col(z_g, J_g[n]))"
     assert independent.vectorised == "rows_dot_product(Z_g_h, (diag_pre_multiply(sd_g_h, z_g_h))'[J_g_h])"
     spec = group_term_spec([correlated, independent])

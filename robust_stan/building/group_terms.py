@@ -12,7 +12,8 @@ row's level, 1-based) and ``Z_s`` (N x K, each row's columns of the coefficients
 so that the effects are ``u_s = diag(sd_s) L_s z_s`` (K x G, column l those of level l; a
 multivariate normal with covariance diag(sd_s) L_s L_s' diag(sd_s) whatever the data), and row n
 adds ``Z_s[n] * u_s[:, J_s[n]]`` to its linear predictor. The robust loss applies to the rows; the
-group distribution is part of the prior. Only ``sd_s`` moves with a standardised outcome's scale.
+group distribution is part of the prior. Only ``sd_s`` moves with a standardised outcome's scale,
+as the coefficients do (:meth:`GroupTermStan.rescale`).
 
 These fragments have not yet been through stanc (see the wiring plan of issue 56).
 """
@@ -69,10 +70,22 @@ class GroupTermStan:
         """The prior statement of ``z_s``, part of the non-centred parameterisation, not replaceable (str)."""
         return f"to_vector(z_{self.name}) ~ std_normal();"
 
-    @property
-    def rescale(self) -> dict[str, str]:
-        """How the parameters return to a standardised outcome's units: ``sd_s`` as a scale (dict)."""
-        return {f"sd_{self.name}": "scale"}
+    def rescale(self, coefficient_rule: str | None) -> dict[str, str]:
+        """How the parameters return to a standardised outcome's units: ``sd_s`` as the population-level
+        coefficients do (a scale for normal and student_t; nothing under a log link, where the
+        outcome's scale moves the intercept only).
+
+        Parameters
+        ----------
+        coefficient_rule : str or None
+            The rule of the coefficients ``b`` (``ModelSpec.rescale["b"]``), None when they stay as fitted.
+
+        Returns
+        -------
+        dict
+            ``{"sd_s": rule}``, or empty.
+        """
+        return {f"sd_{self.name}": coefficient_rule} if coefficient_rule else {}
 
     @property
     def effects(self) -> str:
