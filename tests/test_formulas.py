@@ -190,6 +190,10 @@ def test_parse_formula_parts():
     assert [(t.expression, t.factor, t.correlated) for t in parsed.groups] == [
         ("1", "g", True), ("x1", "h", False), ("0 + x1", "a", True), ("0 + x1", "a:b", True)]
     assert parse_formula("y ~ (1 | g)").fixed == "1"
+    assert parse_formula("y ~ x1 + (1 | g)").intercept and parse_formula("y ~ (1 | g)").intercept
+    assert not parse_formula("y ~ 0 + x1 + (1 | g)").intercept and not parse_formula("y ~ x1 - 1").intercept
+    with pytest.raises(RobustStanInputError, match="formula: formulaic cannot read 'x1 \\+'"):
+        _ = parse_formula("y ~ x1 +").intercept
     assert parse_formula("~ x").outcome is None
 
 

@@ -126,6 +126,19 @@ class ParsedFormula:
     groups: tuple[GroupTermFormula, ...]
 
     @property
+    def intercept(self) -> bool:
+        """Whether the population-level part has an intercept (bool; read by formulaic without data,
+        so that a program can be generated before the data are seen)."""
+        import formulaic
+
+        try:
+            terms = [str(term) for term in formulaic.Formula(self.fixed)]
+        except Exception as err:  # formulaic's parse errors
+            message = re.sub(r"\x1b\[[0-9;]*m|[\u29da\u29db]", "", str(err)).strip()
+            raise RobustStanInputError(f"formula: formulaic cannot read {self.fixed!r}: {message}") from None
+        return "1" in terms
+
+    @property
     def group_stan_names(self) -> tuple[str, ...]:
         """A Stan identifier per group-level term, unique in the formula (``g1:g2`` is ``g1_g2``)."""
         return tuple(_stan_names([term.factor for term in self.groups]))
