@@ -381,7 +381,7 @@ def test_linear_predictor_of_new_levels_uses_their_columns(frame):
         linear_predictor(new, np.zeros(1), np.zeros((1, 1)), {})
 
 
-# -- the group-level terms' Stan fragments (their stanc check comes with the wiring) -------------
+# -- the group-level terms' Stan fragments (stanc checks them in tests/test_formula_models.py) ------
 
 def group_term_spec(terms):
     """A normal glm's ModelSpec with the group-level terms' fragments, as the wiring will build it."""
@@ -413,7 +413,7 @@ def test_group_term_fragments():
     assert independent.default_priors == {"sd_g_h": "exponential(1)"}
     assert independent.rescale("scale") == {"sd_g_h": "scale"} and independent.rescale(None) == {}
     assert correlated.per_observation == "Z_g[n] * (diag_pre_multiply(sd_g, L_g) * col(z_g, J_g[n]))"
-    assert independent.vectorised == "rows_dot_product(Z_g_h, (diag_pre_multiply(sd_g_h, z_g_h))'[J_g_h])"
+    assert independent.vectorised == "rows_dot_product(diag_post_multiply(Z_g_h, sd_g_h), z_g_h[:, J_g_h]')"
     spec = group_term_spec([correlated, independent])
     spec.check()
     assert {"G_g", "K_g", "J_g", "Z_g", "J_g_h", "Z_g_h"} <= set(spec.data_names())
@@ -429,4 +429,4 @@ def test_group_term_program_renders():
     program = render_program(group_term_spec([GroupTermStan("g")]))
     assert "array[n_copies] cholesky_factor_corr[K_g] L_g_copies;" in program
     assert "array[N] int<lower=1, upper=G_g> J_g;" in program
-    assert "rows_dot_product(Z_g, (diag_pre_multiply(sd_g, L_g) * z_g)'[J_g])" in program
+    assert "rows_dot_product(Z_g * diag_pre_multiply(sd_g, L_g), z_g[:, J_g]')" in program

@@ -118,12 +118,16 @@ class ParsedFormula:
         The right-hand side without the group-level terms, for formulaic (``"1"`` when nothing is left).
     groups : tuple of GroupTermFormula
         The group-level terms, in the order written (``g1/g2`` expanded).
+    trials : str or None, default None
+        The column of a binomial outcome's numbers of trials, from ``y | trials(n) ~ ...`` (brms'
+        notation); None when the outcome has none.
     """
 
     text: str
     outcome: str | None
     fixed: str
     groups: tuple[GroupTermFormula, ...]
+    trials: str | None = None
 
     @property
     def intercept(self) -> bool:
@@ -220,6 +224,7 @@ def parse_formula(formula: str) -> ParsedFormula:
     lhs, rhs = sides
     if _split_once(rhs, "~") is not None:
         raise RobustStanInputError(f"formula: more than one '~' in {formula!r}")
+    lhs, trials = _outcome_and_trials(lhs, formula)
     spans = _group_terms(rhs)
     groups = [term for start, end, inner in spans for term in _factor_terms(rhs[start:end], inner)]
     seen: dict[str, str] = {}
@@ -231,7 +236,23 @@ def parse_formula(formula: str) -> ParsedFormula:
                 f"(1 + x || {term.factor}) for independent ones")
         seen[term.factor] = term.text
     fixed = _remove_terms(rhs, spans)
-    return ParsedFormula(formula, lhs.strip() or None, fixed or "1", tuple(groups))
+    return ParsedFormula(formula, lhs.strip() or None, fixed or "1", tuple(groups), trials)
+
+
+_TRIALS = re.compile(r"^trials\(\s*(?P<name>[A-Za-z_.][A-Za-z0-9_.]*|`[^`]+`)\s*\)$")
+
+
+def _outcome_and_trials(lhs: str, formula: str) -> tuple[str, str | None]:
+    """The outcome and, from ``y | trials(n)``, the column of the numbers of trials."""
+    sides = _split_once(lhs, "|")
+    if sides is None:
+        return lhs, None
+    outcome, addition = (side.strip() for side in sides)
+    match = _TRIALS.match(addition)
+    if not outcome or match is None:
+        raise RobustStanInputError(f"formula: the outcome of {formula!r} can only be followed by '| trials(n)' (a "
+                                   f"binomial outcome's numbers of trials, the column n), got {addition!r}")
+    return outcome, match["name"].strip("`")
 
 
 # -- checks of the data ----------------------------------------------------------------------------
@@ -388,8 +409,8 @@ class Design:
         The group-level terms.
     rows : pandas.Index
         The data's row labels.
-    encoding : FormulaEncoding
-        The training data's encoding, for designs of new data.
+    encoding : FormulaEncoding or None
+        The training data's encoding, for designs of new data (None for a design of a plain ``X``).
     """
 
     y: np.ndarray | None
@@ -398,7 +419,7 @@ class Design:
     intercept: bool
     groups: tuple[GroupTerm, ...]
     rows: pd.Index
-    encoding: FormulaEncoding = field(repr=False)
+    encoding: FormulaEncoding | None = field(repr=False)
 
 
 def _stan_names(factors: list[str]) -> list[str]:
@@ -705,3 +726,69 @@ def design_stan_data(design: Design) -> dict:
         out[names["J"]] = term.index + 1
         out[names["Z"]] = term.Z
     return out
+
+
+def trials_column(formula: ParsedFormula, data, argument: str = "data") -> np.ndarray:
+    """A binomial outcome's numbers of trials, the column named by ``y | trials(n) ~ ...``.
+
+    Parameters
+    ----------
+    formula : ParsedFormula
+        The formula, with :attr:`ParsedFormula.trials`.
+    data : pandas.DataFrame or dict of array_like
+        The rows.
+    argument : str, default "data"
+        The argument's name in error messages.
+
+    Returns
+    -------
+    numpy.ndarray
+        (N,) int64.
+
+    Raises
+    ------
+    RobustStanInputError
+        If the column is missing, has a missing value (naming the rows) or is not whole numbers.
+    """
+    frame = _as_frame(data, argument)
+    name = formula.trials
+    _require_columns(frame, [name], argument, "the formula's trials(...)")
+    _refuse_missing(frame, [name], argument)
+    values = frame[name].to_numpy()
+    if not np.issubdtype(values.dtype, np.number) or not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
+        raise RobustStanInputError(f"{argument}: the trials column {name!r} must hold whole numbers")
+    return values.astype(np.int64)
+
+
+def formula_data(formula: ParsedFormula, data, argument: str = "data") -> tuple[dict, Design]:
+    """A formula model's data on its training data frame: :func:`design_stan_data` of the design and,
+    for ``y | trials(n) ~ ...``, ``trials``.
+
+    Parameters
+    ----------
+    formula : ParsedFormula
+        The model's formula.
+    data : pandas.DataFrame or dict of array_like
+        The training data, one column per variable.
+    argument : str, default "data"
+        The argument's name in error messages.
+
+    Returns
+    -------
+    data : dict
+        The model's data by name (``y`` in its own units, ``X``, the group-level terms' data).
+    design : Design
+        The design, whose encoding builds the same columns for new rows.
+
+    Raises
+    ------
+    RobustStanInputError
+        As :func:`formula_design` and :func:`trials_column`.
+    """
+    if formula.outcome is None:
+        raise RobustStanInputError(f"formula: {formula.text!r} has no outcome; write it as 'y ~ ...'")
+    design = FormulaEncoding.from_data(formula, data, argument).design(data, outcome=True, argument=argument)
+    out = design_stan_data(design)
+    if formula.trials is not None:
+        out["trials"] = trials_column(formula, data, argument)
+    return out, design

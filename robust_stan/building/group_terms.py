@@ -15,7 +15,6 @@ adds ``Z_s[n] * u_s[:, J_s[n]]`` to its linear predictor. The robust loss applie
 group distribution is part of the prior. Only ``sd_s`` moves with a standardised outcome's scale,
 as the coefficients do (:meth:`GroupTermStan.rescale`).
 
-These fragments have not yet been through stanc (see the wiring plan of issue 56).
 """
 
 from __future__ import annotations
@@ -103,5 +102,9 @@ class GroupTermStan:
 
     @property
     def vectorised(self) -> str:
-        """Stan expression of every row's part of the linear predictor, a vector[N] (str)."""
-        return f"rows_dot_product(Z_{self.name}, ({self.effects})'[J_{self.name}])"
+        """Stan expression of every row's part of the linear predictor, a vector[N] (str): row n of
+        ``Z_s diag(sd_s) L_s`` times the column of ``z_s`` of row n's level (Stan indexes names, not
+        bracketed expressions)."""
+        s = self.name
+        scaled = f"Z_{s} * diag_pre_multiply(sd_{s}, L_{s})" if self.correlated else f"diag_post_multiply(Z_{s}, sd_{s})"
+        return f"rows_dot_product({scaled}, z_{s}[:, J_{s}]')"
