@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+import pandas as pd
 
+from ..building.families import Family
 from ..building.formulas import Design
 from ..common.errors import RobustStanInputError
 
@@ -104,3 +106,133 @@ def linear_predictor(design: Design, alpha: np.ndarray | None, b: np.ndarray,
         # row n takes column index[n] of u: (..., K, N), then its coefficients weighted by Z[n]
         eta = eta + np.einsum("...kn,nk->...n", u[..., term.index], term.Z)
     return eta
+
+
+#: What :func:`predict_draws` returns: the mean of y at each draw, or a draw of y.
+PREDICTION_KINDS = ("mean", "response")
+
+#: What :func:`predict_draws` does with a group level the training data did not have.
+PREDICTION_NEW_LEVELS = ("error", "sample")
+
+
+def _as_rows(values, argument: str) -> tuple[np.ndarray, tuple[str, ...] | None, pd.Index]:
+    """A plain design given as an array or a DataFrame: (N, P) floats, its column names, its row labels."""
+    columns = tuple(str(c) for c in values.columns) if isinstance(values, pd.DataFrame) else None
+    rows = values.index if isinstance(values, (pd.DataFrame, pd.Series)) else None
+    try:
+        X = np.asarray(values.to_numpy() if hasattr(values, "to_numpy") else values, dtype=float)
+    except (TypeError, ValueError):
+        raise RobustStanInputError(f"{argument}: X must be numbers, a matrix with one row per new row") from None
+    if X.ndim == 1:
+        X = X[:, None] if columns is None else X[None, :]
+    if X.ndim != 2:
+        raise RobustStanInputError(f"{argument}: X must be a matrix (rows, columns); got shape {X.shape}")
+    if not np.all(np.isfinite(X)):
+        raise RobustStanInputError(f"{argument}: X contains non-finite values (NaN or inf)")
+    return X, columns, pd.RangeIndex(X.shape[0]) if rows is None else rows
+
+
+def plain_design(new_data, columns: tuple[str, ...] | None, n_columns: int, argument: str = "new_data") -> Design:
+    """The design of new rows of a glm fitted to a plain ``X``: ``new_data`` is that X (an array or a
+    DataFrame) or a mapping holding it as ``"X"``. A DataFrame's columns are matched by name to the
+    training columns when those had names.
+
+    Parameters
+    ----------
+    new_data : array_like, pandas.DataFrame or mapping
+        The new rows' X.
+    columns : tuple of str or None
+        The training X's column names, None when it had none.
+    n_columns : int
+        The training X's number of columns.
+    argument : str, default "new_data"
+        The argument's name in error messages.
+
+    Returns
+    -------
+    Design
+        Without outcome, group-level terms or encoding.
+
+    Raises
+    ------
+    RobustStanInputError
+        If X is not a finite matrix with the training columns.
+    """
+    values = new_data["X"] if isinstance(new_data, Mapping) and "X" in new_data else new_data
+    if isinstance(new_data, Mapping) and "X" not in new_data:
+        raise RobustStanInputError(f"{argument}: give the new rows' X (as the array itself, or as {argument}['X'])")
+    if isinstance(values, pd.DataFrame) and columns is not None:
+        missing = [c for c in columns if c not in {str(name) for name in values.columns}]
+        if missing:
+            raise RobustStanInputError(f"{argument}: X lacks the column(s) {missing} the model was fitted with "
+                                       f"(its columns: {list(columns)})")
+        values = values.rename(columns=str)[list(columns)]
+    X, given, rows = _as_rows(values, argument)
+    if X.shape[1] != n_columns:
+        raise RobustStanInputError(f"{argument}: X has {X.shape[1]} columns; the model was fitted with {n_columns}")
+    return Design(None, X, columns or given or tuple(str(j) for j in range(n_columns)), True, (), rows, None)
+
+
+def predict_draws(family: Family, design: Design, posterior: Mapping[str, np.ndarray], kind: str,
+                  rng: np.random.Generator, trials: np.ndarray | None = None,
+                  flip_rate: str | None = None) -> np.ndarray:
+    """The mean of y, or a draw of y, for every row of ``design`` at every posterior draw of a glm.
+
+    The linear predictor is :func:`linear_predictor` at the draws (``alpha`` absent for a formula
+    without an intercept), with the effects of the fitted levels from ``u_<s>`` and those of new levels
+    (rows flagged by the design) drawn once per posterior draw from the group distribution, a level's
+    rows sharing its draw. The mean is the family's inverse link (:attr:`Family.glm_mean`); under
+    the mislabelling likelihood, that of the observed label, p (1 - e) + (1 - p) e. A response draws y
+    from it (:attr:`Family.glm_draw`).
+
+    Parameters
+    ----------
+    family : Family
+        The glm's family.
+    design : Design
+        The rows.
+    posterior : mapping
+        The fit's draws in the outcome's own units: ``alpha``, ``b``, per group-level term ``u_<s>``,
+        ``sd_<s>`` (and ``L_<s>``), and the family's other parameters.
+    kind : {"mean", "response"}
+        What to return.
+    rng : numpy.random.Generator
+        The source of new levels' effects and of response draws.
+    trials : numpy.ndarray or None, default None
+        The rows' numbers of trials (binomial).
+    flip_rate : str or None, default None
+        The name of the mislabelling likelihood's flip rate in ``posterior``; None without it.
+
+    Returns
+    -------
+    numpy.ndarray
+        (chains, draws, N).
+
+    Raises
+    ------
+    RobustStanInputError
+        If ``kind`` is unknown or the family has no predictions.
+    """
+    if kind not in PREDICTION_KINDS:
+        raise RobustStanInputError(f"kind: must be one of {list(PREDICTION_KINDS)}, got {kind!r}")
+    if family.glm_mean is None or family.glm_draw is None:
+        raise RobustStanInputError(f"model: predictions are not offered for the {family.name} family yet")
+    effects = {}
+    for term in design.groups:
+        s = term.stan_name
+        u = np.asarray(posterior[f"u_{s}"], dtype=float)
+        new = len(term.levels) - term.n_fitted_levels
+        if new:
+            L = posterior.get(f"L_{s}") if term.correlated else None
+            u = np.concatenate([u, new_level_effects(posterior[f"sd_{s}"], L, new, rng)], axis=-1)
+        effects[s] = u
+    eta = linear_predictor(design, posterior["alpha"] if design.intercept else None, posterior["b"], effects)
+    data = {} if trials is None else {"trials": np.asarray(trials)}
+    mean = family.glm_mean(eta, data)
+    if flip_rate is not None:  # the observed label's probability
+        rate = np.asarray(posterior[flip_rate], dtype=float)[..., None]
+        mean = mean * (1 - rate) + (1 - mean) * rate
+    if kind == "mean":
+        return mean
+    values = {name: np.asarray(posterior[name], dtype=float)[..., None] for name in ("sigma", "nu") if name in posterior}
+    return family.glm_draw(mean, {**values, **data}, rng)
