@@ -289,7 +289,9 @@ def prepare_data(
             raise RobustStanInputError(f"data: missing {name!r}, which the model declares")
         out[name] = raw[name]
     if "X" in spec.data_names():
-        X = np.asarray(raw["X"], dtype=float)  # present: checked before the loop above
+        # present: checked before the loop above; in C order, so that the prior scales (sums along columns)
+        # are the same to the last bit whatever the layout the user's X had (a DataFrame's is often Fortran)
+        X = np.ascontiguousarray(raw["X"], dtype=float)
         if X.ndim == 1:
             X = X[:, None]
         if X.ndim != 2 or X.shape[0] != n:
