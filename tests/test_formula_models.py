@@ -101,6 +101,16 @@ def test_formula_refusals_name_the_argument(family, formula, message):
         rs.glm(family, formula=formula)
 
 
+def test_a_formula_given_as_the_family_is_pointed_to_formula():
+    with pytest.raises(RobustStanInputError, match=r"family: got the formula 'y ~ x'; write rs.glm\(family, formula="):
+        rs.glm("y ~ x")
+
+
+def test_influence_refuses_a_formula_model(frame):
+    with pytest.raises(RobustStanInputError, match="fit_or_model: rs.influence .* not offered for a model built from"):
+        rs.influence(rs.glm("normal", formula="y ~ x1"), frame, 0, [0.0], frame)
+
+
 def test_trials_in_the_formula():
     parsed = parse_formula("successes | trials(`n tries`) ~ x + (1 | g)")
     assert (parsed.outcome, parsed.trials, parsed.fixed) == ("successes", "n tries", "x")

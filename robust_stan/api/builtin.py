@@ -260,6 +260,9 @@ def glm(
         If the family, link or a prior's name is unknown, ``mislabel`` is asked of another
         family, or the formula cannot be read or asks what the family does not have.
     """
+    if isinstance(family, str) and "~" in family:
+        raise RobustStanInputError(f"family: got the formula {family!r}; write rs.glm(family, formula={family!r}) "
+                                   "and give the data frame to the model's methods (model.sample(df, ...))")
     fam = get_family(family, built_in="rs.glm")
     link = link or fam.default_link
     if link not in fam.links:
