@@ -210,8 +210,8 @@ def glm(
     sd(X[:, j]) unless data['prior_scale_b'] is given; sigma, tau ~ exponential(1); nu ~ gamma(2,
     0.1); L_Omega ~ lkj_corr_cholesky(2).
 
-    With a formula (``"y ~ x1 + C(g) + (1 + x1 | school)"``; :mod:`robust_stan.building.formulas`
-    says what it may hold) the design matrix is formulaic's, without the intercept column (the
+    With a formula (``"y ~ x1 + C(g) + (1 + x1 | school)"``; the user guide's page on the built-in
+    models says what it may hold) the design matrix is formulaic's, without the intercept column (the
     model's ``alpha``; ``0 +`` removes it), and each group-level term ``s`` (its grouping factor's
     name made a Stan identifier) adds to row n's linear predictor ``Z_s[n] u_s[:, level of n]``,
     the effects ``u_s = diag(sd_s) L_s z_s`` non-centred: ``z_s ~ std_normal()`` (not replaceable),
