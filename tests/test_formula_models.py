@@ -355,13 +355,75 @@ def test_x_dataframe_keeps_its_column_names(frame):
 
 
 def test_predict_refused_for_other_models(frame):
+    """A location model has no rows to predict; a program's predictions are its own generated quantities."""
     rng = np.random.default_rng(4)
     shape = (1, 5)
     location = synthetic_fit(rs.location("normal", standardize=False), {"y": frame["y"]},
                              {"mu": rng.normal(size=shape), "sigma": rng.exponential(size=shape)})
     with pytest.raises(RobustStanInputError, match="fit.predict: predictions for new rows are offered for rs.glm"):
         location.predict()
-    categorical = synthetic_fit(rs.glm("categorical"), {"X": frame[["x1"]], "y": frame["k"] + 1},
-                                {"alpha": rng.normal(size=(*shape, 1)), "B": rng.normal(size=(*shape, 1, 1))})
-    with pytest.raises(RobustStanInputError, match="not offered for the categorical glm yet"):
-        categorical.predict()
+
+
+def softmax_rows(eta):
+    e = np.exp(eta - eta.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("mislabel", [False, True])
+def test_predict_categorical(frame, mislabel):
+    """Class probabilities against a row-by-row softmax of (0, alpha + x B); class draws with them."""
+    rng = np.random.default_rng(5)
+    shape, K = (2, 4000), 3
+    variables = {"alpha": rng.normal(size=(*shape, K - 1)), "B": rng.normal(size=(*shape, 2, K - 1))}
+    if mislabel:
+        variables["flip_rate"] = rng.uniform(0, (K - 1) / K, size=shape)
+    data = frame.assign(c=rng.integers(1, K + 1, size=len(frame)))
+    fit = synthetic_fit(rs.glm("categorical", formula="c ~ x1 + x2", mislabel=mislabel), data, variables)
+    new = data.iloc[:3]
+    mean = fit.predict(new).draws
+    assert mean.shape == (*shape, 3, K)
+    for i in range(3):
+        x = new[["x1", "x2"]].to_numpy()[i]
+        eta = np.concatenate([np.zeros((*shape, 1)), variables["alpha"] + np.einsum("p,...pk->...k", x,
+                                                                                      variables["B"])], axis=-1)
+        p = softmax_rows(eta)
+        if mislabel:
+            e = variables["flip_rate"][..., None]
+            p = p * (1 - e) + (1 - p) * e / (K - 1)
+        np.testing.assert_allclose(mean[..., i, :], p, rtol=1e-10, atol=1e-14)
+    draws = fit.predict(new, kind="response", seed=1).draws
+    assert draws.shape == (*shape, 3) and set(np.unique(draws)) <= {1, 2, 3}
+    # the frequency of each class given the draws' probabilities: within 4.5 binomial standard errors
+    for k in range(K):
+        hit, p = (draws == k + 1).mean(axis=(0, 1)), mean[..., k].mean(axis=(0, 1))
+        assert np.all(np.abs(hit - p) < 4.5 * np.sqrt(p * (1 - p) / draws[..., 0].size))
+    idata = fit.predict(new).to_arviz()
+    assert list(idata.predictions["c_mean"].dims) == ["chain", "draw", "obs_new", "class"]
+    assert list(fit.summary().index)[:4] == ["alpha[1]", "alpha[2]", "B[x1, 1]", "B[x1, 2]"]
+    with pytest.raises(RobustStanInputError, match="predictions: each row has several values"):
+        fit.predict(new).mean()
+
+
+def test_predict_multi_normal(frame):
+    shape, D = (1, 20000), 2
+    L_omega = np.linalg.cholesky(np.array([[1.0, 0.6], [0.6, 1.0]]))
+    variables = {"alpha": np.broadcast_to([1.0, -2.0], (*shape, D)).copy(),
+                 "B": np.broadcast_to([[0.5, 0.0]], (*shape, 1, D)).copy(),
+                 "tau": np.broadcast_to([2.0, 0.5], (*shape, D)).copy(),
+                 "L_Omega": np.broadcast_to(L_omega, (*shape, D, D)).copy()}
+    fit = synthetic_fit(rs.glm("multi_normal"), {"X": frame[["x1"]], "y": np.zeros((len(frame), D))}, variables)
+    X_new = frame[["x1"]].iloc[:2]
+    mean = fit.predict(X_new).draws
+    np.testing.assert_allclose(mean[0, 0], np.array([1.0, -2.0]) + X_new.to_numpy() * np.array([0.5, 0.0]),
+                               rtol=1e-12)
+    draws = fit.predict(X_new, kind="response", seed=2).draws[0]  # (draws, 2 rows, D), iid given fixed parameters
+    covariance = np.diag([2.0, 0.5]) @ L_omega @ L_omega.T @ np.diag([2.0, 0.5])
+    for i in range(2):
+        residual = draws[:, i] - mean[0, 0, i]
+        se = np.sqrt(np.diag(covariance) / residual.shape[0])
+        assert np.all(np.abs(residual.mean(axis=0)) < 4.5 * se)
+        # the covariance within 4.5 standard errors (each element's variance (s_ij^2 + s_ii s_jj) / n)
+        sampled = residual.T @ residual / residual.shape[0]
+        bound = 4.5 * np.sqrt((covariance**2 + np.outer(np.diag(covariance), np.diag(covariance))) / residual.shape[0])
+        assert np.all(np.abs(sampled - covariance) < bound)
+    assert list(fit.predict(X_new).to_arviz().predictions["y_mean"].dims) == ["chain", "draw", "obs_new", "outcome_dim"]

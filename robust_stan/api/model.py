@@ -300,8 +300,8 @@ class Model(ModelMethods, GeneratedProgram):
         return out
 
     def posterior_dims(self, posterior: Mapping[str, np.ndarray]) -> dict[str, list[str]]:
-        """ArviZ's dims of the posterior variables that are not ``<name>_dim_<k>``: a glm's ``b`` is
-        indexed by ``predictor``; a group-level term ``s``'s ``sd_s`` by ``s_coef``, ``z_s`` and
+        """ArviZ's dims of the posterior variables that are not ``<name>_dim_<k>``: a glm's ``b`` and
+        the rows of its ``B`` are indexed by ``predictor``; a group-level term ``s``'s ``sd_s`` by ``s_coef``, ``z_s`` and
         ``u_s`` by ``s_coef`` and ``s_level``, ``L_s`` and ``cor_s`` by ``s_coef`` and ``s_coef_2``.
 
         Parameters
@@ -315,6 +315,8 @@ class Model(ModelMethods, GeneratedProgram):
             Variable name -> dim names.
         """
         dims = {"b": ["predictor"]} if "b" in posterior and np.ndim(posterior["b"]) == 3 else {}
+        if self.kind == "glm" and "B" in posterior and np.ndim(posterior["B"]) == 4:  # categorical, multi_normal
+            dims["B"] = ["predictor", "B_dim_1"]
         for term in self.group_terms:
             s = term.name
             dims[f"sd_{s}"] = [f"{s}_coef"]
@@ -448,7 +450,8 @@ class Model(ModelMethods, GeneratedProgram):
         draws = predict_draws(family, design, posterior, kind, np.random.default_rng(seed), trials,
                               FLIP_RATE if FLIP_RATE in self.spec.parameter_names else None)
         outcome = formula.outcome if formula is not None and formula.outcome else "y"
-        return Predictions(draws, kind, outcome, design.rows, design.X, design.columns)
+        return Predictions(draws, kind, outcome, design.rows, design.X, design.columns,
+                           "class" if family.class_labels else "outcome_dim")
 
     def observed_outcomes(self, prepared: PreparedData) -> list[Outcome]:
         """The outcome ``y``: its values, dims ``obs`` (and ``outcome_dim``) and the rows' weights.

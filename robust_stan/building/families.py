@@ -100,10 +100,12 @@ class Family:
         the Stan function library do.
     glm_mean : callable or None, default None
         ``glm_mean(eta, data)``: the mean of y under :func:`robust_stan.glm`'s link at the linear
-        predictor ``eta`` (``data`` holds binomial's ``trials``); None: the family has no predictions.
+        predictor ``eta`` (``data`` holds binomial's ``trials``; categorical's eta and mean have a
+        last axis of K classes, multi_normal's of D dimensions); None: the family has no predictions.
     glm_draw : callable or None, default None
-        ``glm_draw(mean, values, rng)``: one draw of y per element of ``mean``, ``values`` holding
-        the family's other parameters (``sigma``, ``nu``) and the rows' data (``trials``).
+        ``glm_draw(mean, values, rng)``: one draw of y per row of ``mean``, ``values`` holding
+        the family's other parameters (``sigma``, ``nu``, multi_normal's Cholesky factor ``L``) and
+        the rows' data (``trials``).
     """
 
     name: str
@@ -309,6 +311,25 @@ def _log_mean(eta, data):
     return np.exp(eta)
 
 
+def _softmax_mean(eta, data):
+    from scipy.special import softmax
+
+    return softmax(eta, axis=-1)
+
+
+def _categorical_draw(mean, values, rng):
+    """A class 1..K per row from its probabilities (the last axis of ``mean``)."""
+    cumulative = np.cumsum(mean, axis=-1)
+    u = rng.random(np.shape(mean)[:-1] + (1,)) * cumulative[..., -1:]
+    return 1 + np.minimum(np.sum(cumulative < u, axis=-1), np.shape(mean)[-1] - 1)
+
+
+def _multi_normal_draw(mean, values, rng):
+    """mean + L z per row, L the Cholesky factor of the covariance (..., D, D), z standard normal."""
+    z = rng.standard_normal(np.shape(mean))
+    return mean + np.einsum("...ij,...nj->...ni", values["L"], z)
+
+
 def _normal_draw(mean, values, rng):
     return rng.normal(mean, values["sigma"])
 
@@ -462,6 +483,8 @@ _register(
         extra_data=("K",),
         mislabel_bound="(K - 1.0) / K",
         class_labels=True,
+        glm_mean=_softmax_mean,
+        glm_draw=_categorical_draw,
     )
 )
 _register(
@@ -482,6 +505,8 @@ _register(
         links=("identity",),
         continuous=True,
         extra_data=("D",),
+        glm_mean=_identity_mean,
+        glm_draw=_multi_normal_draw,
     )
 )
 _register(

@@ -217,6 +217,8 @@ def predict_draws(family: Family, design: Design, posterior: Mapping[str, np.nda
         raise RobustStanInputError(f"kind: must be one of {list(PREDICTION_KINDS)}, got {kind!r}")
     if family.glm_mean is None or family.glm_draw is None:
         raise RobustStanInputError(f"model: predictions are not offered for the {family.name} family yet")
+    if family.class_labels or family.multivariate:
+        return _predict_matrix_glm(family, design, posterior, kind, rng, flip_rate)
     effects = {}
     for term in design.groups:
         s = term.stan_name
@@ -236,3 +238,26 @@ def predict_draws(family: Family, design: Design, posterior: Mapping[str, np.nda
         return mean
     values = {name: np.asarray(posterior[name], dtype=float)[..., None] for name in ("sigma", "nu") if name in posterior}
     return family.glm_draw(mean, {**values, **data}, rng)
+
+
+def _predict_matrix_glm(family: Family, design: Design, posterior: Mapping[str, np.ndarray], kind: str,
+                        rng: np.random.Generator, flip_rate: str | None) -> np.ndarray:
+    """:func:`predict_draws` for the glms whose linear predictor is a row per observation: categorical
+    (logits alpha + x B against class 1, fixed at 0; the mean is the K class probabilities) and
+    multi_normal (the mean alpha + x B, D values; covariance diag(tau) L_Omega L_Omega' diag(tau))."""
+    assert family.glm_mean is not None and family.glm_draw is not None  # checked by predict_draws
+    alpha, B = np.asarray(posterior["alpha"], dtype=float), np.asarray(posterior["B"], dtype=float)
+    eta = alpha[..., None, :] + np.einsum("np,...pk->...nk", design.X, B)
+    if family.class_labels:
+        eta = np.concatenate([np.zeros(eta.shape[:-1] + (1,)), eta], axis=-1)
+    mean = family.glm_mean(eta, {})
+    if flip_rate is not None:  # the observed label's probabilities: another class with probability e / (K - 1)
+        rate = np.asarray(posterior[flip_rate], dtype=float)[..., None, None]
+        mean = mean * (1 - rate) + (1 - mean) * rate / (mean.shape[-1] - 1)
+    if kind == "mean":
+        return mean
+    values = {}
+    if family.multivariate:
+        tau, L_omega = np.asarray(posterior["tau"], dtype=float), np.asarray(posterior["L_Omega"], dtype=float)
+        values["L"] = tau[..., :, None] * L_omega
+    return family.glm_draw(mean, values, rng)

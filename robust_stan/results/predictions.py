@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..common.errors import RobustStanInputError
 from .arviz_output import draws_dataset, native_inference_data
 
 #: The dim of the new rows in the ``predictions`` group (ArviZ's name for out-of-sample rows).
@@ -18,7 +19,9 @@ class Predictions:
     Parameters
     ----------
     draws : numpy.ndarray
-        (chains, draws, N): the mean (``kind="mean"``) or a draw of y (``kind="response"``).
+        (chains, draws, N): the mean (``kind="mean"``) or a draw of y (``kind="response"``); a
+        categorical glm's means have a last axis of K class probabilities (dim ``class``), a
+        multi_normal glm's means and draws one of D values (dim ``outcome_dim``).
     kind : {"mean", "response"}
         What the draws are.
     outcome : str
@@ -29,11 +32,14 @@ class Predictions:
         (N, P) the rows' population-level design, without the intercept.
     columns : tuple of str
         The design's column names.
+    value_dim : str, default "outcome_dim"
+        The name of a last axis of each row's values (``class`` for class probabilities).
     """
 
     def __init__(self, draws: np.ndarray, kind: str, outcome: str, rows: pd.Index, X: np.ndarray,
-                 columns: tuple[str, ...]):
+                 columns: tuple[str, ...], value_dim: str = "outcome_dim"):
         self.draws = draws
+        self._value_dims = [value_dim] * (np.ndim(draws) - 3)
         self.kind = kind
         self.outcome = outcome
         self.rows = rows
@@ -53,7 +59,15 @@ class Predictions:
         -------
         pandas.Series
             One value per row, indexed by the rows' labels.
+
+        Raises
+        ------
+        RobustStanInputError
+            If each row has several values (categorical means, multi_normal).
         """
+        if np.ndim(self.draws) != 3:
+            raise RobustStanInputError("predictions: each row has several values (a class's probabilities or an "
+                                       "outcome's dimensions); average .draws over its first two axes instead")
         return pd.Series(self.draws.reshape(-1, self.draws.shape[-1]).mean(axis=0), index=self.rows, name=self.name)
 
     def to_arviz(self):
@@ -69,7 +83,8 @@ class Predictions:
         coords = {NEW_ROWS_DIM: [str(label) for label in self.rows], "predictor": list(self.columns)}
         attrs = {"kind": self.kind, "inference_library": "robust-stan"}
         return native_inference_data({
-            "predictions": draws_dataset({self.name: self.draws}, {self.name: [NEW_ROWS_DIM]}, attrs, coords=coords),
+            "predictions": draws_dataset({self.name: self.draws}, {self.name: [NEW_ROWS_DIM, *self._value_dims]}, attrs,
+                                         coords=coords),
             "predictions_constant_data": draws_dataset({"X": self.X}, {"X": [NEW_ROWS_DIM, "predictor"]}, attrs,
                                                        sample_dims=(), coords=coords),
         })

@@ -327,8 +327,9 @@ class Fit:
         With a formula, the new rows' design is built with the training data's encoding (the same
         columns, categories and transformations' state); without one, ``new_data`` is the new X.
         The linear predictor is computed at each draw in the outcome's own units, then the family's
-        mean (inverse link; for student_t the location mu; under the mislabelling likelihood the
-        observed label's probability), from which a response is drawn.
+        mean (inverse link; for student_t the location mu; for categorical the K class
+        probabilities; under the mislabelling likelihood the observed label's probability), from
+        which a response is drawn.
 
         Parameters
         ----------
@@ -348,14 +349,14 @@ class Fit:
         Returns
         -------
         Predictions
-            ``.draws`` (chains, draws, rows) and ``.to_arviz()`` (a ``predictions`` group).
+            ``.draws`` (chains, draws, rows; categorical means and multi_normal also classes or
+            dimensions) and ``.to_arviz()`` (a ``predictions`` group).
 
         Raises
         ------
         RobustStanInputError
-            If the model is not a glm of a family with predictions (categorical and multi_normal
-            are not yet offered), ``kind`` or ``new_levels`` is unknown, or the new rows cannot be
-            encoded as the training rows (a column missing, a value missing or a category unseen,
+            If the model is not a glm, ``kind`` or ``new_levels`` is unknown, or the new rows cannot
+            be encoded as the training rows (a column missing, a value missing or a category unseen,
             a new group level with ``new_levels="error"``).
         """
         return self.model.predictions(self.posterior, self.prepared, new_data, kind, new_levels, seed)
