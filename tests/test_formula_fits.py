@@ -244,3 +244,21 @@ def test_bernoulli_formula_is_the_x_built_glm(engine):
         "alpha", "b[x1]", "b[C(g)[T.b]]", "b[C(g)[T.c]]"]
     new = frame.iloc[:5]
     np.testing.assert_allclose(ours.predict(new).draws, theirs.predict(X.iloc[:5]).draws, rtol=1e-12)
+
+
+def test_per_example_gradients_add_up_to_the_data_term(grouped, data):
+    """Group-level terms have no linear-predictor mode: per-example gradients come from copies, and
+    their sum is the gradient of the data term (the posterior's minus the prior's)."""
+    frame, _ = data
+    divergence = rs.BetaD(0.4)
+    per_example = grouped.per_example(frame, divergence)
+    assert per_example.strategy == "copies"
+    rng = np.random.default_rng(12)
+    prepared = grouped.prepare(frame, divergence)
+    for point in (random_point(rng), random_point(rng)):
+        theta = grouped.unconstrain_init(point, prepared.stan_data, Scaling())
+        _, posterior = grouped.log_density_gradient(frame, theta, divergence, jacobian=False)
+        _, prior = grouped.log_density_gradient(frame, theta, divergence, mode="prior", jacobian=False)
+        rows = per_example.gradients(theta)
+        assert rows.shape == (len(frame), theta.size)
+        np.testing.assert_allclose(-rows.sum(axis=0), posterior - prior, rtol=1e-9, atol=1e-9)
