@@ -33,6 +33,7 @@ from .results.fits.rob_ula import PartitionedRobULAFit, RobULAFit
 from .results.fits.stan_methods import StanMethodFit
 from .results.fits.variational import PartitionedVariationalFit, VariationalFit
 from .results.influence import plot_influence
+from .results.predictions import Predictions
 from .results.selection import Selection
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "BetaD",
     "Divergence",
     "Fit",
+    "Predictions",
     "GammaD",
     "Model",
     "RobustStanInputError",

@@ -14,11 +14,11 @@ import math
 from collections.abc import Mapping
 
 from ..building.families import FAMILIES, SCALE_PRIOR, get_family
-from ..building.spec import Argument, LinearPredictor, ModelSpec, ParameterDeclaration, split_statements
+from ..building.formulas import ParsedFormula, parse_formula
+from ..building.group_terms import GroupTermStan
+from ..building.spec import FLIP_RATE, Argument, LinearPredictor, ModelSpec, ParameterDeclaration, split_statements
 from ..common.errors import RobustStanInputError
 from .model import Model
-
-FLIP_RATE = "flip_rate"  # the mislabelling likelihood's parameter (glm's mislabel=True)
 
 
 def _merge_priors(defaults: dict[str, str], priors: dict[str, str] | None, names: list[str]) -> str:
@@ -38,21 +38,34 @@ def _merge_priors(defaults: dict[str, str], priors: dict[str, str] | None, names
 
 
 def _builtin_model(kind, fam, data, decls, defaults, priors, args, rescale, standardize, engine, title,
-                   transformed_data="", linear_predictor=None, known=None, known_rescale=None) -> Model:
+                   transformed_data="", linear_predictor=None, known=None, known_rescale=None, formula=None,
+                   standardize_as="family", fixed_priors=()) -> Model:
+    """``standardize_as``: the outcome's standardisation when ``standardize`` (the family's by default);
+    ``fixed_priors``: statements after the merged priors that a user cannot replace (parameters named
+    in them are left out of the names ``priors`` may use)."""
     params = [ParameterDeclaration.parse(d) for d in decls]
+    fixed = [name for name, _ in fixed_priors]
+    if priors and set(priors) & set(fixed):
+        raise RobustStanInputError(
+            f"priors: {sorted(set(priors) & set(fixed))} are the standard-normal parameters of the group-level "
+            "terms' non-centred parameterisation (effects = diag(sd) L z), whose prior is not replaceable; "
+            "replace the sd_<term> or L_<term> priors instead")
+    merged = _merge_priors(defaults, priors, [p.name for p in params if p.name not in fixed])
+    mode = (fam.standardize if standardize_as == "family" else standardize_as) if standardize else None
     spec = ModelSpec(
         transformed_data=transformed_data,
         family=fam,
         data=data,
         parameters=params,
-        priors=_merge_priors(defaults, priors, [p.name for p in params]),
+        priors="\n".join([merged, *(statement for _, statement in fixed_priors)]),
         args=args,
         title=title,
-        standardize=fam.standardize if standardize else None,
-        rescale=rescale if standardize else {},
+        standardize=mode,
+        rescale=rescale if mode else {},
         linear_predictor=linear_predictor,
         known=dict(known or {}),
-        known_rescale=dict(known_rescale or {}) if standardize else {},
+        known_rescale=dict(known_rescale or {}) if mode else {},
+        formula=formula,
     )
     return Model(spec, engine=engine, kind=kind)
 
@@ -179,6 +192,7 @@ def _checked_known(known) -> dict[str, float]:
 def glm(
     family: str,
     *,
+    formula: str | None = None,
     link: str | None = None,
     mislabel: bool = False,
     priors: dict[str, str] | None = None,
@@ -187,19 +201,36 @@ def glm(
 ) -> Model:
     """A generalised linear model: y_i ~ family(link^-1(alpha + x_i' b), extra parameters).
 
-    The data are ``X`` (N x P) and ``y``. Links: normal, student_t, multi_normal identity;
-    bernoulli, binomial logit; poisson log; categorical softmax (class 1 is the reference:
-    alpha[K-1], B[P, K-1]); exponential log (the mean is exp(alpha + x'b)). multi_normal: alpha[D],
-    B[P, D], covariance diag(tau) L_Omega. Default priors (fitted scale): alpha ~ normal(0, 2.5);
-    b_j ~ normal(0, prior_scale_b[j]) with prior_scale_b[j] = 2.5 / sd(X[:, j]) unless
-    data['prior_scale_b'] is given; sigma, tau ~ exponential(1); nu ~ gamma(2, 0.1);
-    L_Omega ~ lkj_corr_cholesky(2).
+    The data are ``X`` (N x P; a DataFrame's column names name the coefficients) and ``y``, or
+    with ``formula`` a data frame holding the columns the formula reads. Links: normal, student_t,
+    multi_normal identity; bernoulli, binomial logit; poisson log; categorical softmax (class 1 is
+    the reference: alpha[K-1], B[P, K-1]); exponential log (the mean is exp(alpha + x'b)).
+    multi_normal: alpha[D], B[P, D], covariance diag(tau) L_Omega. Default priors (fitted scale):
+    alpha ~ normal(0, 2.5); b_j ~ normal(0, prior_scale_b[j]) with prior_scale_b[j] = 2.5 /
+    sd(X[:, j]) unless data['prior_scale_b'] is given; sigma, tau ~ exponential(1); nu ~ gamma(2,
+    0.1); L_Omega ~ lkj_corr_cholesky(2).
+
+    With a formula (``"y ~ x1 + C(g) + (1 + x1 | school)"``; the user guide's page on the built-in
+    models says what it may hold) the design matrix is formulaic's, without the intercept column (the
+    model's ``alpha``; ``0 +`` removes it), and each group-level term ``s`` (its grouping factor's
+    name made a Stan identifier) adds to row n's linear predictor ``Z_s[n] u_s[:, level of n]``,
+    the effects ``u_s = diag(sd_s) L_s z_s`` non-centred: ``z_s ~ std_normal()`` (not replaceable),
+    ``sd_s ~ exponential(1)`` and, for correlated coefficients (``|``, not ``||``), ``L_s ~
+    lkj_corr_cholesky(2)``. The robust loss applies to the observations; the group distribution is
+    part of the prior. The program depends on the formula only through the family, the intercept and
+    each term's name and kind, so formulas differing in their columns share one compiled program.
+    A binomial outcome gives its trials as ``y | trials(n) ~ ...``. Without an intercept a
+    continuous outcome is divided by its spread but not centred (normal, student_t) or not
+    standardised (exponential), so that the model stays the one written.
 
     Parameters
     ----------
     family : str
         The likelihood: "normal", "student_t", "bernoulli", "binomial", "poisson",
         "categorical", "multi_normal" or "exponential".
+    formula : str or None, default None
+        A Wilkinson formula; None: the data are ``X`` and ``y``. Group-level terms are for the
+        families with one linear predictor per row (not categorical or multi_normal).
     link : str, optional
         The link function; the family's default (above) when omitted.
     mislabel : bool, default False
@@ -211,7 +242,8 @@ def glm(
         replace that through ``priors``, e.g. ``{"flip_rate": "beta(1, 9)"}``. Every divergence
         and method applies.
     priors : dict of str, optional
-        Replacement priors by parameter name, e.g. ``{"alpha": "normal(0, 1)"}``.
+        Replacement priors by parameter name, e.g. ``{"alpha": "normal(0, 1)"}`` or
+        ``{"sd_school": "normal(0, 1)"}`` (the standard-normal ``z_<term>`` are not replaceable).
     standardize : bool, default True
         Standardise a continuous outcome before fitting (results on the original scale).
     engine : str, default "auto"
@@ -225,9 +257,12 @@ def glm(
     Raises
     ------
     RobustStanInputError
-        If the family, link or a prior's name is unknown, or ``mislabel`` is asked of another
-        family.
+        If the family, link or a prior's name is unknown, ``mislabel`` is asked of another
+        family, or the formula cannot be read or asks what the family does not have.
     """
+    if isinstance(family, str) and "~" in family:
+        raise RobustStanInputError(f"family: got the formula {family!r}; write rs.glm(family, formula={family!r}) "
+                                   "and give the data frame to the model's methods (model.sample(df, ...))")
     fam = get_family(family, built_in="rs.glm")
     link = link or fam.default_link
     if link not in fam.links:
@@ -238,10 +273,16 @@ def glm(
         supported = sorted(name for name, f in FAMILIES.items() if f.mislabel_bound)
         raise RobustStanInputError(f"mislabel: the mislabelling likelihood is for the {' and '.join(supported)} "
                                    f"families (labels), not {fam.name}")
-    data = "int<lower=0> P; matrix[N, P] X; vector<lower=0>[P] prior_scale_b"
+    parsed = _checked_formula(formula, fam)
+    intercept = parsed is None or parsed.intercept
+    groups = [] if parsed is None else [GroupTermStan(name, term.correlated)
+                                        for name, term in zip(parsed.group_stan_names, parsed.groups)]
+    data = "; ".join(["int<lower=0> P; matrix[N, P] X; vector<lower=0>[P] prior_scale_b",
+                      *(line for term in groups for line in term.data)])
     rescale: dict[str, str] = {}
     b_prior = "normal(0, prior_scale_b)"
     linear_predictor = None
+    standardize_as = fam.standardize
     if fam.class_labels:  # categorical
         decls = ["vector[K - 1] alpha", "matrix[P, K - 1] B"]
         defaults = {"alpha": "normal(0, 2.5)", "B": "for (k in 1:(K - 1)) B[:, k] ~ normal(0, prior_scale_b)"}
@@ -265,16 +306,26 @@ def glm(
             "L": Argument("L", "diag_pre_multiply(tau, L_Omega)"),
         }
     else:
-        decls = ["real alpha", "vector[P] b"]
-        defaults = {"alpha": "normal(0, 2.5)", "b": b_prior}
-        linear, linear_vec = "alpha + X[n] * b", "alpha + X * b"
+        decls = (["real alpha"] if intercept else []) + ["vector[P] b"]
+        defaults = {"alpha": "normal(0, 2.5)", "b": b_prior} if intercept else {"b": b_prior}
+        for term in groups:
+            decls += term.parameters
+            defaults.update(term.default_priors)
+        start = ["alpha"] if intercept else []
+        linear = " + ".join(start + ["X[n] * b"] + [term.per_observation for term in groups])
+        linear_vec = " + ".join(start + ["X * b"] + [term.vectorised for term in groups])
+        # mode 3's chain rule covers the coefficients b only: with group effects or no intercept, copies
+        lp_possible = intercept and not groups
         if fam.location_scale:  # normal, student_t
             decls.append("real<lower=0> sigma")
             defaults["sigma"] = SCALE_PRIOR
             args = {"mu": Argument("mu", linear, linear_vec), "sigma": Argument("sigma", "sigma")}
             rescale.update(alpha="location", b="scale", sigma="scale")
+            if not intercept:  # no intercept to take the centre: divide by the spread only
+                standardize_as = "spread"
+                del rescale["alpha"]
             # a shape parameter (student_t's nu) cannot vary by row in the library, so no mode 3
-            linear_predictor = None if fam.shape_parameters else LinearPredictor("mu")
+            linear_predictor = None if fam.shape_parameters or not lp_possible else LinearPredictor("mu")
             for name, decl, prior in fam.shape_parameters:
                 decls.append(decl)
                 defaults[name] = prior
@@ -282,11 +333,20 @@ def glm(
         elif fam.positive_rate:  # exponential: the mean is exp(alpha + x'b), the rate its inverse
             args = {"rate": Argument("rate", f"exp(-({linear}))", f"exp(-({linear_vec}))")}
             rescale.update(alpha="log_scale")
-            linear_predictor = LinearPredictor("rate", "exp(-({eta}))")
+            if not intercept:  # no intercept to take log(scale): the outcome as given
+                standardize_as = None
+            linear_predictor = LinearPredictor("rate", "exp(-({eta}))") if lp_possible else None
         else:
             args = {"eta": Argument("eta", linear, linear_vec)}
-            linear_predictor = LinearPredictor("eta")
+            linear_predictor = LinearPredictor("eta") if lp_possible else None
+        for term in groups:
+            rescale.update(term.rescale(rescale.get("b")))
     title = f"robust-stan glm, family {fam.name}, link {link}"
+    if not intercept:
+        title += ", no intercept"
+    if groups:
+        title += ", group-level terms " + ", ".join(
+            term.name + ("" if term.correlated else " (independent)") for term in groups)
     if mislabel:
         decls.append(f"real<lower=0, upper={fam.mislabel_bound}> {FLIP_RATE}")
         defaults[FLIP_RATE] = f"uniform(0, {fam.mislabel_bound})"
@@ -298,7 +358,32 @@ def glm(
                                                fam.mislabelled(linear_predictor.of_eta, "{" + FLIP_RATE + "}"))
         title += ", mislabelled labels"
     return _builtin_model("glm", fam, data, decls, defaults, priors, args, rescale, standardize, engine, title,
-                          linear_predictor=linear_predictor)
+                          linear_predictor=linear_predictor, formula=parsed, standardize_as=standardize_as,
+                          fixed_priors=[(f"z_{term.name}", term.standard_normal) for term in groups])
+
+
+def _checked_formula(formula, fam) -> ParsedFormula | None:
+    """The formula read, or None; what the family cannot take of it is refused by name."""
+    if formula is None:
+        return None
+    parsed = parse_formula(formula)
+    if parsed.outcome is None:
+        raise RobustStanInputError(f"formula: {formula!r} has no outcome; write it as 'y ~ ...'")
+    if parsed.groups and (fam.class_labels or fam.multivariate):
+        raise RobustStanInputError(
+            f"formula: group-level terms ({', '.join(term.text for term in parsed.groups)}) are not offered for the "
+            f"{fam.name} family, whose linear predictor is a row per "
+            + ("class" if fam.class_labels else "outcome dimension") + "; write them with rs.custom")
+    if not parsed.intercept and (fam.class_labels or fam.multivariate):
+        raise RobustStanInputError(f"formula: the {fam.name} glm has an intercept per "
+                                   + ("class" if fam.class_labels else "outcome dimension")
+                                   + "; a formula without one ('0 +' or '- 1') is not offered for it")
+    if "trials" in fam.extra_data and parsed.trials is None:
+        raise RobustStanInputError(f"formula: a {fam.name} outcome needs its numbers of trials: write "
+                                   f"'{parsed.outcome} | trials(n) ~ ...' with n the column holding them")
+    if parsed.trials is not None and "trials" not in fam.extra_data:
+        raise RobustStanInputError(f"formula: '| trials({parsed.trials})' is for a binomial outcome, not {fam.name}")
+    return parsed
 
 
 def custom(

@@ -74,6 +74,10 @@ def influence(fit_or_model: VariationalFit | Model, data: Mapping, index: int, v
         raise RobustStanInputError("fit_or_model: give a variational fit (model.variational(...)) or a Model; "
                                    "influence refits it from its q at each value")
     model.require_rows("fit_or_model", "rs.influence's moved row and test rows")
+    if getattr(getattr(model, "spec", None), "formula", None) is not None:
+        raise RobustStanInputError("fit_or_model: rs.influence moves a value of the model's own data, not of a data "
+                                   "frame a formula reads; not offered for a model built from a formula yet (build "
+                                   "X and y and use rs.glm without a formula)")
     if isinstance(fit_or_model, VariationalFit):
         fit = fit_or_model
         for name, value in (("divergence", divergence), *((k, options.get(k)) for k in ("learning_rate", "family"))):

@@ -14,6 +14,7 @@ import numpy as np
 from ..building.data import (
     Pointwise,
     PreparedData,
+    column_names_of,
     log_density_on_outcome_scale,
     outcome_values,
     prepare_data,
@@ -22,6 +23,9 @@ from ..building.data import (
     with_switches,
 )
 from ..building.divergences import Divergence, as_divergence, refuse_original_gamma
+from ..building.formulas import formula_data, trials_column
+from ..building.group_terms import GroupTermStan
+from ..building.spec import FLIP_RATE
 from ..common.errors import RobustStanInputError
 from ..engines import RawDraws
 from ..engines.base import parameter_columns
@@ -29,11 +33,20 @@ from ..gradients.per_example import PerExampleGradients
 from ..gradients.program import GeneratedProgram
 from ..methods.coresets.targets import CoresetTarget
 from ..methods.nuts import run_nuts
+from ..methods.prediction import (
+    PREDICTION_KINDS,
+    PREDICTION_NEW_LEVELS,
+    group_effects,
+    plain_design,
+    predict_draws,
+)
 from ..methods.rob_ula.sampler import LangevinTarget, builtin_target
 from ..methods.variational.partitioned import partitioned_variational_target
 from ..methods.variational.robust_vi import fit_variational
+from ..results.convergence import named_element_labels
 from ..results.fits.model_view import Outcome
 from ..results.fits.variational import PartitionedVariationalFit
+from ..results.predictions import Predictions
 from .model_methods import ModelMethods
 
 
@@ -64,8 +77,10 @@ class Model(ModelMethods, GeneratedProgram):
 
         Parameters
         ----------
-        data : mapping
-            The model's data by name (``X``, ``y``, ...), as NumPy arrays or lists.
+        data : mapping or pandas.DataFrame
+            The model's data by name (``X``, ``y``, ...), as NumPy arrays, lists or pandas objects
+            (an ``X`` given as a DataFrame names the coefficients after its columns); for a model
+            built from a formula, a DataFrame (or dict of columns) holding the columns it reads.
         divergence : Divergence or None, default None
             The divergence of the generalized posterior; None is KL (the ordinary likelihood).
         learning_rate : float, default 1.0
@@ -90,8 +105,14 @@ class Model(ModelMethods, GeneratedProgram):
             If a data value, the weights or a setting is invalid (the message names it).
         """
         divergence = as_divergence(divergence)
+        design, columns = None, None
+        if self.spec.formula is not None:
+            data, design = formula_data(self.spec.formula, data)
+            columns = design.columns
+        elif "X" in self.spec.data_names():
+            columns = column_names_of(data)
         stan_data, scaling = prepare_data(self.spec, data, divergence, learning_rate, weights, mode, batch)
-        return PreparedData(data, stan_data, scaling, divergence)
+        return PreparedData(data, stan_data, scaling, divergence, design, columns)
 
     def stan_data(self, data: Mapping, divergence: Divergence | None = None, learning_rate: float = 1.0,
                   weights=None, mode: str = "posterior", batch=None) -> dict:
@@ -242,8 +263,19 @@ class Model(ModelMethods, GeneratedProgram):
         """The model's parameters, in the order of its program (list of str)."""
         return list(self.spec.parameter_names)
 
+    @property
+    def group_terms(self) -> list[GroupTermStan]:
+        """The group-level terms of a model built from a formula, in its order (list of GroupTermStan;
+        empty without a formula)."""
+        formula = self.spec.formula
+        if formula is None:
+            return []
+        return [GroupTermStan(name, term.correlated) for name, term in zip(formula.group_stan_names, formula.groups)]
+
     def posterior_draws(self, raw: RawDraws, prepared: PreparedData) -> dict[str, np.ndarray]:
-        """Each parameter's draws in the outcome's own units.
+        """Each parameter's draws in the outcome's own units; with group-level terms also each term's
+        effects ``u_<s> = diag(sd_<s>) L_<s> z_<s>`` (in the outcome's units, from the rescaled sd)
+        and, for correlated coefficients, their correlation matrix ``cor_<s> = L_<s> L_<s>'``.
 
         Parameters
         ----------
@@ -255,14 +287,22 @@ class Model(ModelMethods, GeneratedProgram):
         Returns
         -------
         dict
-            Parameter name -> (chains, draws, ...).
+            Variable name -> (chains, draws, ...).
         """
-        return {name: to_original_scale(self.spec.rescale.get(name), raw.variables[name], prepared.scaling)
-                for name in self.spec.parameter_names}
+        out = {name: to_original_scale(self.spec.rescale.get(name), raw.variables[name], prepared.scaling)
+               for name in self.spec.parameter_names}
+        for term in self.group_terms:
+            s = term.name
+            L = out[f"L_{s}"] if term.correlated else None
+            out[f"u_{s}"] = group_effects(out[f"z_{s}"], out[f"sd_{s}"], L)
+            if L is not None:
+                out[f"cor_{s}"] = L @ np.swapaxes(L, -1, -2)
+        return out
 
     def posterior_dims(self, posterior: Mapping[str, np.ndarray]) -> dict[str, list[str]]:
-        """ArviZ's dims of the posterior variables that are not ``<name>_dim_<k>``: a glm's ``b`` is
-        indexed by ``predictor``.
+        """ArviZ's dims of the posterior variables that are not ``<name>_dim_<k>``: a glm's ``b`` and
+        the rows of its ``B`` are indexed by ``predictor``; a group-level term ``s``'s ``sd_s`` by ``s_coef``, ``z_s`` and
+        ``u_s`` by ``s_coef`` and ``s_level``, ``L_s`` and ``cor_s`` by ``s_coef`` and ``s_coef_2``.
 
         Parameters
         ----------
@@ -274,7 +314,144 @@ class Model(ModelMethods, GeneratedProgram):
         dict
             Variable name -> dim names.
         """
-        return {"b": ["predictor"]} if "b" in posterior and np.ndim(posterior["b"]) == 3 else {}
+        dims = {"b": ["predictor"]} if "b" in posterior and np.ndim(posterior["b"]) == 3 else {}
+        if self.kind == "glm" and "B" in posterior and np.ndim(posterior["B"]) == 4:  # categorical, multi_normal
+            dims["B"] = ["predictor", "B_dim_1"]
+        for term in self.group_terms:
+            s = term.name
+            dims[f"sd_{s}"] = [f"{s}_coef"]
+            dims[f"z_{s}"] = dims[f"u_{s}"] = [f"{s}_coef", f"{s}_level"]
+            if term.correlated:
+                dims[f"L_{s}"] = dims[f"cor_{s}"] = [f"{s}_coef", f"{s}_coef_2"]
+        return dims
+
+    def posterior_coords(self, prepared: PreparedData) -> dict[str, list[str]]:
+        """Names along the posterior's named dims: ``predictor`` the columns of X (a formula's, or a
+        DataFrame's), a group-level term's coefficients and fitted levels.
+
+        Parameters
+        ----------
+        prepared : PreparedData
+            The run's data.
+
+        Returns
+        -------
+        dict
+            Dim name -> names; a dim without names is left out (counted 0..n-1).
+        """
+        coords: dict[str, list[str]] = {}
+        if prepared.column_names is not None:
+            coords["predictor"] = list(prepared.column_names)
+        if prepared.design is not None:
+            for term in prepared.design.groups:
+                s = term.stan_name
+                coords[f"{s}_coef"] = coords[f"{s}_coef_2"] = list(term.coefficients)
+                coords[f"{s}_level"] = list(term.levels[:term.n_fitted_levels])
+        return coords
+
+    def summary_labels(self, posterior: Mapping[str, np.ndarray], prepared: PreparedData) -> dict[str, list]:
+        """The variables of a fit's summary, in order, each with a label per element (None leaves an
+        element out): the parameters by name (``b[x1]``, ``sd_g[Intercept]``), a group-level term's
+        effects ``u_g[Intercept, a]`` and correlations ``cor_g[x1, Intercept]`` (below the diagonal)
+        in place of its non-centred ``z_g`` and ``L_g``.
+
+        Parameters
+        ----------
+        posterior : mapping
+            The posterior draws by name (from :meth:`posterior_draws`).
+        prepared : PreparedData
+            The run's data.
+
+        Returns
+        -------
+        dict
+            Variable name -> list of labels (str or None).
+        """
+        dims, coords = self.posterior_dims(posterior), self.posterior_coords(prepared)
+        hidden = {f"z_{t.name}" for t in self.group_terms} | {f"L_{t.name}" for t in self.group_terms}
+        after = {(f"L_{t.name}" if t.correlated else f"sd_{t.name}"): t for t in self.group_terms}
+        names: list[str] = []
+        for name in self.spec.parameter_names:
+            if name not in hidden:
+                names.append(name)
+            if name in after:
+                term = after[name]
+                names += ([f"cor_{term.name}"] if term.correlated else []) + [f"u_{term.name}"]
+        out: dict[str, list] = {}
+        for name in names:
+            shape = np.shape(posterior[name])[2:]
+            labels: list = named_element_labels(name, shape, [coords.get(d) for d in dims.get(name, [])])
+            if name.startswith("cor_"):  # a correlation once: below the diagonal
+                labels = [label if i > j else None for label, (i, j) in zip(labels, np.ndindex(*shape))]
+            out[name] = labels
+        return out
+
+    def predictions(self, posterior: Mapping[str, np.ndarray], prepared: PreparedData, new_data=None,
+                    kind: str = "mean", new_levels: str = "error", seed: int | None = None) -> Predictions:
+        """A glm's predictions for new rows at the draws ``posterior`` (:meth:`robust_stan.Fit.predict`
+        says what they are).
+
+        Parameters
+        ----------
+        posterior : mapping
+            A fit's draws in the outcome's own units (:meth:`posterior_draws`).
+        prepared : PreparedData
+            The fit's data (its design, or X's column names).
+        new_data : pandas.DataFrame, mapping, array_like or None, default None
+            The new rows; None: the training rows.
+        kind : {"mean", "response"}, default "mean"
+            The mean of y at each draw, or a draw of y.
+        new_levels : {"error", "sample"}, default "error"
+            A group level the model was not fitted to: refuse it, or draw its effects.
+        seed : int or None, default None
+            Seed of the draws; None draws fresh entropy.
+
+        Returns
+        -------
+        Predictions
+            The draws, (chains, draws, rows).
+
+        Raises
+        ------
+        RobustStanInputError
+            As :meth:`robust_stan.Fit.predict`.
+        """
+        family = self.spec.family
+        if self.kind != "glm":
+            raise RobustStanInputError(f"fit.predict: predictions for new rows are offered for rs.glm models, not a "
+                                       f"{self.kind} model")
+        if family.glm_mean is None:
+            raise RobustStanInputError(f"fit.predict: predictions are not offered for the {family.name} glm yet")
+        if new_levels not in PREDICTION_NEW_LEVELS:
+            raise RobustStanInputError(f"new_levels: must be one of {list(PREDICTION_NEW_LEVELS)}, got {new_levels!r}")
+        if kind not in PREDICTION_KINDS:
+            raise RobustStanInputError(f"kind: must be one of {list(PREDICTION_KINDS)}, got {kind!r}")
+        formula, trials = self.spec.formula, None
+        if new_data is None:  # the training rows
+            design = prepared.design if prepared.design is not None else plain_design(
+                prepared.stan_data["X"], prepared.column_names, int(prepared.stan_data["P"]))
+            trials = prepared.stan_data.get("trials")
+        elif formula is not None:
+            assert prepared.design is not None and prepared.design.encoding is not None  # prepared from a formula
+            design = prepared.design.encoding.design(new_data, new_levels="flag" if new_levels == "sample" else "error",
+                                                     argument="new_data")
+            if formula.trials is not None:
+                trials = trials_column(formula, new_data, "new_data")
+        else:
+            design = plain_design(new_data, prepared.column_names, int(prepared.stan_data["P"]))
+            if "trials" in family.extra_data:
+                if not isinstance(new_data, Mapping) or "trials" not in new_data:
+                    raise RobustStanInputError("new_data: a binomial glm's predictions need the new rows' trials: "
+                                               "pass {'X': X, 'trials': trials}")
+                trials = np.asarray(new_data["trials"])
+                if trials.shape != (design.X.shape[0],):
+                    raise RobustStanInputError(f"new_data: trials must have one entry per row ({design.X.shape[0]}), "
+                                               f"got shape {trials.shape}")
+        draws = predict_draws(family, design, posterior, kind, np.random.default_rng(seed), trials,
+                              FLIP_RATE if FLIP_RATE in self.spec.parameter_names else None)
+        outcome = formula.outcome if formula is not None and formula.outcome else "y"
+        return Predictions(draws, kind, outcome, design.rows, design.X, design.columns,
+                           "class" if family.class_labels else "outcome_dim")
 
     def observed_outcomes(self, prepared: PreparedData) -> list[Outcome]:
         """The outcome ``y``: its values, dims ``obs`` (and ``outcome_dim``) and the rows' weights.
@@ -493,7 +670,8 @@ class Model(ModelMethods, GeneratedProgram):
         """
         stan_data = with_switches(slice_rows(self.spec, prepared.stan_data, rows), weights=weights,
                                   divergence=divergence)
-        return PreparedData({"y": outcome_values(prepared.data)[rows]}, stan_data, prepared.scaling, divergence)
+        return PreparedData({"y": outcome_values(prepared.data)[rows]}, stan_data, prepared.scaling, divergence,
+                            prepared.design, prepared.column_names)
 
     def nuts_draws(self, stan_data: dict, settings, chain_inits: list[dict] | None) -> RawDraws:
         """NUTS draws of the posterior with these Stan data (``robust_stan.methods.nuts.run_nuts``).

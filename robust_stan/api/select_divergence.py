@@ -170,8 +170,9 @@ def _fit(divergence: Divergence, inits, model: AnyModel, data: Mapping, learning
 
 
 def _warm_start(fit) -> dict:
-    """Starts at ``fit``'s posterior means (one dict for every chain)."""
-    return {name: values.mean(axis=(0, 1)) for name, values in fit.posterior.items()}
+    """Starts at ``fit``'s posterior means of its parameters (one dict for every chain; a formula
+    model's posterior also holds quantities derived from them, its group effects)."""
+    return {name: fit.posterior[name].mean(axis=(0, 1)) for name in fit.parameter_names}
 
 
 def _starts(model: AnyModel, data: Mapping, divergence: Divergence, learning_rate: float, census: ModeCensus | None,

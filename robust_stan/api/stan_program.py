@@ -44,6 +44,7 @@ from ..gradients.per_example import RowSubsetGradients
 from ..gradients.weight_derivatives import WeightDerivativeGradients, second_order_available
 from ..methods.coresets.targets import ProgramCoresetTarget
 from ..methods.rob_ula.sampler import LangevinTarget, default_estimator
+from ..results.convergence import named_element_labels
 from ..results.fits.model_view import Outcome
 from .model_methods import ModelMethods
 
@@ -662,6 +663,55 @@ class StanProgramModel(ModelMethods, ProgramSource):
             Empty.
         """
         return {}
+
+    def posterior_coords(self, prepared: PreparedData) -> dict[str, list[str]]:
+        """No named coordinates: an empty dict (ArviZ counts every axis 0..n-1).
+
+        Parameters
+        ----------
+        prepared : PreparedData
+            The run's data.
+
+        Returns
+        -------
+        dict
+            Empty.
+        """
+        return {}
+
+    def summary_labels(self, posterior: Mapping[str, np.ndarray], prepared: PreparedData) -> dict[str, list]:
+        """The parameters block's variables, each element labelled ``name[i,j]`` counted from 1.
+
+        Parameters
+        ----------
+        posterior : mapping
+            The posterior draws by name.
+        prepared : PreparedData
+            The run's data.
+
+        Returns
+        -------
+        dict
+            Variable name -> list of labels.
+        """
+        return {name: named_element_labels(name, np.shape(posterior[name])[2:]) for name in self.parameter_names}
+
+    def predictions(self, posterior, prepared: PreparedData, new_data, kind: str, new_levels: str,
+                    seed: int | None):
+        """Refused: a program's predictions are its own generated quantities.
+
+        Parameters
+        ----------
+        posterior, prepared, new_data, kind, new_levels, seed
+            As for :meth:`robust_stan.Model.predictions`.
+
+        Raises
+        ------
+        RobustStanInputError
+            Always.
+        """
+        raise RobustStanInputError("fit.predict: predictions for new rows are offered for rs.glm models; for your "
+                                   "own program, write them as generated quantities and run them on the draws")
 
     def observed_outcomes(self, prepared: PreparedData) -> list[Outcome]:
         """The data variables of the likelihood statements, dims ``<y>_obs`` (and ``<y>_dim_<k>``),

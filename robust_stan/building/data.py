@@ -16,6 +16,7 @@ import numpy as np
 from ..common.errors import RobustStanInputError, RobustStanWarning, require_positive
 from .divergences import KL, Divergence, DivergenceCode, refuse_original_gamma
 from .families import STAN_INT_MAX
+from .formulas import Design
 from .spec import LINEAR_PREDICTOR_MODELS, ModelSpec
 
 
@@ -67,17 +68,36 @@ class PreparedData:
         How the outcome was standardised.
     divergence : Divergence
         The divergence of the call.
+    design : Design or None, default None
+        A formula model's design on the training data (its names, levels and encoding, which
+        predictions for new rows reuse); None without a formula.
+    column_names : tuple of str or None, default None
+        The names of the columns of ``X`` (a formula's, or a DataFrame's), None when X had none.
     """
 
     data: Mapping
     stan_data: dict
     scaling: Scaling
     divergence: Divergence
+    design: Design | None = None
+    column_names: tuple[str, ...] | None = None
 
     @property
     def learning_rate(self) -> float:
         """The learning rate w of the call (float)."""
         return float(self.stan_data["learning_rate"])
+
+
+def column_names_of(data) -> tuple[str, ...] | None:
+    """The column names of ``data["X"]`` when it is a pandas DataFrame (they name the coefficients),
+    else None (also when the data hold no X or are not a mapping: prepare_data says what is wrong)."""
+    try:
+        X = data["X"]
+    except (KeyError, TypeError, IndexError, ValueError):
+        return None
+    if hasattr(X, "columns") and hasattr(X, "to_numpy"):
+        return tuple(str(c) for c in X.columns)
+    return None
 
 
 def outcome_values(data: Mapping) -> np.ndarray:
@@ -269,7 +289,9 @@ def prepare_data(
             raise RobustStanInputError(f"data: missing {name!r}, which the model declares")
         out[name] = raw[name]
     if "X" in spec.data_names():
-        X = np.asarray(raw["X"], dtype=float)  # present: checked before the loop above
+        # present: checked before the loop above; in C order, so that the prior scales (sums along columns)
+        # are the same to the last bit whatever the layout the user's X had (a DataFrame's is often Fortran)
+        X = np.ascontiguousarray(raw["X"], dtype=float)
         if X.ndim == 1:
             X = X[:, None]
         if X.ndim != 2 or X.shape[0] != n:
@@ -291,6 +313,8 @@ def prepare_data(
         pass
     elif spec.standardize == "affine" and n > 1:
         scaling = Scaling(float(np.median(y)), robust_scale(y))
+    elif spec.standardize == "spread" and n > 1:  # a model without an intercept: not centred
+        scaling = Scaling(0.0, robust_scale(y))
     elif spec.standardize == "scale" and n > 0:
         scaling = Scaling(0.0, float(np.median(y)) or float(np.mean(y)) or 1.0)
     else:

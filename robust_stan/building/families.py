@@ -8,6 +8,7 @@ from these records, so a family is described in exactly one place.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -97,6 +98,14 @@ class Family:
         The built-in models (:func:`robust_stan.glm`, :func:`robust_stan.location`,
         :func:`robust_stan.custom`) offer the family; False: only :func:`robust_stan.robustify` and
         the Stan function library do.
+    glm_mean : callable or None, default None
+        ``glm_mean(eta, data)``: the mean of y under :func:`robust_stan.glm`'s link at the linear
+        predictor ``eta`` (``data`` holds binomial's ``trials``; categorical's eta and mean have a
+        last axis of K classes, multi_normal's of D dimensions); None: the family has no predictions.
+    glm_draw : callable or None, default None
+        ``glm_draw(mean, values, rng)``: one draw of y per row of ``mean``, ``values`` holding
+        the family's other parameters (``sigma``, ``nu``, multi_normal's Cholesky factor ``L``) and
+        the rows' data (``trials``).
     """
 
     name: str
@@ -140,6 +149,12 @@ class Family:
     # False: the library and rs.robustify have the family, rs.glm / rs.location / rs.custom refuse it
     # (they would need its links, priors, standardisation and replicates, which it does not define)
     built_in: bool = True
+    # rs.glm's predictions (fit.predict): the mean of y from the linear predictor eta and the rows'
+    # data (binomial's trials), and one draw of y from that mean, the family's other parameters
+    # (sigma, nu; arrays that broadcast against it) and the rows' data; None: no predictions
+    glm_mean: Callable[[np.ndarray, Mapping[str, np.ndarray]], np.ndarray] | None = field(default=None, repr=False)
+    glm_draw: Callable[[np.ndarray, Mapping[str, np.ndarray], np.random.Generator], np.ndarray] | None = field(
+        default=None, repr=False)
 
     @property
     def multivariate(self) -> bool:
@@ -274,6 +289,74 @@ def _real_vector(name: str, broadcast: str = "rep_vector({name}, size(y))") -> F
 _TRIALS = FamilyArg("trials", "int", "array[] int", "", "", data_only=True)
 _COUNTS_OF_TRIALS = "array[N] int<lower=0> trials;\n  array[N] int<lower=0> y;"
 
+def _inverse_logit(eta: np.ndarray) -> np.ndarray:
+    from scipy.special import expit
+
+    return expit(eta)
+
+
+def _identity_mean(eta, data):
+    return np.asarray(eta, dtype=float)
+
+
+def _logit_mean(eta, data):
+    return _inverse_logit(eta)
+
+
+def _logit_trials_mean(eta, data):
+    return np.asarray(data["trials"]) * _inverse_logit(eta)
+
+
+def _log_mean(eta, data):
+    return np.exp(eta)
+
+
+def _softmax_mean(eta, data):
+    from scipy.special import softmax
+
+    return softmax(eta, axis=-1)
+
+
+def _categorical_draw(mean, values, rng):
+    """A class 1..K per row from its probabilities (the last axis of ``mean``)."""
+    cumulative = np.cumsum(mean, axis=-1)
+    u = rng.random(np.shape(mean)[:-1] + (1,)) * cumulative[..., -1:]
+    return 1 + np.minimum(np.sum(cumulative < u, axis=-1), np.shape(mean)[-1] - 1)
+
+
+def _multi_normal_draw(mean, values, rng):
+    """mean + L z per row, L the Cholesky factor of the covariance (..., D, D), z standard normal."""
+    z = rng.standard_normal(np.shape(mean))
+    return mean + np.einsum("...ij,...nj->...ni", values["L"], z)
+
+
+def _normal_draw(mean, values, rng):
+    return rng.normal(mean, values["sigma"])
+
+
+def _student_t_draw(mean, values, rng):
+    nu = np.broadcast_to(values["nu"], np.shape(mean))
+    return mean + values["sigma"] * rng.standard_t(nu)
+
+
+def _bernoulli_draw(mean, values, rng):
+    return (rng.random(np.shape(mean)) < mean).astype(np.int64)
+
+
+def _binomial_draw(mean, values, rng):
+    trials = np.broadcast_to(values["trials"], np.shape(mean))
+    probability = np.divide(mean, trials, out=np.zeros(np.shape(mean)), where=trials > 0)
+    return rng.binomial(trials, np.clip(probability, 0.0, 1.0))
+
+
+def _poisson_draw(mean, values, rng):
+    return rng.poisson(mean)
+
+
+def _exponential_draw(mean, values, rng):
+    return rng.exponential(mean)
+
+
 FAMILIES: dict[str, Family] = {}
 
 
@@ -298,6 +381,8 @@ _register(
         native=True,
         standardize="affine",
         location_scale=True,
+        glm_mean=_identity_mean,
+        glm_draw=_normal_draw,
     )
 )
 _register(
@@ -317,6 +402,8 @@ _register(
         standardize="affine",
         location_scale=True,
         shape_parameters=(NU_PARAMETER,),
+        glm_mean=_identity_mean,
+        glm_draw=_student_t_draw,
     )
 )
 _register(
@@ -334,6 +421,8 @@ _register(
         continuous=False,
         native=True,
         mislabel_bound="0.5",
+        glm_mean=_logit_mean,
+        glm_draw=_bernoulli_draw,
     )
 )
 _register(
@@ -353,6 +442,8 @@ _register(
         links=("logit",),
         continuous=False,
         extra_data=("trials",),
+        glm_mean=_logit_trials_mean,
+        glm_draw=_binomial_draw,
     )
 )
 _register(
@@ -371,6 +462,8 @@ _register(
         integral_table=True,
         native=True,
         intercept_prior="normal(0, 5)",
+        glm_mean=_log_mean,
+        glm_draw=_poisson_draw,
     )
 )
 _register(
@@ -390,6 +483,8 @@ _register(
         extra_data=("K",),
         mislabel_bound="(K - 1.0) / K",
         class_labels=True,
+        glm_mean=_softmax_mean,
+        glm_draw=_categorical_draw,
     )
 )
 _register(
@@ -410,6 +505,8 @@ _register(
         links=("identity",),
         continuous=True,
         extra_data=("D",),
+        glm_mean=_identity_mean,
+        glm_draw=_multi_normal_draw,
     )
 )
 _register(
@@ -427,6 +524,8 @@ _register(
         continuous=True,
         standardize="scale",
         positive_rate=True,
+        glm_mean=_log_mean,
+        glm_draw=_exponential_draw,
     )
 )
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..common.errors import RobustStanInputError
 from .families import Family
+from .formulas import ParsedFormula
 
 # Unconstrained local type of each Stan parameter base type; "{dims}" is the
 # declared size, "{square}" a square matrix of the declared size.
@@ -43,6 +44,9 @@ _DECLARATION = re.compile(
     (?P<name>[A-Za-z][A-Za-z0-9_]*)\s*$""",
     re.VERBOSE,
 )
+
+#: The mislabelling likelihood's parameter (``rs.glm(..., mislabel=True)``).
+FLIP_RATE = "flip_rate"
 
 _IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z0-9_]*\b")
 
@@ -226,7 +230,8 @@ class ModelSpec:
     statements over the parameters; ``args`` a Stan expression per family
     argument, written for observation ``n`` (e.g. ``"alpha + X[n] * b"``).
     ``standardize`` names how the outcome is rescaled before fitting
-    (``"affine"``, ``"scale"`` or ``None``) and ``rescale`` maps parameter names
+    (``"affine"``, ``"scale"``, ``"spread"`` (divided by 1.4826 x MAD, not centred: a model
+    without an intercept) or ``None``) and ``rescale`` maps parameter names
     to how their draws return to the original scale.
     """
 
@@ -248,6 +253,8 @@ class ModelSpec:
     known: dict[str, float] = field(default_factory=dict)
     #: how each known value moves with the outcome's standardisation (as ``rescale``)
     known_rescale: dict[str, str] = field(default_factory=dict)
+    #: a glm built from a formula (``rs.glm(family, formula=...)``): its data come from a data frame
+    formula: ParsedFormula | None = None
 
     @property
     def parameter_names(self) -> list[str]:

@@ -116,6 +116,10 @@ def prepare_partitioned(program: GeneratedProgram, data: Mapping, divergence: Di
     """The checked partitions of a built-in model's ``data`` (with the glm's prior scales over
     all rows among the shared values), and its first row with the shared values, prepared (for
     the program's sizes and transforms, which the rows do not change, and a fit's constraining)."""
+    if program.spec.formula is not None:
+        raise RobustStanInputError("data: a model built from a formula reads a data frame held here; rows held in "
+                                   "partitions are not offered for it yet (build X and y with the formula's "
+                                   "encoding and use rs.glm without a formula)")
     if program.spec.standardize:
         raise RobustStanInputError("model: with the rows held in partitions, each partition would standardise by its "
                                    "own centre and scale; build the model with standardize=False")

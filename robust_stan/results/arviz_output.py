@@ -26,17 +26,20 @@ TAIL_PROBABILITIES = (0.05, 0.95)
 
 
 def draws_dataset(variables: Mapping[str, np.ndarray], dims: Mapping[str, list[str]] | None = None,
-                  attrs: Mapping | None = None, sample_dims: tuple[str, ...] = SAMPLE_DIMS):
+                  attrs: Mapping | None = None, sample_dims: tuple[str, ...] = SAMPLE_DIMS,
+                  coords: Mapping[str, Any] | None = None):
     """An xarray Dataset of arrays whose leading axes are ``sample_dims`` (chain, draw by default).
 
     ``dims`` names the remaining axes of each variable (default ``<name>_dim_<k>``,
-    as ArviZ names them); every named axis gets the coordinate 0..n-1.
+    as ArviZ names them); an axis gets its coordinate from ``coords`` by dim name (column or
+    level names), else 0..n-1.
     """
     import xarray as xr
 
     dims = dims or {}
     data_vars: dict[str, tuple] = {}
-    coords: dict[str, np.ndarray] = {}
+    given = {dim: [str(v) for v in values] for dim, values in (coords or {}).items()}
+    axes: dict[str, np.ndarray] = {}
     for name, values in variables.items():
         values = np.asarray(values)
         extra = values.ndim - len(sample_dims)
@@ -46,8 +49,10 @@ def draws_dataset(variables: Mapping[str, np.ndarray], dims: Mapping[str, list[s
         all_dims = tuple(sample_dims) + tuple(names)
         data_vars[name] = (all_dims, values)
         for dim, size in zip(all_dims, values.shape):
-            coords.setdefault(dim, np.arange(size))
-    return xr.Dataset(data_vars, coords=coords, attrs=dict(attrs or {}))
+            if dim in given and len(given[dim]) != size:
+                raise ValueError(f"coords: {dim!r} has {len(given[dim])} names for {size} entries of {name!r}")
+            axes.setdefault(dim, np.asarray(given[dim]) if dim in given else np.arange(size))
+    return xr.Dataset(data_vars, coords=axes, attrs=dict(attrs or {}))
 
 
 def native_inference_data(groups: Mapping[str, Any]):

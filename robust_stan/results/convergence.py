@@ -21,14 +21,31 @@ def _element_labels(name: str, shape: tuple[int, ...]) -> list[str]:
     return [f"{name}[{','.join(str(i + 1) for i in idx)}]" for idx in np.ndindex(*shape)]
 
 
-def summary_table(variables: dict[str, np.ndarray], percentiles: tuple[float, ...] = (5, 50, 95)) -> pd.DataFrame:
+def named_element_labels(name: str, shape: tuple[int, ...], axis_labels: list | None = None) -> list[str]:
+    """A label per element of a variable, in C order: ``name[<label of each axis>]`` with an axis's
+    names where ``axis_labels`` gives them (``b[x1]``, ``u_g[Intercept, a]``; None for an axis
+    counts from 1), else 1-based indices (``L[1,2]``)."""
+    if not axis_labels or all(labels is None for labels in axis_labels):
+        return _element_labels(name, shape)
+    axes = [[str(i + 1) for i in range(size)] if labels is None else [str(v) for v in labels]
+            for size, labels in zip(shape, axis_labels)]
+    return [f"{name}[{', '.join(axes[k][i] for k, i in enumerate(idx))}]" for idx in np.ndindex(*shape)]
+
+
+def summary_table(variables: dict[str, np.ndarray], percentiles: tuple[float, ...] = (5, 50, 95),
+                  labels: dict[str, list[str | None]] | None = None) -> pd.DataFrame:
     """Per scalar element of ``variables`` (name -> (chains, draws, *shape)): mean, sd, percentiles,
-    MCSE of the mean, ESS (bulk, tail) and R-hat."""
+    MCSE of the mean, ESS (bulk, tail) and R-hat. ``labels`` gives a variable's row labels, one per
+    element in C order (None leaves the element out, as a correlation matrix's diagonal); by
+    default ``name[i,j]`` counted from 1."""
     rows = {}
     for name, values in variables.items():
         shape = values.shape[2:]
         flat = values.reshape(values.shape[:2] + (-1,))
-        for j, label in enumerate(_element_labels(name, shape)):
+        names = (labels or {}).get(name) or _element_labels(name, shape)
+        for j, label in enumerate(names):
+            if label is None:
+                continue
             x = flat[:, :, j]
             row = {"mean": x.mean(), "sd": x.std(ddof=1)}
             row.update({f"{p:g}%": np.percentile(x, p) for p in percentiles})

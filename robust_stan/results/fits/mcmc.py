@@ -23,6 +23,7 @@ from ..loo import (
     ordinary_loo_applies,
     require_loo_draws,
 )
+from ..predictions import Predictions
 from .model_view import FittedModel, Outcome
 
 _SAMPLE_STATS = {
@@ -234,10 +235,13 @@ class Fit:
         -------
         pandas.DataFrame
             Per scalar parameter (a program's parameters block; not its transformed parameters or
-            generated quantities): mean, sd, the percentiles, MCSE of the mean, bulk and tail ESS, and
-            R-hat.
+            generated quantities; a formula model's group-level effects and correlations in place of
+            their non-centred parameters), labelled by the formula's or X's column names and the
+            group levels where the model has them (``b[x1]``, ``u_g[Intercept, a]``): mean, sd, the
+            percentiles, MCSE of the mean, bulk and tail ESS, and R-hat.
         """
-        return summary_table({name: self.posterior[name] for name in self.parameter_names}, percentiles)
+        labels = self.model.summary_labels(self.posterior, self.prepared)
+        return summary_table({name: self.posterior[name] for name in labels}, percentiles, labels)
 
     def diagnostics(self) -> dict:
         """Divergent transitions, tree-depth hits and the largest R-hat.
@@ -315,6 +319,48 @@ class Fit:
         return generalized_loo(log_lik, ratios, self.posterior, name,
                                None if observed is None else observed.dims[:1])
 
+    def predict(self, new_data=None, kind: str = "mean", new_levels: str = "error",
+                seed: int | None = None) -> Predictions:
+        """Predictions of a glm (:func:`robust_stan.glm`) for new rows at every posterior draw: brms'
+        ``posterior_epred`` (``kind="mean"``) and ``posterior_predict`` (``kind="response"``).
+
+        With a formula, the new rows' design is built with the training data's encoding (the same
+        columns, categories and transformations' state); without one, ``new_data`` is the new X.
+        The linear predictor is computed at each draw in the outcome's own units, then the family's
+        mean (inverse link; for student_t the location mu; for categorical the K class
+        probabilities; under the mislabelling likelihood the observed label's probability), from
+        which a response is drawn.
+
+        Parameters
+        ----------
+        new_data : pandas.DataFrame, mapping, array_like or None, default None
+            With a formula, the rows as a data frame holding the columns the formula's right-hand
+            side reads (and a binomial's trials); without one, the new X (an array, a DataFrame
+            whose columns are matched by name when X had names, or a mapping holding ``"X"`` and
+            a binomial's ``"trials"``). None: the training rows.
+        kind : {"mean", "response"}, default "mean"
+            The mean of y at each draw, or a draw of y.
+        new_levels : {"error", "sample"}, default "error"
+            A level of a grouping factor the model was not fitted to: refuse it, or draw its effects
+            from the group distribution at each posterior draw (a level's rows share its draw).
+        seed : int or None, default None
+            Seed of the draws of new levels' effects and responses; None draws fresh entropy.
+
+        Returns
+        -------
+        Predictions
+            ``.draws`` (chains, draws, rows; categorical means and multi_normal also classes or
+            dimensions) and ``.to_arviz()`` (a ``predictions`` group).
+
+        Raises
+        ------
+        RobustStanInputError
+            If the model is not a glm, ``kind`` or ``new_levels`` is unknown, or the new rows cannot
+            be encoded as the training rows (a column missing, a value missing or a category unseen,
+            a new group level with ``new_levels="error"``).
+        """
+        return self.model.predictions(self.posterior, self.prepared, new_data, kind, new_levels, seed)
+
     def _outcomes(self) -> dict[str, Outcome]:
         return {outcome.name: outcome for outcome in self.model.observed_outcomes(self.prepared)}
 
@@ -339,7 +385,8 @@ class Fit:
         """The groups of :meth:`to_arviz` as xarray Datasets, by name (subclasses add theirs)."""
         attrs = {"divergence": repr(self.divergence), "learning_rate": self.learning_rate,
                  "engine": self.model.engine, "inference_library": "robust-stan", "method": self.method}
-        groups = {"posterior": draws_dataset(self.posterior, self.model.posterior_dims(self.posterior), attrs),
+        groups = {"posterior": draws_dataset(self.posterior, self.model.posterior_dims(self.posterior), attrs,
+                                             coords=self.model.posterior_coords(self.prepared)),
                   "sample_stats": sample_stats_dataset(self.raw.sampler, attrs)}
         if not self.rows_here:
             return groups

@@ -58,6 +58,16 @@ class FittedModel(Protocol):
     def posterior_dims(self, posterior: dict[str, np.ndarray]) -> dict[str, list[str]]:
         """Names of the non-sample axes of the posterior variables that are not ArviZ's defaults."""
 
+    def posterior_coords(self, prepared: PreparedData) -> dict[str, list[str]]:
+        """Names along the posterior's named dims (column and level names), by dim."""
+
+    def summary_labels(self, posterior: dict[str, np.ndarray], prepared: PreparedData) -> dict[str, list]:
+        """The variables of a summary, in order, each with a label per element (None: left out)."""
+
+    def predictions(self, posterior: dict[str, np.ndarray], prepared: PreparedData, new_data, kind: str,
+                    new_levels: str, seed: int | None):
+        """A glm's :class:`~robust_stan.results.predictions.Predictions` for new rows; other models refuse."""
+
     def observed_outcomes(self, prepared: PreparedData) -> list[Outcome]:
         """The observed outcomes, with their values, axis names and weights."""
 
