@@ -430,3 +430,44 @@ def test_group_term_program_renders():
     assert "array[n_copies] cholesky_factor_corr[K_g] L_g_copies;" in program
     assert "array[N] int<lower=1, upper=G_g> J_g;" in program
     assert "rows_dot_product(Z_g * diag_pre_multiply(sd_g, L_g), z_g[:, J_g]')" in program
+
+
+# -- against formulae (bambi's formula library): an independent implementation of the same notation --
+
+@pytest.mark.parametrize("formula", [
+    "y ~ x1 + C(g) + x1:C(g) + np.log(x2) + (1 + x1 | g) + (1 | h)",
+    "y ~ 0 + C(g) + x2 + (0 + x1 | h) + (1 | g:h)",
+])
+def test_designs_equal_those_of_formulae(frame, formula):
+    """A worked example of brms' notation, built by formulae (bambi's formula library, written
+    independently of formulaic and of our group-term parser) and by us, column by column: the same
+    population-level columns under the same names (formulae writes a treatment level C(g)[b] where
+    formulaic writes C(g)[T.b], and keeps the formula's order where formulaic puts main effects
+    first) and, for each group-level term, the same per-level columns: formulae's column of
+    coefficient k and level l is our Z[:, k] on the rows of level l, and zero elsewhere."""
+    import formulae  # a test dependency (the test extra)
+    design = formula_design(formula, frame)
+    theirs = formulae.design_matrices(formula, frame)
+    their_common = np.asarray(theirs.common.design_matrix)
+    their_names = [label for term in theirs.common.terms.values() for label in term.labels]
+    ours = dict(zip(design.columns, design.X.T)) | ({"Intercept": np.ones(len(frame))} if design.intercept else {})
+    assert sorted(name.replace("[T.", "[") for name in ours) == sorted(their_names)
+    for name, column in ours.items():
+        np.testing.assert_allclose(column, their_common[:, their_names.index(name.replace("[T.", "["))],
+                                   rtol=1e-15, atol=0, err_msg=name)
+    their_group_terms = set(theirs.group.terms)
+    for term in design.groups:
+        for k, coefficient in enumerate(term.coefficients):
+            label = f"{'1' if coefficient == 'Intercept' else coefficient}|{term.name}"
+            their_group_terms.remove(label)
+            labels = theirs.group.terms[label].labels
+            assert len(labels) == len(term.levels), label
+            expanded = theirs.group[label]
+            expanded = expanded.toarray() if hasattr(expanded, "toarray") else np.asarray(expanded)  # sparse in 0.9
+            for level_index, level in enumerate(term.levels):
+                parts = zip(term.name.split(":"), str(level).split(":"))
+                column_label = f"{label.split('|')[0]}|" + ":".join(f"{column}[{part}]" for column, part in parts)
+                column = expanded[:, labels.index(column_label)]
+                expected = np.where(term.index == level_index, term.Z[:, k], 0.0)
+                np.testing.assert_allclose(column, expected, rtol=1e-15, atol=0, err_msg=column_label)
+    assert not their_group_terms  # formulae found no term we did not
