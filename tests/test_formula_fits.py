@@ -186,9 +186,11 @@ def test_group_terms_recovered_under_a_beta_loss_with_outliers(data):
     missed = {label: (value, summary.loc[label, "0.5%"], summary.loc[label, "99.5%"])
               for label, value in truths.items()
               if not summary.loc[label, "0.5%"] <= value <= summary.loc[label, "99.5%"]}
-    # 30 central 99% intervals: at most one miss (two or more have probability about 4% if calibrated;
-    # the intercept and the effects share the levels' mean, so they are not independent)
-    assert len(missed) <= 1, missed
+    # 30 central 99% intervals: at most three misses (four or more have probability 2e-4 if they were
+    # calibrated and independent; two or more 0.036, too often for a test run on two stacks with their
+    # own draws). A posterior that followed the outliers misses sigma and the sds by far, and the
+    # correlation below checks the effects as a whole
+    assert len(missed) <= 3, missed
     # the effects, as a whole, follow the truth
     u_mean = fit.posterior["u_g"].mean(axis=(0, 1))
     assert np.corrcoef(u_mean.ravel(), truth["u_g"].ravel())[0, 1] > 0.9
