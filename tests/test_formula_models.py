@@ -89,12 +89,13 @@ def test_no_intercept():
 
 @pytest.mark.parametrize(("family", "formula", "message"), [
     ("categorical", "y ~ x + (1 | g)", "group-level terms .* not offered for the categorical family"),
-    ("multi_normal", "y ~ x + (1 | g)", "group-level terms .* not offered for the multi_normal family"),
+    ("multi_normal", "y ~ x + (1 | g)", r"outcome is a matrix \(N, D\)"),
     ("categorical", "y ~ 0 + x", "without one .* not offered"),
     ("binomial", "y ~ x", r"needs its numbers of trials: write 'y \| trials\(n\) ~ ...'"),
     ("poisson", "y | trials(n) ~ x", r"'\| trials\(n\)' is for a binomial outcome, not poisson"),
     ("normal", "y | weights(w) ~ x", r"can only be followed by '\| trials\(n\)'"),
     ("normal", "~ x", "has no outcome"),
+    ("multi_normal", "y ~ x", r"outcome is a matrix \(N, D\)"),
 ])
 def test_formula_refusals_name_the_argument(family, formula, message):
     with pytest.raises(RobustStanInputError, match="^formula: .*" + message):
@@ -262,7 +263,7 @@ def test_predict_mean_matches_numpy(grouped_fit, frame):
 def test_predict_new_levels(grouped_fit, frame):
     new = frame.iloc[:4].assign(g=["new", "p", "new", "other"])
     with pytest.raises(RobustStanInputError, match=r"new_data: the grouping factor 'g' has the level\(s\) \['new', "
-                                                   r"'other'\]"):
+                                                   r"'other'\].*fit.predict\(..., new_levels='sample'\)"):
         grouped_fit.predict(new)
     one = grouped_fit.predict(new, new_levels="sample", seed=9).draws
     np.testing.assert_array_equal(one, grouped_fit.predict(new, new_levels="sample", seed=9).draws)
@@ -282,6 +283,9 @@ def test_predict_new_levels(grouped_fit, frame):
     u = np.stack([intercept, slope], axis=-1)
     z = np.linalg.solve(sd[..., :, None] * L, u[..., None])[..., 0]
     assert abs(z.mean()) < 4 / np.sqrt(z.size) and abs(z.std() - 1) < 4 / np.sqrt(2 * z.size)
+    # and uncorrelated (a draw that left out L would keep the correlation of L L')
+    z = z.reshape(-1, 2)
+    assert abs(np.corrcoef(z[:, 0], z[:, 1])[0, 1]) < 4 / np.sqrt(z.shape[0])
     with pytest.raises(RobustStanInputError, match="new_levels: must be one of"):
         grouped_fit.predict(new, new_levels="flag")
     with pytest.raises(RobustStanInputError, match="kind: must be one of"):
@@ -402,6 +406,7 @@ def test_predict_categorical(frame, mislabel):
     assert list(fit.summary().index)[:4] == ["alpha[1]", "alpha[2]", "B[x1, 1]", "B[x1, 2]"]
     with pytest.raises(RobustStanInputError, match="predictions: each row has several values"):
         fit.predict(new).mean()
+    assert repr(fit.predict(new)).endswith("3 rows>")  # draws (chains, draws, rows, classes)
 
 
 def test_predict_multi_normal(frame):
@@ -427,3 +432,59 @@ def test_predict_multi_normal(frame):
         bound = 4.5 * np.sqrt((covariance**2 + np.outer(np.diag(covariance), np.diag(covariance))) / residual.shape[0])
         assert np.all(np.abs(sampled - covariance) < bound)
     assert list(fit.predict(X_new).to_arviz().predictions["y_mean"].dims) == ["chain", "draw", "obs_new", "outcome_dim"]
+
+
+# -- mends after review --------------------------------------------------------------------------
+
+def test_a_row_subset_fit_predicts_its_own_rows(grouped_fit, frame):
+    """A fit on some rows (a coreset's) predicts those rows by default, with their group levels."""
+    model = grouped_fit.model
+    rows = np.array([4, 0, 7])
+    subset = model.with_row_weights(grouped_fit.prepared, rows, np.ones(3), rs.KL())
+    assert list(subset.design.rows) == list(frame.index[rows])
+    np.testing.assert_array_equal(subset.design.X, grouped_fit.prepared.design.X[rows])
+    for term, whole in zip(subset.design.groups, grouped_fit.prepared.design.groups):
+        np.testing.assert_array_equal(term.index, whole.index[rows])
+        np.testing.assert_array_equal(term.Z, whole.Z[rows])
+    fit = Fit(model, grouped_fit.raw, subset, grouped_fit.settings)
+    np.testing.assert_allclose(fit.predict().draws, grouped_fit.predict().draws[..., rows], rtol=1e-12, atol=1e-12)
+
+
+def test_a_column_named_intercept_is_refused(frame):
+    with pytest.raises(RobustStanInputError, match="data: the formula reads a column named 'Intercept'"):
+        rs.glm("normal", formula="y ~ Intercept + x1").prepare(frame.assign(Intercept=frame["x2"]))
+
+
+def test_levels_with_one_name_are_refused(frame):
+    mixed = frame.assign(g=pd.Series([1, "1"] * (len(frame) // 2), index=frame.index, dtype=object))
+    with pytest.raises(RobustStanInputError, match=r"distinct levels of the grouping factor 'g' have the same name "
+                                                   r"\['1'\]"):
+        formula_design("y ~ x1 + (1 | g)", mixed)
+
+
+def test_grouping_factors_get_ascii_stan_names():
+    assert parse_formula("y ~ x + (1 | `café`)").group_stan_names == ("caf",)  # Stan names are ASCII
+
+
+def test_custom_model_coefficients_are_not_named_after_x(frame):
+    """Only a glm's b has one coefficient per column of X; a custom model's b is counted."""
+    model = rs.custom("normal", data="int<lower=1> P; matrix[N, P] X;", parameters="vector[2] b; real<lower=0> s;",
+                      priors="b ~ normal(0, 1); s ~ exponential(1);", mu="X[n, 1:2] * b", sigma="s")
+    rng = np.random.default_rng(2)
+    variables = {"b": rng.normal(size=(1, 5, 2)), "s": rng.exponential(size=(1, 5))}
+    data = {"N": len(frame), "P": 3, "X": frame[["x1", "x2", "h"]], "y": frame["y"].to_numpy()}
+    fit = synthetic_fit(model, data, variables)
+    assert list(fit.summary().index) == ["b[1]", "b[2]", "s"]
+    assert "predictor" not in fit.to_arviz().posterior.coords or list(
+        fit.to_arviz().posterior["predictor"].values) == [0, 1]
+
+
+def test_predict_on_an_unnamed_x_refuses_a_data_frame_and_a_series(frame):
+    rng = np.random.default_rng(3)
+    variables = {"alpha": rng.normal(size=(1, 4)), "b": rng.normal(size=(1, 4, 2)), "sigma": rng.exponential(size=(1, 4))}
+    plain = synthetic_fit(rs.glm("normal", standardize=False),
+                          {"X": frame[["x1", "x2"]].to_numpy(), "y": frame["y"].to_numpy()}, variables)
+    with pytest.raises(RobustStanInputError, match="new_data: the model was fitted on an X without column names"):
+        plain.predict(frame[["x1", "x2"]])
+    with pytest.raises(RobustStanInputError, match="new_data: a pandas Series is read as one column"):
+        plain.predict(frame[["x1", "x2"]].iloc[0])

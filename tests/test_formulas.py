@@ -222,7 +222,7 @@ def test_new_group_levels_flagged_or_refused(frame):
     new = pd.DataFrame({"x1": [0.1, 0.2, 0.3, 0.4], "h": pd.Series([2, 9, 7, 9.0], dtype=object).to_numpy(),
                         "g": ["a", "b", "c", "a"]}, index=["r1", "r2", "r3", "r4"])
     with pytest.raises(RobustStanInputError, match=r"data: the grouping factor 'h' has the level\(s\) \['9', '7'\].*"
-                                                   r"rows r2, r3, r4.*new_levels='flag'"):
+                                                   r"rows r2, r3, r4.*new_levels='sample'"):
         encoding.design(new)
     h, g = encoding.design(new, new_levels="flag").groups
     np.testing.assert_array_equal(h.index, [1, 4, 5, 4])  # 9 and 9.0 are one new level

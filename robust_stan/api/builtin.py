@@ -369,15 +369,16 @@ def _checked_formula(formula, fam) -> ParsedFormula | None:
     parsed = parse_formula(formula)
     if parsed.outcome is None:
         raise RobustStanInputError(f"formula: {formula!r} has no outcome; write it as 'y ~ ...'")
-    if parsed.groups and (fam.class_labels or fam.multivariate):
+    if fam.multivariate:
+        raise RobustStanInputError(f"formula: the {fam.name} glm's outcome is a matrix (N, D), which a formula's "
+                                   "one outcome column cannot give; pass {'X': X, 'y': Y} without formula")
+    if parsed.groups and fam.class_labels:
         raise RobustStanInputError(
             f"formula: group-level terms ({', '.join(term.text for term in parsed.groups)}) are not offered for the "
-            f"{fam.name} family, whose linear predictor is a row per "
-            + ("class" if fam.class_labels else "outcome dimension") + "; write them with rs.custom")
-    if not parsed.intercept and (fam.class_labels or fam.multivariate):
-        raise RobustStanInputError(f"formula: the {fam.name} glm has an intercept per "
-                                   + ("class" if fam.class_labels else "outcome dimension")
-                                   + "; a formula without one ('0 +' or '- 1') is not offered for it")
+            f"{fam.name} family, whose linear predictor is a row per class; write them with rs.custom")
+    if not parsed.intercept and fam.class_labels:
+        raise RobustStanInputError(f"formula: the {fam.name} glm has an intercept per class; a formula without one "
+                                   "('0 +' or '- 1') is not offered for it")
     if "trials" in fam.extra_data and parsed.trials is None:
         raise RobustStanInputError(f"formula: a {fam.name} outcome needs its numbers of trials: write "
                                    f"'{parsed.outcome} | trials(n) ~ ...' with n the column holding them")

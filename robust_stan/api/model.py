@@ -109,7 +109,7 @@ class Model(ModelMethods, GeneratedProgram):
         if self.spec.formula is not None:
             data, design = formula_data(self.spec.formula, data)
             columns = design.columns
-        elif "X" in self.spec.data_names():
+        elif self.kind == "glm":  # b is one coefficient per column of X only in a glm
             columns = column_names_of(data)
         stan_data, scaling = prepare_data(self.spec, data, divergence, learning_rate, weights, mode, batch)
         return PreparedData(data, stan_data, scaling, divergence, design, columns)
@@ -670,8 +670,9 @@ class Model(ModelMethods, GeneratedProgram):
         """
         stan_data = with_switches(slice_rows(self.spec, prepared.stan_data, rows), weights=weights,
                                   divergence=divergence)
+        design = prepared.design.take(rows) if prepared.design is not None else None  # predict() on these rows
         return PreparedData({"y": outcome_values(prepared.data)[rows]}, stan_data, prepared.scaling, divergence,
-                            prepared.design, prepared.column_names)
+                            design, prepared.column_names)
 
     def nuts_draws(self, stan_data: dict, settings, chain_inits: list[dict] | None) -> RawDraws:
         """NUTS draws of the posterior with these Stan data (``robust_stan.methods.nuts.run_nuts``).

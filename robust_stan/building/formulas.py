@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -138,8 +138,7 @@ class ParsedFormula:
         try:
             terms = [str(term) for term in formulaic.Formula(self.fixed)]
         except Exception as err:  # formulaic's parse errors
-            message = re.sub(r"\x1b\[[0-9;]*m|[\u29da\u29db]", "", str(err)).strip()
-            raise RobustStanInputError(f"formula: formulaic cannot read {self.fixed!r}: {message}") from None
+            raise RobustStanInputError(f"formula: formulaic cannot read {self.fixed!r}: {_plain(err)}") from None
         return "1" in terms
 
     @property
@@ -291,7 +290,7 @@ def _refuse_missing(frame: pd.DataFrame, names, argument: str) -> None:
         columns = [str(name) for name in names if missing[name].any()]
         rows = frame.index[missing.any(axis=1).to_numpy()]
         raise RobustStanInputError(f"{argument}: missing values (NaN, None or NA) in column(s) {columns} at rows "
-                                   f"{_row_list(rows)} (index labels); drop or impute them before fitting")
+                                   f"{_row_list(rows)} (index labels); drop or impute them")
 
 
 def _refuse_non_finite(values: np.ndarray, columns, rows: pd.Index, argument: str, what: str) -> None:
@@ -324,9 +323,13 @@ def _model_matrix(formula: str, frame: pd.DataFrame, argument: str, spec=None):
         except RobustStanInputError:
             raise
         except Exception as err:  # formulaic's parse and evaluation errors, whose messages say what is wrong
-            message = re.sub(r"\x1b\[[0-9;]*m|[\u29da\u29db]", "", str(err)).strip()
             raise RobustStanInputError(f"formula: formulaic cannot build {formula!r} from {argument}: "
-                                       f"{type(err).__name__}: {message}") from None
+                                       f"{type(err).__name__}: {_plain(err)}") from None
+
+
+def _plain(err: Exception) -> str:
+    """formulaic's message without its terminal colours and the brackets it marks the place with."""
+    return re.sub(r"\x1b\[[0-9;]*m|[\u29da\u29db]", "", str(err)).strip()
 
 
 def _unseen_categories(spec, frame: pd.DataFrame) -> str:
@@ -421,12 +424,29 @@ class Design:
     rows: pd.Index
     encoding: FormulaEncoding | None = field(repr=False)
 
+    def take(self, rows: np.ndarray) -> Design:
+        """The design of some of its rows (0-based positions), as a row-subset fit (a coreset) holds them.
+
+        Parameters
+        ----------
+        rows : numpy.ndarray
+            0-based positions of the rows kept, in the order kept.
+
+        Returns
+        -------
+        Design
+            The same columns, levels and encoding, on those rows.
+        """
+        groups = tuple(replace(term, Z=term.Z[rows], index=term.index[rows]) for term in self.groups)
+        return replace(self, y=None if self.y is None else self.y[rows], X=self.X[rows], groups=groups,
+                       rows=self.rows[rows])
+
 
 def _stan_names(factors: list[str]) -> list[str]:
     """Stan identifiers for the grouping factors: letters, digits and underscores, unique."""
     names: list[str] = []
     for factor in factors:
-        base = re.sub(r"\W+", "_", factor.replace("`", "")).strip("_") or "group"
+        base = re.sub(r"[^A-Za-z0-9_]+", "_", factor.replace("`", "")).strip("_") or "group"  # Stan: ASCII
         base = base if base[0].isalpha() else "g_" + base
         name, k = base, 2
         while name in names:
@@ -478,6 +498,9 @@ def _check_columns(frame: pd.DataFrame, formula: ParsedFormula, fixed_spec, grou
         _require_columns(frame, term.factor_columns, argument, where)
         _require_columns(frame, spec.required_variables, argument, where)
         needed += [*term.factor_columns, *spec.required_variables]
+    if INTERCEPT in {str(name) for name in needed}:
+        raise RobustStanInputError(f"{argument}: the formula reads a column named {INTERCEPT!r}, the name formulaic "
+                                   "and brms give the intercept; rename the column")
     _refuse_missing(frame, needed, argument)
 
 
@@ -634,10 +657,14 @@ class FormulaEncoding:
                 raise RobustStanInputError(
                     f"{argument}: the grouping factor {term.factor!r} has the level(s) "
                     f"{[_level_name(v) for v in new[:_SHOWN_ROWS]]}, which the training data did not have, at rows "
-                    f"{_row_list(frame.index[unseen])} (index labels); pass new_levels='flag' to draw their "
-                    "effects from the group distribution")
+                    f"{_row_list(frame.index[unseen])} (index labels); fit.predict(..., new_levels='sample') draws "
+                    "their effects from the group distribution")
             index[unseen] = len(levels) + new.get_indexer(keys[unseen])
             levels += [_level_name(level) for level in new]
+        twice = sorted({level for level in levels if levels.count(level) > 1})
+        if twice:  # e.g. 1 and "1" in one column, or the pairs ("a:b", "c") and ("a", "b:c")
+            raise RobustStanInputError(f"{argument}: distinct levels of the grouping factor {term.factor!r} have the "
+                                       f"same name {twice}; recode them so that their names differ")
         return GroupTerm(":".join(term.factor_columns), group.stan_name, tuple(str(c) for c in Z.columns),
                          Z.to_numpy(dtype=float), index.astype(np.int64), tuple(levels), len(group.levels),
                          term.correlated)

@@ -87,12 +87,6 @@ class GroupTermStan:
         return {f"sd_{self.name}": coefficient_rule} if coefficient_rule else {}
 
     @property
-    def effects(self) -> str:
-        """Stan expression of the effects ``u_s`` (K x G) (str)."""
-        s = self.name
-        return f"diag_pre_multiply(sd_{s}, L_{s}) * z_{s}" if self.correlated else f"diag_pre_multiply(sd_{s}, z_{s})"
-
-    @property
     def per_observation(self) -> str:
         """Stan expression of row ``n``'s part of the linear predictor (str)."""
         s = self.name

@@ -161,7 +161,14 @@ def plain_design(new_data, columns: tuple[str, ...] | None, n_columns: int, argu
     values = new_data["X"] if isinstance(new_data, Mapping) and "X" in new_data else new_data
     if isinstance(new_data, Mapping) and "X" not in new_data:
         raise RobustStanInputError(f"{argument}: give the new rows' X (as the array itself, or as {argument}['X'])")
-    if isinstance(values, pd.DataFrame) and columns is not None:
+    if isinstance(values, pd.Series):
+        raise RobustStanInputError(f"{argument}: a pandas Series is read as one column; give one new row as a "
+                                   "(1, P) array, or as a DataFrame of one row (series.to_frame().T)")
+    if isinstance(values, pd.DataFrame):
+        if columns is None:
+            raise RobustStanInputError(f"{argument}: the model was fitted on an X without column names, so the "
+                                       "columns of a DataFrame cannot be matched to its coefficients; give the new "
+                                       "rows as an array in the training X's column order")
         missing = [c for c in columns if c not in {str(name) for name in values.columns}]
         if missing:
             raise RobustStanInputError(f"{argument}: X lacks the column(s) {missing} the model was fitted with "

@@ -46,6 +46,8 @@ def summary_table(variables: dict[str, np.ndarray], percentiles: tuple[float, ..
         for j, label in enumerate(names):
             if label is None:
                 continue
+            if label in rows:
+                raise ValueError(f"two elements of the summary are labelled {label!r}")
             x = flat[:, :, j]
             row = {"mean": x.mean(), "sd": x.std(ddof=1)}
             row.update({f"{p:g}%": np.percentile(x, p) for p in percentiles})

@@ -90,5 +90,5 @@ class Predictions:
         })
 
     def __repr__(self) -> str:
-        chains, draws, n = self.draws.shape
+        chains, draws, n = self.draws.shape[:3]  # categorical means and multi_normal have a value axis more
         return f"<robust_stan.Predictions {self.name!r} ({self.kind}), {chains} chains x {draws} draws, {n} rows>"
