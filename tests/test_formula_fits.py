@@ -166,6 +166,9 @@ def test_same_draws_as_the_hand_built_model(grouped, data):
         np.testing.assert_array_equal(ours.posterior[name], hand.posterior[name], err_msg=name)
 
 
+# a robustness study (two full NUTS fits of 300 rows): on one CI stack, the oldest; its program is compiled
+# and run on both by the tests above
+@pytest.mark.statistical_study
 def test_group_terms_recovered_under_a_beta_loss_with_outliers(data):
     """NUTS with its defaults on the default (standardised) model: sds, effects and sigma recovered by
     beta despite 5% outliers at 16 sigma, which KL follows. Then predict() against the program."""
