@@ -6,7 +6,7 @@ generated quantities) are prefixed with the program's name (``y`` of eight_schoo
 ``eight_schools_y``), its model block becomes a nested block of the merged model block (so its
 local variables stay its own), and the blocks are concatenated in the order of the programs.
 The parameters are therefore those of the first program, then the second's, and so on, which is
-the order :func:`merged_log_density` reads theta in. The programs must have no functions block
+the order :func:`parameter_stretches` gives theta's stretches in. The programs must have no functions block
 and no comments that matter (comments are dropped).
 """
 
@@ -103,19 +103,17 @@ def program_data(merged: dict, prefix: str) -> dict:
     return {key[len(prefix) + 1:]: value for key, value in merged.items() if key.startswith(prefix + "_")}
 
 
-def merged_log_density(names: list[str]):
-    """The reference log density of the merged program of ``names`` (in that order): the sum of
-    each program's, each reading its own stretch of theta."""
+def merged_log_density(stretches: dict[str, slice]):
+    """The reference log density of a merged program: the sum of each program's, each on its own
+    stretch of theta (``stretches``: program name -> slice, from :func:`parameter_stretches`, in the
+    merged program's order)."""
 
     def log_density(data, theta):
-        theta, total, at = np.asarray(theta, dtype=float), 0.0, 0
-        for name in names:
-            own = program_data(data, name)
-            size = reference_dimension(name, own)
-            total += REFERENCE_LOG_DENSITIES[name](own, theta[at:at + size])
-            at += size
-        assert at == theta.size, f"theta has {theta.size} values, the programs {at}"
-        return total
+        theta = np.asarray(theta, dtype=float)
+        end = max(where.stop for where in stretches.values())
+        assert end == theta.size, f"theta has {theta.size} values, the programs {end}"
+        return sum(REFERENCE_LOG_DENSITIES[name](program_data(data, name), theta[where])
+                   for name, where in stretches.items())
 
     return log_density
 

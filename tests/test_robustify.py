@@ -294,10 +294,10 @@ def test_kl_rewrite_of_the_merged_programs_keeps_the_log_density_up_to_one_const
     robust = rs.robustify(code, engine=ENGINE)
     robust.compile(show_progress=False)
     data = merged_data({name: CASES[name][0](np.random.default_rng(7)) for name in MERGED})
+    stretches = parameter_stretches(MERGED, data)
     _assert_log_density_is_the_reference_plus_a_constant(
         "merged", data, lambda theta: robust.log_density_gradient(data, theta, divergence=rs.KL()),
-        robust.dimension(robust.stan_data(data)), reference=merged_log_density(MERGED),
-        stretches=parameter_stretches(MERGED, data))
+        robust.dimension(robust.stan_data(data)), reference=merged_log_density(stretches), stretches=stretches)
 
 
 # programs whose SciPy transcription cannot be held to the bounds above, and why: their rewrite under KL

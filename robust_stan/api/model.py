@@ -420,11 +420,9 @@ class Model(ModelMethods, GeneratedProgram):
         if self.kind != "glm":
             raise RobustStanInputError(f"fit.predict: predictions for new rows are offered for rs.glm models, not a "
                                        f"{self.kind} model")
-        if family.glm_mean is None:
-            raise RobustStanInputError(f"fit.predict: predictions are not offered for the {family.name} glm yet")
         if new_levels not in PREDICTION_NEW_LEVELS:
             raise RobustStanInputError(f"new_levels: must be one of {list(PREDICTION_NEW_LEVELS)}, got {new_levels!r}")
-        if kind not in PREDICTION_KINDS:
+        if kind not in PREDICTION_KINDS:  # before the new rows are encoded (predict_draws checks it again)
             raise RobustStanInputError(f"kind: must be one of {list(PREDICTION_KINDS)}, got {kind!r}")
         formula, trials = self.spec.formula, None
         if new_data is None:  # the training rows
