@@ -15,6 +15,11 @@ import pytest
 
 warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
 
+# ArviZ 0.23 writes a once-a-day stamp file as it is first imported; two pytest-xdist workers doing so at
+# once race on its temporary file (FileNotFoundError at collection). Importing it here, in the process
+# that starts the workers, writes the stamp before they exist.
+import arviz  # noqa: E402, F401
+
 import robust_stan as rs  # noqa: E402  (after the filter: ArviZ warns as it is imported)
 
 ENGINE = os.environ.get("ROBUST_STAN_TEST_ENGINE", "httpstan")
