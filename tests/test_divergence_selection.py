@@ -2,10 +2,13 @@
 differences, the H-score of the KL loss against its closed form, reweighted grid values against
 full fits, the refit when k-hat is large, and bad input."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 import robust_stan as rs
+from robust_stan.api.select_divergence import _warm_start
 from robust_stan.building.data import with_switches
 from robust_stan.building.divergences import DivergenceCode
 from robust_stan.engines.base import parameter_columns
@@ -329,6 +332,34 @@ def test_the_chosen_value_gets_its_own_fit_on_first_use():
         assert fit.divergence == selection.divergence and len(selection.fits) == 2
     ax = selection.plot()
     assert ax.get_xlabel().startswith("divergence parameter")
+
+
+def test_a_warm_start_is_one_draw_and_keeps_every_constraint():
+    """A grid value reweighted with too large a k-hat is fitted again, started from the nearest fitted
+    value's draw nearest its posterior means (sd units): one draw, so a unit vector stays one and a
+    Cholesky factor of a correlation matrix keeps rows of length 1, which their means do not. Quantities
+    derived from the parameters (not in ``parameter_names``) are left out."""
+    rng = np.random.default_rng(4)
+    angle = rng.uniform(0, 2 * np.pi, size=(2, 50))
+    u = np.stack([np.cos(angle), np.sin(angle)], axis=-1)
+    r = rng.uniform(-0.9, 0.9, size=(2, 50))
+    L = np.zeros((2, 50, 2, 2))
+    L[..., 0, 0], L[..., 1, 0], L[..., 1, 1] = 1.0, r, np.sqrt(1 - r**2)
+    sigma = rng.gamma(2.0, size=(2, 50))
+    fit = SimpleNamespace(parameter_names=["u", "L_Omega", "sigma"],
+                          posterior={"u": u, "L_Omega": L, "sigma": sigma, "derived": sigma * 2})
+    start = _warm_start(fit)
+    assert set(start) == {"u", "L_Omega", "sigma"}
+    ((chain, iteration),) = np.argwhere(sigma == start["sigma"])
+    np.testing.assert_array_equal(start["u"], u[chain, iteration])
+    np.testing.assert_array_equal(start["L_Omega"], L[chain, iteration])
+    assert np.linalg.norm(start["u"]) == pytest.approx(1.0, abs=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(start["L_Omega"], axis=1), 1.0, rtol=0, atol=1e-12)
+    assert np.linalg.norm(u.mean(axis=(0, 1))) < 0.5   # the means would break both constraints
+    assert np.linalg.norm(L.mean(axis=(0, 1))[1]) < 0.9
+    # the draw nearest the means: here the one of a scalar nearest its mean
+    scalar = np.array([[0.0, 1.0, 2.4], [3.0, 4.0, 5.0]])   # mean 2.57
+    assert _warm_start(SimpleNamespace(parameter_names=["s"], posterior={"s": scalar}))["s"] == 2.4
 
 
 @pytest.mark.parametrize("grid, options, match", [

@@ -170,9 +170,21 @@ def _fit(divergence: Divergence, inits, model: AnyModel, data: Mapping, learning
 
 
 def _warm_start(fit) -> dict:
-    """Starts at ``fit``'s posterior means of its parameters (one dict for every chain; a formula
-    model's posterior also holds quantities derived from them, its group effects)."""
-    return {name: fit.posterior[name].mean(axis=(0, 1)) for name in fit.parameter_names}
+    """Starts at the one draw of ``fit`` nearest its posterior means, each parameter's entries
+    measured in their posterior sds (one dict for every chain; only the parameters: a formula model's
+    posterior also holds quantities derived from them, its group effects). A draw and not the means,
+    because a mean need not satisfy the parameter's constraint: the mean of unit vectors is not a unit
+    vector, nor that of Cholesky factors of correlation matrices such a factor."""
+    draws = {name: np.asarray(fit.posterior[name], dtype=float) for name in fit.parameter_names}
+    chains, iterations = next(iter(draws.values())).shape[:2]
+    distance = np.zeros((chains, iterations))
+    for values in draws.values():
+        entries = values.reshape(chains, iterations, -1)
+        spread = entries.std(axis=(0, 1))
+        spread[spread == 0] = 1.0
+        distance += np.sum(((entries - entries.mean(axis=(0, 1))) / spread) ** 2, axis=2)
+    chain, iteration = np.unravel_index(np.argmin(distance), distance.shape)
+    return {name: values[chain, iteration] for name, values in draws.items()}
 
 
 def _starts(model: AnyModel, data: Mapping, divergence: Divergence, learning_rate: float, census: ModeCensus | None,
