@@ -70,6 +70,10 @@ myst_heading_anchors = 3  # docs/stan-functions.md links to its own headings (#n
 nb_execution_mode = "force"  # every build runs every tutorial: what the pages show is what the code does
 nb_execution_raise_on_error = True  # a tutorial that raises fails the build
 nb_execution_timeout = 900  # a cell that compiles a Stan program on a cold cache may take minutes
+# the tutorials' programs build at -O1, as the test suite's do (docs/guide/engines.md, compiler flags): a fifth
+# less compile time, the same values, and tutorial data too small for the slower sampling to show; the
+# notebooks' kernels inherit it
+os.environ.setdefault("ROBUST_STAN_CXXFLAGS", "-O1")
 nb_execution_show_tb = True
 nb_merge_streams = True
 

@@ -336,6 +336,54 @@ def test_failed_cpp_build_shows_the_compilers_own_message(monkeypatch):
 
 @pytest.mark.stan
 @needs_httpstan
+def test_extra_compiler_flags_reach_the_compiler_and_name_the_build(monkeypatch):
+    """ROBUST_STAN_CXXFLAGS comes after httpstan's own flags on g++'s command line (shown by a flag
+    that makes the build fail: an -include of a header that does not exist), and its flags are part
+    of the program text httpstan names the build by, so builds with other flags are not reused."""
+    import uuid
+
+    from robust_stan.engines import compile_program
+    from robust_stan.engines.httpstan_engine import _with_interface_mark
+
+    code = f"parameters {{ real x; }}\nmodel {{ x ~ normal(0, 1); }}\n// {uuid.uuid4().hex}\n"
+    monkeypatch.setenv("ROBUST_STAN_CXXFLAGS", "")
+    unflagged = _with_interface_mark(code)
+    monkeypatch.setenv("ROBUST_STAN_CXXFLAGS", "-O1 -include '/nonexistent/robust stan flag check.hpp'")
+    flagged = _with_interface_mark(code)
+    assert unflagged != flagged and "and the compiler flags -O1 -include '/nonexistent/robust stan" in flagged
+    with pytest.raises(rs.StanCompileError, match="robust stan flag check.hpp: No such file or directory"):
+        compile_program(code, "httpstan", show_progress=False)
+    monkeypatch.setenv("ROBUST_STAN_CXXFLAGS", "-O1 '-include")
+    with pytest.raises(rs.StanCompileError, match="^ROBUST_STAN_CXXFLAGS: cannot split"):
+        compile_program(code, "httpstan", show_progress=False)
+
+
+@pytest.mark.stan
+@needs_httpstan
+@pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 200 draws of one chain: no R-hat
+def test_a_build_at_o1_computes_what_httpstans_o3_build_computes(monkeypatch):
+    """The suite builds at -O1 (tests/conftest.py); users get httpstan's -O3. GCC keeps IEEE arithmetic at
+    every level (no -ffast-math), so both builds of a robustified program give the same log densities and
+    gradients to the last bit under KL, beta and gamma, and NUTS the same draws for the same seed."""
+    data = {"X": np.linspace(-2, 2, 30)[:, None], "y": np.sin(np.arange(30.0))}
+    data["y"][:3] += 8
+    fits, values, builds = [], [], set()
+    for flags in ("-O1", ""):
+        monkeypatch.setenv("ROBUST_STAN_CXXFLAGS", flags)
+        model = rs.glm("normal", engine="httpstan")
+        builds.add(model.compile(show_progress=False).model_name)
+        theta = np.random.default_rng(4).normal(size=(3, model.dimension(model.stan_data(data))))
+        values.append([model.log_density_gradient(data, t, divergence=d) for t in theta
+                       for d in (rs.KL(), rs.BetaD(0.5), rs.GammaD(0.3))])
+        fits.append(model.sample(data, divergence=rs.BetaD(0.5), chains=1, iter_warmup=200, iter_sampling=200,
+                                 seed=6, show_progress=False).draws("b"))
+    assert len(builds) == 2
+    assert values[0] and all(a[0] == b[0] and np.array_equal(a[1], b[1]) for a, b in zip(*values))
+    np.testing.assert_array_equal(fits[0], fits[1])
+
+
+@pytest.mark.stan
+@needs_httpstan
 def test_stanc_error_on_the_httpstan_path_names_the_line():
     from robust_stan.engines import compile_program
 

@@ -16,13 +16,14 @@ import numpy as np
 from ..common.errors import RobustStanInputError
 from .base import CompiledProgram, NutsSettings, RawDraws
 from .cmdstan_engine import cmdstan_available, compile_cmdstan
+from .httpstan_build import extra_compiler_flags
 from .httpstan_engine import compile_httpstan, httpstan_available
 
 ENGINES = ("cmdstan", "httpstan")
 
 #: Number of real builds (not cache hits) per engine in this process.
 COMPILE_COUNTS: Counter = Counter()
-_LOADED: dict[tuple[str, str], CompiledProgram] = {}
+_LOADED: dict[tuple[str, str, tuple[str, ...]], CompiledProgram] = {}  # engine, program, extra flags
 
 
 def resolve_engine(engine: str = "auto") -> str:
@@ -62,9 +63,10 @@ def resolve_engine(engine: str = "auto") -> str:
 
 
 def compile_program(stan_code: str, engine: str = "auto", show_progress: bool = True) -> CompiledProgram:
-    """Compile a program (with the robust-stan library on its include path) or reuse a cached build."""
+    """Compile a program (with the robust-stan library on its include path) or reuse a cached build
+    (an httpstan build made with the same ``ROBUST_STAN_CXXFLAGS``)."""
     engine = resolve_engine(engine)
-    key = (engine, stan_code)
+    key = (engine, stan_code, tuple(extra_compiler_flags()) if engine == "httpstan" else ())
     if key not in _LOADED:
         compiler = compile_cmdstan if engine == "cmdstan" else compile_httpstan
         program, built = compiler(stan_code, show_progress=show_progress)
