@@ -337,9 +337,10 @@ def test_failed_cpp_build_shows_the_compilers_own_message(monkeypatch):
 @pytest.mark.stan
 @needs_httpstan
 def test_extra_compiler_flags_reach_the_compiler_and_name_the_build(monkeypatch):
-    """ROBUST_STAN_CXXFLAGS comes after httpstan's own flags on g++'s command line (shown by a flag
-    that makes the build fail: an -include of a header that does not exist), and its flags are part
-    of the program text httpstan names the build by, so builds with other flags are not reused."""
+    """ROBUST_STAN_CXXFLAGS reaches g++'s command line (shown by a flag that makes the build fail: an
+    -include of a header that does not exist), and its flags are part of the program text httpstan
+    names the build by, so builds with other flags are not reused. (That they come after httpstan's
+    own -O3, so that -O1 takes effect, shows in the build times: docs/guide/engines.md.)"""
     import uuid
 
     from robust_stan.engines import compile_program
@@ -363,8 +364,9 @@ def test_extra_compiler_flags_reach_the_compiler_and_name_the_build(monkeypatch)
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 200 draws of one chain: no R-hat
 def test_a_build_at_o1_computes_what_httpstans_o3_build_computes(monkeypatch):
     """The suite builds at -O1 (tests/conftest.py); users get httpstan's -O3. GCC keeps IEEE arithmetic at
-    every level (no -ffast-math), so both builds of a robustified program give the same log densities and
-    gradients to the last bit under KL, beta and gamma, and NUTS the same draws for the same seed."""
+    every level (no -ffast-math), so both builds of the normal glm (its beta and gamma losses in native C++)
+    give the same log densities and gradients to the last bit under KL, beta and gamma, and NUTS the same
+    draws for the same seed."""
     data = {"X": np.linspace(-2, 2, 30)[:, None], "y": np.sin(np.arange(30.0))}
     data["y"][:3] += 8
     fits, values, builds = [], [], set()
