@@ -125,9 +125,10 @@ class HttpstanProgram(CompiledProgram):
 
     engine_name = "httpstan"
 
-    def __init__(self, stan_code: str, model_name: str):
+    def __init__(self, stan_code: str, model_name: str, marked_code: str):
         super().__init__(stan_code)
         self.model_name = model_name
+        self.marked_code = marked_code  # the text httpstan named the build by (_with_interface_mark)
         self.module = _load_module_of_our_own(model_name)
         self.library_path = self.module.__file__
         self._shapes: dict[str, dict[str, tuple[int, ...]]] = {}
@@ -140,7 +141,7 @@ class HttpstanProgram(CompiledProgram):
         """The build's files (the extension module and httpstan's logs; not the generated C++)."""
         folder = _httpstan().cache.model_directory(self.model_name)
         names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix != ".cpp")
-        return read_build_files("httpstan", folder, names, _with_interface_mark(self.stan_code))
+        return read_build_files("httpstan", folder, names, self.marked_code)
 
     # -- densities ------------------------------------------------------------
     def log_density(self, data, theta, jacobian=True):
@@ -298,7 +299,7 @@ def compile_httpstan(stan_code: str, show_progress: bool = True) -> tuple[Httpst
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            return HttpstanProgram(code, model_name), False
+            return HttpstanProgram(code, model_name, marked), False
         except KeyError:  # not built yet
             pass
         except ImportError:  # built, but it does not load here (e.g. by an older robust-stan): build again
@@ -338,7 +339,7 @@ def _build(hs, code: str, marked: str, model_name: str, show_progress: bool) -> 
         hs.cache.delete_model_directory(model_name)  # leave no half-built module in the cache
         raise
     hs.cache.dump_services_extension_module_compiler_output(output, model_name)
-    return HttpstanProgram(code, model_name)
+    return HttpstanProgram(code, model_name, marked)
 
 
 def httpstan_available() -> bool:
