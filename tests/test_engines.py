@@ -421,6 +421,17 @@ def test_installed_httpstans_object_is_read_and_models_load_on_this_python(glm_n
     assert program.native_model(glm_normal.stan_data(glm_data(n=10), rs.KL())).dimension == 4
 
 
+@pytest.mark.stan
+@needs_httpstan
+def test_the_compiler_output_kept_with_a_build_has_no_ignored_attributes_warnings(glm_normal):
+    """Eigen's ignored-attributes warnings are not asked for (httpstan_build.MODEL_COMPILER_FLAGS, part of the
+    build's name): under Python's -Wall each model drew hundreds of them into the output httpstan keeps."""
+    import httpstan.cache
+
+    output = httpstan.cache.load_services_extension_module_compiler_output(glm_normal.compile().model_name)
+    assert "-Wignored-attributes" not in output
+
+
 def test_precompiled_header_is_built_once_used_by_gcc_and_refused_cleanly(tmp_path):
     """precompiled_header: GCC builds the .gch once per setting and uses it (``-H`` marks a used
     precompiled header with '!'); a header GCC cannot compile gives None, keeps GCC's message and is

@@ -25,7 +25,12 @@ Two settings make a build faster and the module smaller: debug information is le
 the C interface are parsed once into a precompiled header, kept in httpstan's
 cache for the compiler settings it was made with (:func:`precompiled_header`).
 A compiler that is not GCC, or a precompiled header that cannot be made, leaves
-the build as it was: the interface header included as text.
+the build as it was: the interface header included as text. Eigen's warnings that
+attributes on template arguments are ignored are not asked for
+(``-Wno-ignored-attributes``): under Python's ``-Wall`` every model drew hundreds
+of them, each with its chain of template instantiations, which filled the
+compiler's output that httpstan keeps beside the module; the object is the same
+without them.
 
 The build runs in a child Python process. httpstan sends the compiler's
 standard error to a file it drops when the build fails; in the child,
@@ -66,6 +71,10 @@ def forced_headers(code: str) -> tuple[Path, ...]:
     losses' definitions when the program declares them."""
     return (INTERFACE_HEADER, native_header_path()) if uses_native_functions(code) else (INTERFACE_HEADER,)
 
+
+#: The flags every model is compiled with after httpstan's own: no debug information, and not Eigen's
+#: ignored-attributes warnings (see the module's docstring).
+MODEL_COMPILER_FLAGS = ["-g0", "-Wno-ignored-attributes"]
 
 #: The environment variable of :func:`extra_compiler_flags`.
 CXXFLAGS_VARIABLE = "ROBUST_STAN_CXXFLAGS"
@@ -277,7 +286,7 @@ def _add_our_parts(hs, headers: tuple[Path, ...], services_for_this_python: bool
     model_base declares those virtual functions after all the others, so httpstan's services,
     built without them, see the same table of virtual functions.
 
-    The model is compiled with ``-g0`` and the :func:`extra_compiler_flags` and, where
+    The model is compiled with the ``MODEL_COMPILER_FLAGS`` and the :func:`extra_compiler_flags` and, where
     :func:`_stan_precompiled_header` gives one, that header in place of the C interface's (``headers[0]``).
     """
     run_build_ext = hs.build_ext.run_build_ext
@@ -289,7 +298,8 @@ def _add_our_parts(hs, headers: tuple[Path, ...], services_for_this_python: bool
             if services_for_this_python and shipped:
                 own = _services_object_for_this_python(hs, extension)
                 extension.extra_objects = [o for o in extension.extra_objects if o not in shipped] + [str(own)]
-            flags = ["-g0"] + (["-DSTAN_MODEL_FVAR_VAR"] if second_order else []) + extra_compiler_flags()
+            flags = (MODEL_COMPILER_FLAGS + (["-DSTAN_MODEL_FVAR_VAR"] if second_order else [])
+                     + extra_compiler_flags())
             first = headers[0]
             command = _compiler_command()
             if _is_gcc(command):

@@ -34,7 +34,7 @@ from ..common.event_loop import event_loop_running, run_coroutine
 from ..common.progress import elapsed_bar
 from .base import CompiledProgram, NutsSettings, RawDraws, named_columns, named_values, refuse_build_on_worker
 from .build_files import BuildFiles, read_build_files
-from .httpstan_build import build_in_child, extra_compiler_flags, forced_headers, translate
+from .httpstan_build import MODEL_COMPILER_FLAGS, build_in_child, extra_compiler_flags, forced_headers, translate
 from .native_model import NativeProgramWithData
 
 _ITERATION = re.compile(rb"Iteration:\s+(\d+)\s*/\s*(\d+)")
@@ -310,14 +310,15 @@ def compile_httpstan(stan_code: str, show_progress: bool = True) -> tuple[Httpst
 
 def _with_interface_mark(code: str) -> str:
     """The program text httpstan builds: ``code`` and a comment naming the C interface's version
-    and the extra compiler flags (``ROBUST_STAN_CXXFLAGS``), if any.
+    (with robust-stan's own compiler flags) and the extra compiler flags (``ROBUST_STAN_CXXFLAGS``), if any.
 
     httpstan names (and caches) a module by its program text alone; the mark
     makes a module built with another version of ``oracle_interface.hpp`` (or of
     the native losses' header, for a program that uses them), or without it, or
     with other flags, a different program.
     """
-    interface = hashlib.sha256(b"".join(header.read_bytes() for header in forced_headers(code))).hexdigest()[:16]
+    interface = hashlib.sha256(b"".join(header.read_bytes() for header in forced_headers(code))
+                               + shlex.join(MODEL_COMPILER_FLAGS).encode()).hexdigest()[:16]
     flags = extra_compiler_flags()
     with_flags = f" and the compiler flags {shlex.join(flags)}" if flags else ""
     return f"{code}\n// built by robust-stan with its C interface {interface}{with_flags}\n"
