@@ -514,11 +514,7 @@ def beta_log_integral_mp(a: float, shape1: float, shape2: float) -> float:
         x, z = s * (u - 1) + 1, s * (v - 1) + 1
         if x <= 0 or z <= 0:
             return math.inf
-
-        def log_beta(p, q):
-            return mpmath.loggamma(p) + mpmath.loggamma(q) - mpmath.loggamma(p + q)
-
-        return float(log_beta(x, z) - s * log_beta(u, v))
+        return float(mpmath.log(mpmath.beta(x, z)) - s * mpmath.log(mpmath.beta(u, v)))
 
 
 def neg_binomial_2_log_integral(a: float, mu: float, phi: float) -> float:
