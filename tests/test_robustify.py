@@ -469,7 +469,7 @@ def test_reference_log_densities_are_the_programs_as_written(as_written):
 
 
 # one program of each family robustify alone offers: their programs as written are compiled for this
-# test only, so it runs on one stack (the statistical_study marker: .ci/run's oldest)
+# test only, so it runs with the statistical studies (-m statistical_study), not in the default run
 # (those of MERGED: in the merged test below)
 FAMILY_PROGRAMS = ["gamma_regression", "beta_binomial_trials", "ordinal_ratings"]
 
@@ -503,7 +503,7 @@ def test_nuts_on_the_kl_rewrite_of_the_merged_programs_agrees_with_them_as_writt
     """As the test above, on the merged program of MERGED (their families lognormal, weibull, beta
     and neg_binomial_2 among them): robustified and as written, every parameter, transformed parameter
     and generated quantity of the thirteen programs at once. Its program as written is compiled for this
-    test only, so it runs on one stack."""
+    test only, so it runs with the statistical studies."""
     code = merge_programs({name: _program(name).read_text() for name in MERGED})
     data = merged_data({name: CASES[name][0](np.random.default_rng(7)) for name in MERGED})
     options = dict(chains=4, iter_warmup=500, iter_sampling=500, adapt_delta=max(CASES[name][1] for name in MERGED),
@@ -607,7 +607,6 @@ def test_robust_loss_is_the_library_loss_of_each_row():
 
 
 @pytest.mark.stan
-@pytest.mark.statistical_study
 def test_beta_rewrite_resists_planted_outliers():
     rng = np.random.default_rng(21)
     n = 100
@@ -733,14 +732,22 @@ ROBUSTNESS_SETTINGS = {"logistic_regression": dict(n=400, every=20, divergence=r
                        "ordinal_ratings": dict(divergence=rs.BetaD(1.0))}
 
 
-@pytest.fixture(scope="module", params=sorted(OUTLIERS))
+# The cases in the default run: other tests there build their programs, and their fits are short. The
+# others build a program for this study alone, or fit for long: they run with the statistical studies.
+PLANTED_IN_THE_DEFAULT_RUN = {"linear_regression", "poisson_offset", "multi_normal_location", "two_outcomes",
+                              "target_lupdf", "loop_likelihood", "if_else_trend", "log_outcome", "gamma_regression",
+                              "matrix_outcome"}
+
+
+@pytest.fixture(scope="module", params=[
+    name if name in PLANTED_IN_THE_DEFAULT_RUN else pytest.param(name, marks=pytest.mark.statistical_study)
+    for name in sorted(OUTLIERS)])
 def spoilable_case(request):
     """Each program robustified whose rows can be spoiled (OUTLIERS)."""
     return _compiled_case(request.param, rs.robustify)
 
 
 @pytest.mark.stan
-@pytest.mark.statistical_study
 def test_beta_rewrite_of_each_spoilable_program_resists_planted_outliers(spoilable_case):
     """Spoiled rows: the KL posterior mean of the watched parameter leaves the clean-data posterior
     mean by more than 5 of the clean posterior's sds, the beta posterior mean stays within 3 of
