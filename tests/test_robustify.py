@@ -211,8 +211,9 @@ def _compiled_case(name, make_model):
     return name, make_data(np.random.default_rng(7)), adapt_delta, model
 
 
-# the programs no other test here compiles on its own on every stack (the planted-outlier studies, on
-# one stack, compile all but five of them: OUTLIERS): their KL rewrites are checked in one merged program
+# programs that no other test of the default run compiles robustified, but multi_normal_location (the
+# planted-outlier study compiles seven more of them with the statistical studies: OUTLIERS): their KL
+# rewrites are checked in one merged program
 # (tests/program_merging.py), which saves the suite a dozen C++ builds per stack
 MERGED = ["logistic_regression", "group_intercepts", "varying_slopes", "multi_normal_location", "student_t_regression",
           "target_sum", "two_binomials", "ragged_groups", "gp_one_observation", "lognormal_regression",
