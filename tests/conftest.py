@@ -25,7 +25,7 @@ import robust_stan as rs  # noqa: E402  (after the filter: ArviZ warns as it is 
 ENGINE = os.environ.get("ROBUST_STAN_TEST_ENGINE", "httpstan")
 
 # The suite's httpstan builds are compiled at -O1 (ROBUST_STAN_CXXFLAGS, after httpstan's -O3): about a fifth
-# less compile time, which is most of the suite's, for somewhat slower sampling. GCC computes the same
+# less compile time, which is most of the suite's, for somewhat slower sampling. GCC and clang compute the same
 # IEEE values at every -O level (no -ffast-math), so a test's claim holds for the users' -O3 builds too;
 # test_engines.py checks it on one program, and the demo builds at -O3 in CI. ROBUST_STAN_CXXFLAGS="" runs the
 # suite on -O3 builds.

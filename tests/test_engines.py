@@ -7,6 +7,7 @@ why, where they are not (this machine and CI have neither: no network to fetch t
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -309,10 +310,14 @@ def test_bridgestan_and_httpstan_agree(glm_normal, divergence):
             np.testing.assert_allclose(drawn_b[name], drawn_h[name], rtol=1e-12)
 
 
+#: How GCC and clang say that a header ({} in the pattern) does not exist.
+MISSING_HEADER = r"{}(: No such file or directory|' file not found)"
+
+
 @pytest.mark.stan
 @needs_httpstan
 def test_failed_cpp_build_shows_the_compilers_own_message(monkeypatch):
-    """A build that g++ refuses raises StanCompileError carrying g++'s message, and leaves no
+    """A build that the compiler (GCC or clang) refuses raises StanCompileError carrying its message, and leaves no
     half-built module in httpstan's cache. The failure is made real and quick: a CPPFLAGS
     (which setuptools passes to every compile) that includes a header that does not exist."""
     import uuid
@@ -329,7 +334,7 @@ def test_failed_cpp_build_shows_the_compilers_own_message(monkeypatch):
         compile_program(code, "httpstan", show_progress=False)
     message = str(error.value)
     assert "C++ compiler could not build" in message
-    assert "robust_stan_missing_header.hpp: No such file or directory" in message
+    assert re.search(MISSING_HEADER.format(re.escape("robust_stan_missing_header.hpp")), message), message
     model_name = httpstan.models.calculate_model_name(_with_interface_mark(code))
     assert not httpstan.cache.model_directory(model_name).exists()
 
@@ -337,7 +342,7 @@ def test_failed_cpp_build_shows_the_compilers_own_message(monkeypatch):
 @pytest.mark.stan
 @needs_httpstan
 def test_extra_compiler_flags_reach_the_compiler_and_name_the_build(monkeypatch):
-    """ROBUST_STAN_CXXFLAGS reaches g++'s command line (shown by a flag that makes the build fail: an
+    """ROBUST_STAN_CXXFLAGS reaches the compiler's command line (shown by a flag that makes the build fail: an
     -include of a header that does not exist), and its flags are part of the program text httpstan
     names the build by, so builds with other flags are not reused. (That they come after httpstan's
     own -O3, so that -O1 takes effect, shows in the build times: docs/guide/engines.md.)"""
@@ -352,7 +357,7 @@ def test_extra_compiler_flags_reach_the_compiler_and_name_the_build(monkeypatch)
     monkeypatch.setenv("ROBUST_STAN_CXXFLAGS", "-O1 -include '/nonexistent/robust stan flag check.hpp'")
     flagged = _with_interface_mark(code)
     assert unflagged != flagged and "and the compiler flags -O1 -include '/nonexistent/robust stan" in flagged
-    with pytest.raises(rs.StanCompileError, match="robust stan flag check.hpp: No such file or directory"):
+    with pytest.raises(rs.StanCompileError, match=MISSING_HEADER.format("robust stan flag check.hpp")):
         compile_program(code, "httpstan", show_progress=False)
     monkeypatch.setenv("ROBUST_STAN_CXXFLAGS", "-O1 '-include")
     with pytest.raises(rs.StanCompileError, match="^ROBUST_STAN_CXXFLAGS: cannot split"):
@@ -363,8 +368,8 @@ def test_extra_compiler_flags_reach_the_compiler_and_name_the_build(monkeypatch)
 @needs_httpstan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 200 draws of one chain: no R-hat
 def test_a_build_at_o1_computes_what_httpstans_o3_build_computes(monkeypatch):
-    """The suite builds at -O1 (tests/conftest.py); users get httpstan's -O3. GCC keeps IEEE arithmetic at
-    every level (no -ffast-math), so both builds of the normal glm (its beta and gamma losses in native C++)
+    """The suite builds at -O1 (tests/conftest.py); users get httpstan's -O3. GCC and clang keep IEEE arithmetic
+    at every level (no -ffast-math), so both builds of the normal glm (its beta and gamma losses in native C++)
     give the same log densities and gradients to the last bit under KL, beta and gamma, and NUTS the same
     draws for the same seed."""
     data = {"X": np.linspace(-2, 2, 30)[:, None], "y": np.sin(np.arange(30.0))}
@@ -432,33 +437,85 @@ def test_the_compiler_output_kept_with_a_build_has_no_ignored_attributes_warning
     assert "-Wignored-attributes" not in output
 
 
-def test_precompiled_header_is_built_once_used_by_gcc_and_refused_cleanly(tmp_path):
-    """precompiled_header: GCC builds the .gch once per setting and uses it (``-H`` marks a used
-    precompiled header with '!'); a header GCC cannot compile gives None, keeps GCC's message and is
-    not tried again."""
-    from robust_stan.engines.httpstan_build import _compiler_command, _is_gcc, precompiled_header
+@pytest.mark.stan
+@needs_httpstan
+def test_a_build_with_gcc_or_clang_has_a_precompiled_header_for_its_compiler_and_flags():
+    """A new program's build with GCC or clang (the compiler setuptools uses: CXX in .ci/run) makes or finds
+    the precompiled header of Stan's headers for its own compiler and flags, and no such header failed to be
+    made (a failure would leave the builds slower, not wrong)."""
+    import json
+    import uuid
+
+    import httpstan.cache
+
+    from robust_stan.engines import compile_program
+    from robust_stan.engines.httpstan_build import (
+        PRECOMPILED,
+        _compiler_command,
+        compiler_family,
+        extra_compiler_flags,
+    )
 
     command = _compiler_command()
-    if not _is_gcc(command):
-        pytest.skip(f"the compiler ({command[0]}) is not GCC: models build without a precompiled header")
-    arguments = command + ["-O1", "-std=c++14"]
-    header = precompiled_header(tmp_path, arguments, ["<vector>", "<map>"])
-    assert header is not None and Path(f"{header}.gch").stat().st_size > 0
-    assert precompiled_header(tmp_path, arguments, ["<vector>", "<map>"]) == header  # the same setting: reused
+    family = compiler_family(command)
+    if family is None:
+        pytest.skip(f"{command[0]} is neither GCC nor clang: models build without a precompiled header")
+    compile_program(f"parameters {{ real x; }}\nmodel {{ x ~ normal(0, 1); }}\n// {uuid.uuid4().hex}\n", "httpstan",
+                    show_progress=False)
+    flags = extra_compiler_flags()  # the last flags of a model's compilation (-O1 in the suite)
+
+    def for_this_build(folder):  # done (others may be in the making), by this compiler with these flags
+        if not (folder / "done").exists():
+            return False
+        arguments = json.loads((folder / "arguments.json").read_text())
+        return arguments[:len(command)] == command and arguments[len(arguments) - len(flags):] == flags
+
+    made = [folder for folder in (httpstan.cache.cache_directory() / "robust_stan_pch").iterdir() if for_this_build(folder)]
+    assert made, "no precompiled header of Stan's headers for this compiler and these flags"
+    for folder in made:
+        assert not (folder / "failed.log").exists(), (folder / "failed.log").read_text()
+        assert (folder / f"robust_stan_pch.hpp{PRECOMPILED[family].suffix}").stat().st_size > 0
+
+
+@pytest.mark.parametrize("compiler", ["g++", "clang++"])
+def test_precompiled_header_is_built_once_used_and_refused_cleanly(tmp_path, compiler):
+    """precompiled_header, with GCC and with clang (each where it is installed): built once per setting
+    and used. GCC's ``-H`` marks a used .gch with '!'; clang's ``-include-pch`` has no fallback, so a
+    source that compiles without its own includes used it. A header the compiler cannot compile gives
+    None, keeps its message and is not tried again."""
+    from robust_stan.engines.httpstan_build import (
+        PRECOMPILED,
+        _compiler_command,
+        compiler_family,
+        precompiled_header,
+        using_precompiled_header,
+    )
+
+    chosen = os.environ.get("CXX", "")  # a versioned name (.ci/run: clang++-16) when that is the one installed
+    command = compiler if shutil.which(compiler) else chosen if Path(chosen).name.startswith(compiler) else None
+    if command is None or shutil.which(command) is None:
+        pytest.skip(f"{compiler} is not installed")
+    arguments = [command] + _compiler_command()[1:] + ["-O1", "-std=c++14"]  # Python's flags, as a build's
+    family = compiler_family(arguments)
+    assert family == {"g++": "gcc", "clang++": "clang"}[compiler]
+    header = precompiled_header(tmp_path, arguments, ["<vector>", "<map>"], family)
+    assert header is not None and Path(f"{header}{PRECOMPILED[family].suffix}").stat().st_size > 0
+    assert precompiled_header(tmp_path, arguments, ["<vector>", "<map>"], family) == header  # the same setting: reused
     source = tmp_path / "use.cpp"
     source.write_text("int main() { std::vector<int> v(3); std::map<int, int> m; return int(v.size() + m.size()) - 3; }\n")
-    used = subprocess.run(arguments + ["-H", "-fsyntax-only", "-include", str(header), str(source)],
+    used = subprocess.run(arguments + ["-H", "-fsyntax-only"] + using_precompiled_header(header, family) + [str(source)],
                           capture_output=True, text=True)
     assert used.returncode == 0, used.stderr
-    assert f"! {header}.gch" in used.stderr.splitlines()
-    assert precompiled_header(tmp_path, arguments + ["-O2"], ["<vector>"]) not in (None, header)  # new flags: new build
+    if family == "gcc":
+        assert f"! {header}.gch" in used.stderr.splitlines()
+    assert precompiled_header(tmp_path, arguments + ["-O2"], ["<vector>"], family) not in (None, header)  # new flags
 
     broken = tmp_path / "broken.hpp"
     broken.write_text("this is not C++;\n")
-    assert precompiled_header(tmp_path, arguments, [f'"{broken}"']) is None
+    assert precompiled_header(tmp_path, arguments, [f'"{broken}"'], family) is None
     (failed,) = tmp_path.glob("*/failed.log")
     assert "broken.hpp" in failed.read_text()
-    assert precompiled_header(tmp_path, arguments, [f'"{broken}"']) is None
+    assert precompiled_header(tmp_path, arguments, [f'"{broken}"'], family) is None
 
 
 @pytest.mark.stan

@@ -21,11 +21,13 @@ samples slower; the flags are part of the build's name, so a build made with oth
 reused.
 
 Two settings make a build faster and the module smaller: debug information is left out
-(``-g0``; Python's own flags ask for ``-g``), and with GCC the Stan headers and
+(``-g0``; Python's own flags ask for ``-g``), and with GCC or clang the Stan headers and
 the C interface are parsed once into a precompiled header, kept in httpstan's
 cache for the compiler settings it was made with (:func:`precompiled_header`).
-A compiler that is not GCC, or a precompiled header that cannot be made, leaves
-the build as it was: the interface header included as text. Eigen's warnings that
+clang's header also holds the templates it instantiates (``-fpch-instantiate-templates``),
+which each model then reuses. Another compiler, or a precompiled header that cannot be made,
+leaves the build as it was: the interface header included as text. The compiler is the one
+setuptools uses, ``CXX`` (or ``CC``) from the environment when set. Eigen's warnings that
 attributes on template arguments are ignored are not asked for
 (``-Wno-ignored-attributes``): under Python's ``-Wall`` every model drew hundreds
 of them, each with its chain of template instantiations, which filled the
@@ -59,6 +61,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from ..building.stanc import stanc_process
 from ..common.errors import StanCompileError
@@ -201,44 +204,109 @@ def _compiler_command() -> list[str]:
     return list(getattr(compiler, "compiler_so_cxx", None) or compiler.compiler_so)  # type: ignore[attr-defined]
 
 
-def _is_gcc(command: list[str]) -> bool:
-    """Whether ``command`` runs GCC (clang also defines __GNUC__, and reads GCC's .gch files wrongly)."""
+def compiler_family(command: list[str]) -> str | None:
+    """"gcc" or "clang" for the compiler ``command`` runs (clang also defines __GNUC__), None for another
+    compiler or one that does not answer.
+
+    Parameters
+    ----------
+    command : list of str
+        The compiler and its flags, as :func:`_compiler_command` gives them.
+    """
     try:
         macros = subprocess.run(command[:1] + ["-dM", "-E", "-x", "c++", os.devnull], capture_output=True,
                                 text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
-        return False
-    return "__GNUC__" in macros and "__clang__" not in macros
+        return None
+    if "__clang__" in macros:
+        return "clang"
+    return "gcc" if "__GNUC__" in macros else None
 
 
-def precompiled_header(cache: Path, arguments: list[str], includes: list[str]) -> Path | None:
-    """A header of ``includes`` (one ``#include`` line each) precompiled by ``arguments`` (GCC and the
-    flags of the compilations that will use it), built once per distinct setting under ``cache``;
-    None if GCC could not build it (its messages are kept in ``failed.log``, and it is not tried again).
+class PrecompiledHeaderKind(NamedTuple):
+    """How one compiler family makes and uses a precompiled header.
+
+    Parameters
+    ----------
+    suffix : str
+        Added to the header's name to name the precompiled file.
+    make : list of str
+        The flags that make it, after the compilation's own.
+    use : list of str
+        The flags that use it (``{}`` stands for the header's name).
+    """
+
+    suffix: str
+    make: list[str]
+    use: list[str]
+
+
+#: GCC reads ``NAME.gch`` in place of an ``-include NAME`` whose flags match. clang takes its file by name
+#: and refuses one made with other flags; its file also holds the templates the headers instantiate, and,
+#: with no timestamps in it, is not refused when its headers are reinstalled unchanged.
+PRECOMPILED = {
+    "gcc": PrecompiledHeaderKind(".gch", [], ["-include", "{}"]),
+    "clang": PrecompiledHeaderKind(".pch", ["-fpch-instantiate-templates", "-Xclang", "-fno-pch-timestamp"],
+                                   ["-include-pch", "{}.pch"]),
+}
+
+
+def precompiled_header(cache: Path, arguments: list[str], includes: list[str], family: str = "gcc") -> Path | None:
+    """A header of ``includes`` (one ``#include`` line each) precompiled by ``arguments`` (the compiler
+    and the flags of the compilations that will use it), built once per distinct setting under ``cache``;
+    None if the compiler could not build it (its messages are kept in ``failed.log``, and it is not tried
+    again). :func:`using_precompiled_header` gives the flags that use it.
 
     GCC uses ``NAME.gch`` in place of ``NAME`` when the flags match and the header is the first one
     included (``-include``); otherwise it reads the header as text, so a stale or foreign ``.gch``
-    costs time, never correctness.
+    costs time, never correctness. clang refuses a header made with other flags, so each setting has
+    its own.
+
+    Parameters
+    ----------
+    cache : Path
+        The folder the headers are kept in, one subfolder per setting.
+    arguments : list of str
+        The compiler and its flags.
+    includes : list of str
+        What each ``#include`` line names, with its ``<>`` or ``""``.
+    family : str
+        ``"gcc"`` or ``"clang"``: the compiler family of ``arguments[0]`` (:func:`compiler_family`).
     """
+    made = PRECOMPILED[family]
     text = "".join(f"#include {name}\n" for name in includes)
     settings = repr((sys.version, arguments, text, [_read_if_file(name) for name in includes]))
     folder = cache / hashlib.sha256(settings.encode()).hexdigest()[:16]
     header, failed = folder / "robust_stan_pch.hpp", folder / "failed.log"
+    target = Path(f"{header}{made.suffix}")
 
     def build():
         header.write_text(text)
         (folder / "arguments.json").write_text(json.dumps(arguments))  # what the header is valid for
-        done = subprocess.run(arguments + ["-x", "c++-header", str(header), "-o", f"{header}.gch.part"],
+        done = subprocess.run(arguments + made.make + ["-x", "c++-header", str(header), "-o", f"{target}.part"],
                               capture_output=True, text=True)
         if done.returncode == 0:
-            os.replace(f"{header}.gch.part", f"{header}.gch")
+            os.replace(f"{target}.part", target)
         else:
             failed.write_text(done.stderr)
-            Path(f"{header}.gch.part").unlink(missing_ok=True)
+            Path(f"{target}.part").unlink(missing_ok=True)
         (folder / "done").touch()
 
     _built_once(folder / "done", build)
     return None if failed.exists() else header
+
+
+def using_precompiled_header(header: Path, family: str) -> list[str]:
+    """The compiler flags that use the precompiled ``header`` of :func:`precompiled_header`.
+
+    Parameters
+    ----------
+    header : Path
+        What :func:`precompiled_header` gave.
+    family : str
+        ``"gcc"`` or ``"clang"``, as given to :func:`precompiled_header`.
+    """
+    return [flag.format(header) for flag in PRECOMPILED[family].use]
 
 
 def _read_if_file(name: str) -> bytes:
@@ -247,15 +315,19 @@ def _read_if_file(name: str) -> bytes:
     return path.read_bytes() if name.startswith('"') and path.is_file() else b""
 
 
-def _stan_precompiled_header(hs, extension, command: list[str], flags: list[str]) -> Path | None:
+#: What the precompiled header of every model holds: Stan's model header and robust-stan's C interface.
+STAN_PRECOMPILED_INCLUDES = ["<stan/model/model_header.hpp>", f'"{INTERFACE_HEADER}"']
+
+
+def _stan_precompiled_header(hs, extension, command: list[str], flags: list[str], family: str) -> Path | None:
     """Stan's model header and robust-stan's C interface, precompiled for the model ``extension``
-    (its macros, shared include folders and flags, then ``flags``) by GCC's ``command``. The model's
-    own ``#include <stan/model/model_header.hpp>`` is then skipped by its include guards."""
+    (its macros, shared include folders and flags, then ``flags``) by the ``family`` compiler's ``command``.
+    The model's own ``#include <stan/model/model_header.hpp>`` is then skipped by its include guards."""
     macros = [f"-D{name}" if value is None else f"-D{name}={value}" for name, value in extension.define_macros]
     arguments = (command + macros + [f"-I{folder}" for folder in _shared_include_dirs(extension)]
                  + list(extension.extra_compile_args or []) + flags)
-    return precompiled_header(hs.cache.cache_directory() / "robust_stan_pch", arguments,
-                              ["<stan/model/model_header.hpp>", f'"{INTERFACE_HEADER}"'])
+    return precompiled_header(hs.cache.cache_directory() / "robust_stan_pch", arguments, STAN_PRECOMPILED_INCLUDES,
+                              family)
 
 
 def _compile_services(hs, extension, include_dirs: list[str], work: Path, built: Path) -> None:
@@ -287,7 +359,8 @@ def _add_our_parts(hs, headers: tuple[Path, ...], services_for_this_python: bool
     built without them, see the same table of virtual functions.
 
     The model is compiled with the ``MODEL_COMPILER_FLAGS`` and the :func:`extra_compiler_flags` and, where
-    :func:`_stan_precompiled_header` gives one, that header in place of the C interface's (``headers[0]``).
+    :func:`_stan_precompiled_header` gives one (GCC or clang), that header in place of the C interface's
+    (``headers[0]``).
     """
     run_build_ext = hs.build_ext.run_build_ext
     hs.compile.compile = translate
@@ -300,14 +373,16 @@ def _add_our_parts(hs, headers: tuple[Path, ...], services_for_this_python: bool
                 extension.extra_objects = [o for o in extension.extra_objects if o not in shipped] + [str(own)]
             flags = (MODEL_COMPILER_FLAGS + (["-DSTAN_MODEL_FVAR_VAR"] if second_order else [])
                      + extra_compiler_flags())
-            first = headers[0]
+            first = ["-include", str(headers[0])]
             command = _compiler_command()
-            if _is_gcc(command):
-                first = _stan_precompiled_header(hs, extension, command, flags) or first
+            family = compiler_family(command)
+            if family is not None:
+                header = _stan_precompiled_header(hs, extension, command, flags, family)
+                first = using_precompiled_header(header, family) if header else first
                 # httpstan's stan_services.o carries debug information too, which would bloat every module
                 extension.extra_link_args = list(extension.extra_link_args or []) + ["-Wl,--strip-debug"]
-            extension.extra_compile_args = list(extension.extra_compile_args or []) + flags + [
-                flag for header in (first,) + headers[1:] for flag in ("-include", str(header))]
+            extension.extra_compile_args = list(extension.extra_compile_args or []) + flags + first + [
+                flag for header in headers[1:] for flag in ("-include", str(header))]
         return run_build_ext(extensions, build_lib)
 
     hs.build_ext.run_build_ext = run_with_our_parts
