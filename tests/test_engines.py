@@ -477,6 +477,41 @@ def test_a_build_with_gcc_or_clang_has_a_precompiled_header_for_its_compiler_and
         assert (folder / f"robust_stan_pch.hpp{PRECOMPILED[family].suffix}").stat().st_size > 0
 
 
+def installed_compiler(compiler: str) -> str:
+    """The command that runs ``compiler`` ("g++" or "clang++"): itself, or the versioned name CXX gives
+    (.ci/run: clang++-16) when only that is installed; skips the test when neither is."""
+    chosen = os.environ.get("CXX", "")
+    command = compiler if shutil.which(compiler) else chosen if Path(chosen).name.startswith(compiler) else None
+    if command is None or shutil.which(command) is None:
+        pytest.skip(f"{compiler} is not installed")
+    return command
+
+
+@pytest.mark.parametrize("compiler", ["g++", "clang++"])
+def test_the_debug_stripping_link_flags_leave_no_debug_information_in_a_module(tmp_path, compiler):
+    """A shared object compiled with -g and linked with debug_stripping_link_flags by GCC and by clang
+    (each where it is installed) has no .debug_info section; linked without them it has one. Off Linux
+    (Apple's ld64 refuses --strip-debug) no flag is added."""
+    from robust_stan.engines.httpstan_build import debug_stripping_link_flags
+
+    assert debug_stripping_link_flags("darwin") == [] and debug_stripping_link_flags("linux") == ["-Wl,--strip-debug"]
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the flags are tested by linking on Linux only")
+    command = installed_compiler(compiler)
+    source = tmp_path / "module.cpp"
+    source.write_text("int answer() { return 42; }\n")
+
+    def linked(flags: list[str]) -> bytes:
+        module = tmp_path / f"module{len(flags)}.so"
+        done = subprocess.run([command, "-g", "-fPIC", "-shared", str(source), "-o", str(module)] + flags,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return module.read_bytes()
+
+    assert b".debug_info" in linked([])
+    assert b".debug_info" not in linked(debug_stripping_link_flags())
+
+
 @pytest.mark.parametrize("compiler", ["g++", "clang++"])
 def test_precompiled_header_is_built_once_used_and_refused_cleanly(tmp_path, compiler):
     """precompiled_header, with GCC and with clang (each where it is installed): built once per setting
@@ -491,11 +526,7 @@ def test_precompiled_header_is_built_once_used_and_refused_cleanly(tmp_path, com
         using_precompiled_header,
     )
 
-    chosen = os.environ.get("CXX", "")  # a versioned name (.ci/run: clang++-16) when that is the one installed
-    command = compiler if shutil.which(compiler) else chosen if Path(chosen).name.startswith(compiler) else None
-    if command is None or shutil.which(command) is None:
-        pytest.skip(f"{compiler} is not installed")
-    arguments = [command] + _compiler_command()[1:] + ["-O1", "-std=c++14"]  # Python's flags, as a build's
+    arguments = [installed_compiler(compiler)] + _compiler_command()[1:] + ["-O1", "-std=c++14"]  # as a build's
     family = compiler_family(arguments)
     assert family == {"g++": "gcc", "clang++": "clang"}[compiler]
     header = precompiled_header(tmp_path, arguments, ["<vector>", "<map>"], family)

@@ -350,6 +350,22 @@ def _compile_services(hs, extension, include_dirs: list[str], work: Path, built:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def debug_stripping_link_flags(platform: str | None = None) -> list[str]:
+    """The linker flags that leave debug information out of a model's module: httpstan's
+    ``stan_services.o`` carries it (Python's ``-g``), which would bloat every module.
+
+    On Linux every linker a compiler driver picks (GNU ld, gold, lld, mold) takes ``--strip-debug``;
+    Apple's ld64 refuses it (and keeps DWARF out of the module anyway), so elsewhere no flag is added.
+    Only builds by GCC or clang (:func:`compiler_family`) get these flags.
+
+    Parameters
+    ----------
+    platform : str or None, default None
+        A ``sys.platform`` value; None for the running one.
+    """
+    return ["-Wl,--strip-debug"] if (platform or sys.platform).startswith("linux") else []
+
+
 def _add_our_parts(hs, headers: tuple[Path, ...], services_for_this_python: bool, second_order: bool = False) -> None:
     """Make httpstan's build add ``headers`` to its own compiler arguments, translate with
     :func:`translate` and, if
@@ -379,8 +395,7 @@ def _add_our_parts(hs, headers: tuple[Path, ...], services_for_this_python: bool
             if family is not None:
                 header = _stan_precompiled_header(hs, extension, command, flags, family)
                 first = using_precompiled_header(header, family) if header else first
-                # httpstan's stan_services.o carries debug information too, which would bloat every module
-                extension.extra_link_args = list(extension.extra_link_args or []) + ["-Wl,--strip-debug"]
+                extension.extra_link_args = list(extension.extra_link_args or []) + debug_stripping_link_flags()
             extension.extra_compile_args = list(extension.extra_compile_args or []) + flags + first + [
                 flag for header in headers[1:] for flag in ("-include", str(header))]
         return run_build_ext(extensions, build_lib)
