@@ -45,15 +45,20 @@ from robust_stan.engines.httpstan_build import (
 )
 
 
-def newest_precompiled_header(family: str) -> tuple[Path, list[str]]:
+def newest_precompiled_header(family: str, command: list[str]) -> tuple[Path, list[str]]:
     """The precompiled header robust-stan made last in this environment with the ``family`` compiler
-    (``"gcc"`` or ``"clang"``), and its compiler arguments."""
+    (``"gcc"`` or ``"clang"``) run as ``command`` (the compiler and Python's flags), and its compiler
+    arguments."""
     import httpstan.cache
 
     made = f"robust_stan_pch.hpp{PRECOMPILED[family].suffix}"
     folders = [f for f in (httpstan.cache.cache_directory() / "robust_stan_pch").glob("*")
                if (f / made).exists() and (f / "arguments.json").exists()
-               and "-DSTAN_MODEL_FVAR_VAR" not in (f / "arguments.json").read_text()]
+               and "-DSTAN_MODEL_FVAR_VAR" not in (f / "arguments.json").read_text()
+               and json.loads((f / "arguments.json").read_text())[:len(command)] == command]
+    if not folders:
+        sys.exit(f"no precompiled header was made for {command[0]}: see failed.log under "
+                 f"{httpstan.cache.cache_directory() / 'robust_stan_pch'}")
     folder = max(folders, key=lambda f: (f / made).stat().st_mtime)
     return folder / "robust_stan_pch.hpp", json.loads((folder / "arguments.json").read_text())
 
@@ -83,7 +88,7 @@ def main(argv=None) -> None:
     program = model.compile(show_progress=False)
     print(f"robust-stan's whole build of a new program (stanc, compile, link): {time.perf_counter() - start:.1f} s")
     source = next(Path(program.module.__file__).parent.glob("model_*.cpp"))
-    header, arguments = newest_precompiled_header(family)
+    header, arguments = newest_precompiled_header(family, _compiler_command())
     with_g = [a for a in arguments if a != "-g0"]
     interface, *others = forced_headers(program.stan_code)  # the C interface, then the native losses' header if used
     rest = [flag for other in others for flag in ("-include", str(other))]

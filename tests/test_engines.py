@@ -513,11 +513,13 @@ def test_the_debug_stripping_link_flags_leave_no_debug_information_in_a_module(t
 
 
 @pytest.mark.parametrize("compiler", ["g++", "clang++"])
-def test_precompiled_header_is_built_once_used_and_refused_cleanly(tmp_path, compiler):
+def test_precompiled_header_is_built_once_used_and_refused_cleanly(tmp_path, compiler, monkeypatch):
     """precompiled_header, with GCC and with clang (each where it is installed): built once per setting
     and used. GCC's ``-H`` marks a used .gch with '!'; clang's ``-include-pch`` has no fallback, so a
-    source that compiles without its own includes used it. A header the compiler cannot compile gives
-    None, keeps its message and is not tried again."""
+    source that compiles without its own includes used it. Other flags, or another compiler under the
+    same name (an upgrade), get a header of their own; a header whose file has gone is not given. A
+    header the compiler cannot compile gives None, keeps its message and is not tried again."""
+    from robust_stan.engines import httpstan_build
     from robust_stan.engines.httpstan_build import (
         PRECOMPILED,
         _compiler_command,
@@ -526,8 +528,11 @@ def test_precompiled_header_is_built_once_used_and_refused_cleanly(tmp_path, com
         using_precompiled_header,
     )
 
-    arguments = [installed_compiler(compiler)] + _compiler_command()[1:] + ["-O1", "-std=c++14"]  # as a build's
+    flags = [flag for flag in _compiler_command()[1:] if flag.startswith("-")]  # Python's (not a wrapper's words)
+    arguments = [installed_compiler(compiler)] + flags + ["-O1", "-std=c++14"]  # as a build's
     family = compiler_family(arguments)
+    if sys.platform == "darwin" and compiler == "g++" and family == "clang":
+        pytest.skip("g++ is Apple's clang here")
     assert family == {"g++": "gcc", "clang++": "clang"}[compiler]
     header = precompiled_header(tmp_path, arguments, ["<vector>", "<map>"], family)
     assert header is not None and Path(f"{header}{PRECOMPILED[family].suffix}").stat().st_size > 0
@@ -540,6 +545,13 @@ def test_precompiled_header_is_built_once_used_and_refused_cleanly(tmp_path, com
     if family == "gcc":
         assert f"! {header}.gch" in used.stderr.splitlines()
     assert precompiled_header(tmp_path, arguments + ["-O2"], ["<vector>"], family) not in (None, header)  # new flags
+    identity = httpstan_build.compiler_identity(arguments[0])
+    monkeypatch.setattr(httpstan_build, "compiler_identity", lambda command: identity + " (upgraded)")
+    upgraded = precompiled_header(tmp_path, arguments, ["<vector>", "<map>"], family)
+    assert upgraded not in (None, header)  # the same name and flags, another compiler: a header of its own
+    Path(f"{upgraded}{PRECOMPILED[family].suffix}").unlink()
+    assert precompiled_header(tmp_path, arguments, ["<vector>", "<map>"], family) is None  # its file has gone
+    monkeypatch.undo()
 
     broken = tmp_path / "broken.hpp"
     broken.write_text("this is not C++;\n")

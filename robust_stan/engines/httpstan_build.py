@@ -37,7 +37,7 @@ without them.
 The build runs in a child Python process. httpstan sends the compiler's
 standard error to a file it drops when the build fails; in the child,
 ``HTTPSTAN_DEBUG=1`` leaves the compiler's output on the child's standard
-error, which the parent reads, so a failed build can show g++'s own message.
+error, which the parent reads, so a failed build can show the compiler's own message.
 The child's environment changes nothing in the user's process.
 
 A program that uses robust-stan's native losses (``robust_stan_native.stanfunctions``)
@@ -259,8 +259,10 @@ def precompiled_header(cache: Path, arguments: list[str], includes: list[str], f
 
     GCC uses ``NAME.gch`` in place of ``NAME`` when the flags match and the header is the first one
     included (``-include``); otherwise it reads the header as text, so a stale or foreign ``.gch``
-    costs time, never correctness. clang refuses a header made with other flags, so each setting has
-    its own.
+    costs time, never correctness. clang refuses a header made with other flags or by another clang
+    (and a build given one fails), so each setting has its own: the setting is the flags, the family and
+    the compiler's identity (:func:`compiler_identity`, which changes when the compiler is upgraded
+    under the same name), and a header whose file is missing is not given.
 
     Parameters
     ----------
@@ -275,7 +277,8 @@ def precompiled_header(cache: Path, arguments: list[str], includes: list[str], f
     """
     made = PRECOMPILED[family]
     text = "".join(f"#include {name}\n" for name in includes)
-    settings = repr((sys.version, arguments, text, [_read_if_file(name) for name in includes]))
+    settings = repr((sys.version, arguments, family, compiler_identity(arguments[0]), text,
+                     [_read_if_file(name) for name in includes]))
     folder = cache / hashlib.sha256(settings.encode()).hexdigest()[:16]
     header, failed = folder / "robust_stan_pch.hpp", folder / "failed.log"
     target = Path(f"{header}{made.suffix}")
@@ -293,7 +296,25 @@ def precompiled_header(cache: Path, arguments: list[str], includes: list[str], f
         (folder / "done").touch()
 
     _built_once(folder / "done", build)
-    return None if failed.exists() else header
+    return None if failed.exists() or not target.exists() else header
+
+
+def compiler_identity(compiler: str) -> str:
+    """The real path of the program ``compiler`` runs and the first line of its ``--version``: what tells
+    one compiler of a name from another, or from the same name after an upgrade; empty parts for one that
+    cannot be found or does not answer.
+
+    Parameters
+    ----------
+    compiler : str
+        The compiler's command (a name on PATH or a path).
+    """
+    found = shutil.which(compiler)
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        version = ""
+    return f"{os.path.realpath(found) if found else ''}\n{version.strip().splitlines()[0] if version.strip() else ''}"
 
 
 def using_precompiled_header(header: Path, family: str) -> list[str]:
