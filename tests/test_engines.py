@@ -398,6 +398,17 @@ def test_stanc_error_on_the_httpstan_path_names_the_line():
         compile_program("parameters { real x; }\nmodel { x ~ normal(0, ; }\n", "httpstan", show_progress=False)
 
 
+def test_the_build_child_imports_only_the_modules_a_build_needs():
+    """The child process that builds a program skips the package's ``__init__`` modules (which import the
+    whole library) and imports none of pandas, ArviZ or robust-stan's api layer, yet has the build's entry."""
+    from robust_stan.engines.httpstan_build import CHILD_IMPORTS
+
+    report = "print(callable(main), sorted(m for m in ('pandas', 'arviz', 'robust_stan.api') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", CHILD_IMPORTS + report, str(Path(rs.__file__).parent)],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "[]"], done.stdout + done.stderr
+
+
 def test_version_of_python_a_pybind11_object_was_built_for(tmp_path):
     """The "3.N" literal nearest pybind11's version-check message; None without that message."""
     from robust_stan.engines.httpstan_build import built_for_python

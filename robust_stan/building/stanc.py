@@ -7,10 +7,13 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..common.errors import StanCompileError
 from ..common.resources import stan_include_path, uses_native_functions
-from .spec import ModelSpec, split_statements
+
+if TYPE_CHECKING:
+    from .spec import ModelSpec
 
 _LOCATION = re.compile(r"line (\d+), column (\d+)")
 
@@ -83,6 +86,8 @@ def check_program(stan_code: str, spec: ModelSpec | None = None) -> str:
 
 def _user_location(stan_code: str, message: str, spec: ModelSpec) -> str | None:
     """'<fragment> line <k>: <statement>' for the user's line that stanc's error points at."""
+    from .spec import split_statements  # here: spec imports the formula parser, which a build does not need
+
     match = _LOCATION.search(message)
     if not match or "robust_stan.stanfunctions" in message.split("\n", 1)[0]:
         return None

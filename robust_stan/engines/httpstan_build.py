@@ -117,6 +117,20 @@ def translate(program_code: str, stan_model_name: str) -> tuple[str, str]:
 MESSAGE_LINES = 40
 
 
+#: The start of the child's program (its first argument is the folder of the robust_stan package): it
+#: imports this module without running the ``__init__`` of robust_stan or of its subpackages, which import
+#: the whole library (pandas, ArviZ, SciPy: most of the child's start-up time). The modules a build
+#: needs import only the standard library, NumPy and httpstan.
+CHILD_IMPORTS = """\
+import os, sys, types
+for name in ("robust_stan", "robust_stan.building", "robust_stan.common", "robust_stan.engines"):
+    package = types.ModuleType(name)
+    package.__path__ = [os.path.join(sys.argv[1], *name.split(".")[1:])]
+    sys.modules[name] = package
+from robust_stan.engines.httpstan_build import main
+"""
+
+
 def build_in_child(marked_code: str) -> str:
     """Build ``marked_code`` into httpstan's cache; return the compiler's messages.
 
@@ -125,11 +139,9 @@ def build_in_child(marked_code: str) -> str:
     """
     env = dict(os.environ)
     env["HTTPSTAN_DEBUG"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
-                                                      env.get("PYTHONPATH")]))
     # setuptools puts its intermediate files under the working directory: a scratch one, not the user's
     with tempfile.TemporaryDirectory(prefix="robust_stan_build_") as scratch:
-        done = subprocess.run([sys.executable, "-c", "from robust_stan.engines.httpstan_build import main; main()"],
+        done = subprocess.run([sys.executable, "-c", CHILD_IMPORTS + "main()\n", str(Path(__file__).resolve().parents[1])],
                               input=marked_code,
                               capture_output=True, text=True, env=env, cwd=scratch)
     messages = done.stderr
