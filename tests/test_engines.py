@@ -365,6 +365,7 @@ def test_extra_compiler_flags_reach_the_compiler_and_name_the_build(monkeypatch)
 
 
 @pytest.mark.stan
+@pytest.mark.statistical_study  # a check that needs builds of its own (-O3, and its precompiled header)
 @needs_httpstan
 @pytest.mark.filterwarnings("ignore::robust_stan.RobustStanWarning")  # 200 draws of one chain: no R-hat
 def test_a_build_at_o1_computes_what_httpstans_o3_build_computes(monkeypatch):
