@@ -102,7 +102,7 @@ def _lkj_corr_cholesky_2(L, eta):
 def linear_regression(data, theta):
     p = _Unconstrained(theta)
     alpha, beta, sigma = p.real(), p.vector(data["K"]), p.positive()
-    return p.done(_normal(alpha, 0, 5) + _normal(beta, 0, 2) + stats.t.logpdf(sigma, 3, 0, 2)
+    return p.done(_normal(alpha, 0, 2.5) + _normal(beta, 0, data["prior_scale_b"]) + stats.expon.logpdf(sigma)
                   + _normal(data["y"], alpha + data["X"] @ beta, sigma))
 
 

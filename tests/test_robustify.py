@@ -27,7 +27,8 @@ N = 40
 
 def _linear_regression(rng, n=N):
     X = rng.normal(size=(n, 3))
-    return {"N": n, "K": 3, "X": X, "y": 1 + X @ np.array([1.0, -0.5, 0.25]) + 0.5 * rng.normal(size=n)}
+    return {"N": n, "K": 3, "X": X, "y": 1 + X @ np.array([1.0, -0.5, 0.25]) + 0.5 * rng.normal(size=n),
+            "prior_scale_b": np.array([2.0, 1.0, 2.0])}
 
 
 def _logistic_regression(rng, n=N):
@@ -425,37 +426,73 @@ def test_parts_of_columns_are_weighted_at_their_own_rows():
     assert np.array_equal(np.isfinite(fit.log_lik[0, 0]), reached.reshape(-1))
 
 
+# Two loops over the rows of y, chosen by a data switch (one program for the two tests below): slices
+# y[first[m]:last[m]] with a mean each, or an AR(1) likelihood from the second row on
+_LOOPS_OVER_ROWS = """data {
+  int<lower=2> N;
+  vector[N] y;
+  int<lower=0, upper=1> lagged;
+  int<lower=1> M;
+  array[M] int first;
+  array[M] int last;
+}
+parameters {
+  real<lower=-1, upper=1> phi;
+  real<lower=0> sigma;
+  vector[M] mu;
+}
+model {
+  sigma ~ exponential(1);
+  mu ~ normal(0, 5);
+  if (lagged == 1) {
+    for (n in 2:N) {
+      y[n] ~ normal(phi * y[n - 1], sigma);
+    }
+  } else {
+    for (m in 1:M) y[first[m]:last[m]] ~ normal(mu[m], 1);
+  }
+}
+"""
+
+
 @pytest.mark.stan
 def test_slices_that_overlap_are_refused_when_the_program_runs():
     """Slices y[first[m]:last[m]] inside a loop must take each row once: the rewrite counts each row's
     statements, so bounds that make two slices share a row stop the run with a message naming the
     outcome and the row (rows no slice reaches are the other mistake, which the NaN log_lik warning
-    reports). Bounds that partition the rows give the density of every row once."""
-    code = """data {
-  int<lower=0> N;
-  int<lower=1> M;
-  array[M] int first;
-  array[M] int last;
-  vector[N] y;
-}
-parameters {
-  vector[M] mu;
-}
-model {
-  mu ~ normal(0, 5);
-  for (m in 1:M) y[first[m]:last[m]] ~ normal(mu[m], 1);
-}
-"""
-    robust = rs.robustify(code, engine=ENGINE)
+    reports). Bounds that partition the rows give the density of every row once (phi and sigma stay
+    where they are, so their prior and Jacobian are one constant)."""
+    robust = rs.robustify(_LOOPS_OVER_ROWS, engine=ENGINE)
     y = np.linspace(-1, 1, 6)
-    partition = {"N": 6, "M": 2, "first": [1, 4], "last": [3, 6], "y": y}
+    partition = {"N": 6, "y": y, "lagged": 0, "M": 2, "first": [1, 4], "last": [3, 6]}
+
+    def theta(mu):
+        return np.concatenate([[0.2, -0.3], mu])  # phi and sigma unconstrained, then mu
+
+    def expected(mu):
+        return stats.norm.logpdf(y, np.repeat(mu, 3), 1).sum() + stats.norm.logpdf(mu, 0, 5).sum()
+
     mu = np.array([0.3, -0.2])
-    expected = stats.norm.logpdf(y, np.repeat(mu, 3), 1).sum() + stats.norm.logpdf(mu, 0, 5).sum()
-    shift = robust.log_density(partition, mu, divergence=rs.KL()) - expected
-    assert robust.log_density(partition, mu + 0.1, divergence=rs.KL()) - shift == pytest.approx(
-        stats.norm.logpdf(y, np.repeat(mu + 0.1, 3), 1).sum() + stats.norm.logpdf(mu + 0.1, 0, 5).sum(), abs=1e-10)
+    shift = robust.log_density(partition, theta(mu), divergence=rs.KL()) - expected(mu)
+    assert robust.log_density(partition, theta(mu + 0.1), divergence=rs.KL()) - shift == pytest.approx(
+        expected(mu + 0.1), abs=1e-10)
     with pytest.raises(Exception, match="the likelihood statements take row 4 of y more than once"):
-        robust.log_density(dict(partition, last=[4, 6]), mu, divergence=rs.KL())
+        robust.log_density(dict(partition, last=[4, 6]), theta(mu), divergence=rs.KL())
+
+
+@pytest.mark.stan
+def test_rows_a_loop_never_reaches_are_reported():
+    """An AR(1) likelihood from the second row on: the first row has no log_lik, and the fit says so."""
+    rng = np.random.default_rng(2)
+    y = np.zeros(30)
+    for n in range(1, 30):
+        y[n] = 0.5 * y[n - 1] + rng.normal()
+    data = {"N": 30, "y": y, "lagged": 1, "M": 1, "first": [1], "last": [30]}  # the slices unused
+    fit = rs.robustify(_LOOPS_OVER_ROWS, engine=ENGINE).sample(data, chains=2, iter_warmup=300, iter_sampling=100,
+                                                               seed=1, show_progress=False)
+    with pytest.warns(rs.RobustStanWarning, match=r"never reached rows \[0\]"):
+        log_lik = fit.log_lik
+    assert np.isnan(log_lik[..., 0]).all() and np.isfinite(log_lik[..., 1:]).all()
 
 
 @pytest.mark.stan
@@ -1192,25 +1229,25 @@ def test_rob_ula_on_a_robustified_program():
 
 def _regression_twice():
     """The robustified regression and the built-in glm that states the same model (the same priors,
-    parameters and loss), with data that have gross outliers."""
+    parameters and loss: the program states the glm's default priors), the program's data with gross
+    outliers, and the same rows as the glm's data."""
     data = _linear_regression(np.random.default_rng(17))
     data["y"][:4] += 15.0  # a tenth of the rows grossly wrong
     program = rs.robustify(_program("linear_regression"), engine=ENGINE)
-    built_in = rs.glm("normal", standardize=False, engine=ENGINE,  # the program's priors
-                      priors={"alpha": "normal(0, 5)", "b": "normal(0, 2)", "sigma": "student_t(3, 0, 2)"})
-    return data, program, built_in
+    built_in = rs.glm("normal", standardize=False, engine=ENGINE)
+    rows = {name: data[name] for name in ("X", "y", "prior_scale_b")}
+    return data, program, built_in, rows
 
 
 @pytest.mark.stan
 @pytest.mark.parametrize("divergence", [rs.KL(), rs.BetaD(0.3)])
 def test_the_same_model_built_in_or_robustified_gives_the_same_draws_for_the_same_seed(divergence):
-    """rs.glm("normal", standardize=False) with the program's priors and the robustified regression
+    """rs.glm("normal", standardize=False) (the program's priors) and the robustified regression
     compute the same log density by the same operations (the library's loss, or the native one under
     beta), so NUTS (random starts and inits="mode") and robust VI with the same seed give the same
     draws. Any difference in an operation would send NUTS elsewhere after a few iterations, so the
     bound is rounding's (the draws were identical here)."""
-    data, program, built_in = _regression_twice()
-    rows = {"X": data["X"], "y": data["y"]}
+    data, program, built_in, rows = _regression_twice()
     options = dict(divergence=divergence, seed=3, show_progress=False)
     for inits in (None, "mode"):
         ours = program.sample(data, chains=2, iter_warmup=300, iter_sampling=300, inits=inits, **options)
@@ -1227,16 +1264,16 @@ def test_tune_rob_ula_on_a_robustified_program_is_the_built_in_models_tuning():
     """rs.tune_rob_ula holds rows out of a program by weight 0 (its data are not cut) and Rob-ULA's
     robust mean leaves those rows out; the built-in glm cuts its data to the same rows. The
     robustified regression and rs.glm("normal", standardize=False) have the same unconstrained
-    parameters (alpha, b, log sigma) and loss, and the glm is given the program's priors, so with the
+    parameters (alpha, b, log sigma), priors and loss, so with the
     same seed every run follows the same path up to rounding (the per-example gradients come from
     mixed derivatives on one side, the copies mode on the other; ULA's noise is shared): the curves
     agree to 1e-9 relative and the refits' draws to 1e-8 (rounding gave 1e-12 and 1e-10), far below
     what one wrong row in the robust mean would move (the score by O(1)). The refit is the plain
     rs.rob_ula run on every row."""
-    data, program, built_in = _regression_twice()
+    data, program, built_in, rows = _regression_twice()
     options = dict(contaminations=[0.0, 0.1], iter_sampling=300, iter_warmup=100, chains=2, seed=4)
     ours = rs.tune_rob_ula(program, data, **options)
-    theirs = rs.tune_rob_ula(built_in, {"X": data["X"], "y": data["y"]}, **options)
+    theirs = rs.tune_rob_ula(built_in, rows, **options)
     assert list(ours.curve["estimator"]) == list(theirs.curve["estimator"]) == 2 * ["row_trimmed_mean"]
     for column in ("validation_loglik", "validation_loglik_se"):
         np.testing.assert_allclose(ours.curve[column], theirs.curve[column], rtol=1e-9)
@@ -1476,29 +1513,6 @@ def test_per_example_gradients_refuse_the_original_gamma_form():
     with pytest.raises(rs.RobustStanInputError, match="not a sum over observations"):
         model.per_example_gradients(_normal(np.random.default_rng(1)), np.zeros(2),
                                     divergence=rs.GammaD(0.5, form="original"))
-
-
-@pytest.mark.stan
-def test_rows_a_loop_never_reaches_are_reported():
-    """An AR(1) likelihood from the second row on: the first row has no log_lik, and the fit says so."""
-    code = """data { int<lower=2> N; vector[N] y; }
-parameters { real<lower=-1, upper=1> phi; real<lower=0> sigma; }
-model {
-  sigma ~ exponential(1);
-  for (n in 2:N) {
-    y[n] ~ normal(phi * y[n - 1], sigma);
-  }
-}
-"""
-    rng = np.random.default_rng(2)
-    y = np.zeros(30)
-    for n in range(1, 30):
-        y[n] = 0.5 * y[n - 1] + rng.normal()
-    fit = rs.robustify(code, engine=ENGINE).sample({"N": 30, "y": y}, chains=2, iter_warmup=300, iter_sampling=100,
-                                                   seed=1, show_progress=False)
-    with pytest.warns(rs.RobustStanWarning, match=r"never reached rows \[0\]"):
-        log_lik = fit.log_lik
-    assert np.isnan(log_lik[..., 0]).all() and np.isfinite(log_lik[..., 1:]).all()
 
 
 _FAMILIES_AND_WHOLE_OUTCOMES = """data {

@@ -34,7 +34,9 @@ MODELS = {
         lambda s, unit: rs.location("normal", known={"sigma": 1.5 * unit}, standardize=s, engine=ENGINE), False),
     "location student_t, known sigma": (
         lambda s, unit: rs.location("student_t", known={"sigma": 1.5 * unit}, standardize=s, engine=ENGINE), False),
-    "location exponential": (lambda s, unit: rs.location("exponential", standardize=s, engine=ENGINE), False),
+    "location exponential": (  # the prior of test_dpvi.py and test_fit.py: their build
+        lambda s, unit: rs.location("exponential", priors={"rate": "gamma(2, 2)"}, standardize=s, engine=ENGINE),
+        False),
     "glm normal": (lambda s, unit: rs.glm("normal", standardize=s, engine=ENGINE), True),
 }
 
