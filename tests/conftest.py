@@ -28,7 +28,8 @@ ENGINE = os.environ.get("ROBUST_STAN_TEST_ENGINE", "httpstan")
 # less compile time, which is most of the suite's, for somewhat slower sampling. GCC and clang compute the same
 # IEEE values at every -O level (no -ffast-math), so a test's claim holds for the users' -O3 builds too;
 # test_engines.py checks it on one program (with the statistical studies: it needs builds of its own), and the
-# demo builds at -O3 in CI. ROBUST_STAN_CXXFLAGS="" runs the suite on -O3 builds.
+# demo builds at -O3 in CI. ROBUST_STAN_CXXFLAGS="" runs the suite on -O3 builds. test_robustify.py compiles the
+# builds it only evaluates at a few points at -O0 (its _compile).
 os.environ.setdefault("ROBUST_STAN_CXXFLAGS", "-O1")
 
 _RUNNING = {"test": None, "stan": True}  # the test being set up or run, and whether it is marked ``stan``

@@ -15,6 +15,7 @@ from scipy.special import expit, log_expit
 import robust_stan as rs
 from robust_stan.api.stan_program import _read_source
 from robust_stan.building.robustify import RobustifyError
+from robust_stan.engines.httpstan_build import CXXFLAGS_VARIABLE
 from robust_stan.results.arviz_output import group_names
 
 from .conftest import ENGINE
@@ -203,28 +204,40 @@ def _program(name):
     return PROGRAMS / f"{name}.stan"
 
 
-def _compiled_case(name, make_model):
+def _compile(model, evaluated_only=False):
+    """Compile ``model``. A build that its tests only evaluate at a few points (no sampler) is compiled
+    without optimisation (-O0), which takes a fraction of the time of the suite's -O1 for a large
+    program (docs/development.md) and computes the same float64 operations; the flags are part of a
+    build's name, so a test that samples the same program gets an -O1 build of its own."""
+    with pytest.MonkeyPatch.context() as patch:
+        if evaluated_only:
+            patch.setenv(CXXFLAGS_VARIABLE, "-O0")
+        model.compile(show_progress=False)
+    return model
+
+
+def _compiled_case(name, make_model, evaluated_only=False):
     """The program's name, its data, its NUTS adapt_delta, and make_model (rs.robustify or
-    rs.from_stan) of it, compiled."""
+    rs.from_stan) of it, compiled (see :func:`_compile`)."""
     make_data, adapt_delta = CASES[name]
-    model = make_model(_program(name), engine=ENGINE)
-    model.compile(show_progress=False)
+    model = _compile(make_model(_program(name), engine=ENGINE), evaluated_only)
     return name, make_data(np.random.default_rng(7)), adapt_delta, model
 
 
 # programs that no other test of the default run compiles robustified, but multi_normal_location (the
 # planted-outlier study compiles seven more of them with the statistical studies: OUTLIERS): their KL
 # rewrites are checked in one merged program
-# (tests/program_merging.py), which saves the suite a dozen C++ builds per stack
+# (tests/program_merging.py), which saves the suite 13 C++ builds per stack
 MERGED = ["logistic_regression", "group_intercepts", "varying_slopes", "multi_normal_location", "student_t_regression",
           "target_sum", "two_binomials", "ragged_groups", "gp_one_observation", "lognormal_regression",
-          "weibull_survival", "beta_proportions", "neg_binomial_2_counts"]
+          "weibull_survival", "beta_proportions", "neg_binomial_2_counts", "beta_binomial_trials"]
 
 
 @pytest.fixture(scope="module", params=sorted(set(CASES) - set(MERGED)))
 def case(request):
-    """Each program robustified but those of MERGED (the programs as written: :func:`as_written`)."""
-    return _compiled_case(request.param, rs.robustify)
+    """Each program robustified but those of MERGED (the programs as written: :func:`as_written`); those
+    of CHECKED_AGAINST_STAN are only evaluated in the default run."""
+    return _compiled_case(request.param, rs.robustify, evaluated_only=request.param in CHECKED_AGAINST_STAN)
 
 
 # the programs as written that rs.from_stan compiles here: one of each shape (log_lik and y_rep in
@@ -291,10 +304,10 @@ def test_kl_rewrite_of_the_merged_programs_keeps_the_log_density_up_to_one_const
     prefixed with its own name, its model block nested): its reference is the sum of theirs, each on
     its own stretch of theta. Each likelihood statement is rewritten by itself, so a rewrite that
     is right in the merged program is right in the program alone; a wrong one shows in its own
-    program's stretch of the gradient, which the failure names."""
+    program's stretch of the gradient, which the failure names. The program is only evaluated here
+    (compiled at -O0: :func:`_compile`)."""
     code = merge_programs({name: _program(name).read_text() for name in MERGED})
-    robust = rs.robustify(code, engine=ENGINE)
-    robust.compile(show_progress=False)
+    robust = _compile(rs.robustify(code, engine=ENGINE), evaluated_only=True)
     data = merged_data({name: CASES[name][0](np.random.default_rng(7)) for name in MERGED})
     stretches = parameter_stretches(MERGED, data)
     _assert_log_density_is_the_reference_plus_a_constant(
@@ -316,7 +329,7 @@ def _assert_the_rewrite_is_the_program_as_written(name, data, robust):
     """The rewrite under KL and the program as written, compiled by the same Stan: at 4 random points
     the log densities differ by one constant and the gradients agree, each to 1e-10 of the log density
     (the same Stan functions of the same values, summed in another order: rounding only)."""
-    original = _compiled_case(name, rs.from_stan)[3]
+    original = _compiled_case(name, rs.from_stan, evaluated_only=True)[3]
     rng = np.random.default_rng(3)
     differences, scale = [], 1.0
     for _ in range(4):
@@ -538,10 +551,10 @@ def test_nuts_on_the_kl_rewrite_agrees_with_the_program_as_written(name):
 @pytest.mark.stan
 @pytest.mark.statistical_study
 def test_nuts_on_the_kl_rewrite_of_the_merged_programs_agrees_with_them_as_written():
-    """As the test above, on the merged program of MERGED (their families lognormal, weibull, beta
-    and neg_binomial_2 among them): robustified and as written, every parameter, transformed parameter
-    and generated quantity of the thirteen programs at once. Its program as written is compiled for this
-    test only, so it runs with the statistical studies."""
+    """As the test above, on the merged program of MERGED (their families lognormal, weibull, beta,
+    neg_binomial_2 and beta_binomial among them): robustified and as written, every parameter,
+    transformed parameter and generated quantity of the fourteen programs at once. Its program as
+    written is compiled for this test only, so it runs with the statistical studies."""
     code = merge_programs({name: _program(name).read_text() for name in MERGED})
     data = merged_data({name: CASES[name][0](np.random.default_rng(7)) for name in MERGED})
     options = dict(chains=4, iter_warmup=500, iter_sampling=500, adapt_delta=max(CASES[name][1] for name in MERGED),
