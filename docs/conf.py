@@ -8,8 +8,9 @@ The tutorials (MyST notebooks in ``tutorials/`` and the getting-started page) ar
 build; a cell that raises fails the build. The pages of ``examples/results/*/README.md`` are
 written into ``docs/examples/results/`` (not committed) when the build starts, so a new results
 folder gets its page without an edit here. Nothing is fetched from the network: no intersphinx,
-and MathJax is loaded by the reader's browser (set ``ROBUST_STAN_DOCS_MATHJAX`` to a local
-``tex-chtml.js`` to read the pages offline).
+and MathJax is loaded by the reader's browser from a CDN. To read the pages offline, set
+``ROBUST_STAN_DOCS_MATHJAX`` to a local copy of MathJax 3's ``es5/tex-chtml.js`` (npm package
+``mathjax@3``), which holds its fonts; MathJax 4's files fetch their fonts from the CDN.
 """
 
 from __future__ import annotations
