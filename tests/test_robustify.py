@@ -1279,10 +1279,9 @@ def test_tune_rob_ula_on_a_robustified_program_is_the_built_in_models_tuning():
     robustified regression and rs.glm("normal", standardize=False) have the same unconstrained
     parameters (alpha, b, log sigma), priors and loss, so with the same seed every run follows the
     same path up to rounding (the per-example gradients come from mixed derivatives on one side, the
-    copies mode on the other; ULA's noise is shared): the curves
-    agree to 1e-9 relative and the refits' draws to 1e-8 (rounding gave 1e-12 and 1e-10), far below
-    what one wrong row in the robust mean would move (the score by O(1)). The refit is the plain
-    rs.rob_ula run on every row."""
+    copies mode on the other; ULA's noise is shared): the curves agree to 1e-9 relative and the
+    refits' draws to 1e-8 (rounding gave 1e-12 and 1e-10), far below what one wrong row in the robust
+    mean would move (the score by O(1)). The refit is the plain rs.rob_ula run on every row."""
     data, program, built_in, rows = _regression_twice()
     options = dict(contaminations=[0.0, 0.1], iter_sampling=300, iter_warmup=100, chains=2, seed=4)
     ours = rs.tune_rob_ula(program, data, **options)
